@@ -1,0 +1,94 @@
+package market
+
+import (
+	"net/mail"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// User is an account. One account may be both buyer and provider; admins
+// are created only by the operator's command line.
+type User struct {
+	ID           int64
+	Email        string
+	DisplayName  string
+	Organisation string
+	IsBuyer      bool
+	IsProvider   bool
+	IsAdmin      bool
+	Suspended    bool
+	CreatedAt    time.Time
+}
+
+// Password limits. bcrypt reads at most 72 bytes; a longer password is
+// refused with a message rather than silently truncated.
+const (
+	MinPasswordLen   = 10
+	MaxPasswordBytes = 72
+)
+
+// SignUp is what a person submits to create an account.
+type SignUp struct {
+	Email        string
+	Password     string
+	DisplayName  string
+	Organisation string
+	IsBuyer      bool
+	IsProvider   bool
+}
+
+// NormaliseEmail lower-cases and trims an address so one mailbox is one account.
+func NormaliseEmail(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+
+// ValidateSignUp checks a sign-up and normalises its fields in place.
+func ValidateSignUp(s *SignUp) error {
+	p := Problems{}
+	s.Email = NormaliseEmail(s.Email)
+	s.DisplayName = strings.TrimSpace(s.DisplayName)
+	s.Organisation = strings.TrimSpace(s.Organisation)
+	if msg := emailProblem(s.Email); msg != "" {
+		p.Add("email", msg)
+	}
+	if msg := PasswordProblem(s.Password); msg != "" {
+		p.Add("password", msg)
+	}
+	switch n := utf8.RuneCountInString(s.DisplayName); {
+	case n == 0:
+		p.Add("display_name", "Enter the name other people will see.")
+	case n > 80:
+		p.Add("display_name", "Keep the name under 80 characters.")
+	}
+	if utf8.RuneCountInString(s.Organisation) > 120 {
+		p.Add("organisation", "Keep the organisation under 120 characters.")
+	}
+	if !s.IsBuyer && !s.IsProvider {
+		p.Add("roles", "Choose at least one: rent compute, or list compute.")
+	}
+	return p.Err()
+}
+
+func emailProblem(email string) string {
+	if email == "" {
+		return "Enter your email address."
+	}
+	if len(email) > 254 {
+		return "That email address is too long."
+	}
+	a, err := mail.ParseAddress(email)
+	if err != nil || a.Address != email || !strings.Contains(email[strings.LastIndex(email, "@")+1:], ".") {
+		return "Enter an email address like name@example.com."
+	}
+	return ""
+}
+
+// PasswordProblem returns why a new password is unacceptable, or "".
+func PasswordProblem(pw string) string {
+	switch {
+	case utf8.RuneCountInString(pw) < MinPasswordLen:
+		return "Use at least 10 characters."
+	case len(pw) > MaxPasswordBytes:
+		return "Use at most 72 bytes (fewer characters if you use accents or symbols)."
+	}
+	return ""
+}
