@@ -1,0 +1,735 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpumarket/gpumarket/market"
+)
+
+// OfferListing is an offer as the catalogue shows it: with its provider's
+// display name and organisation.
+type OfferListing struct {
+	Offer        market.Offer
+	ProviderName string
+	ProviderOrg  string
+}
+
+// offerFields returns the provider-editable columns of an offer and their
+// values, in one order shared by INSERT and UPDATE so they cannot drift.
+func offerFields(o market.Offer) ([]string, []any) {
+	cols := []string{
+		"title", "accelerator_id", "memory_gb", "devices_per_node", "nodes", "interconnect", "network_id",
+		"placement_group", "cpu_cores", "ram_gb", "storage_gb",
+		"driver_version", "cuda_version", "os_image", "container_runtime",
+		"region_id", "carbon_g_per_kwh", "power_note",
+		"available_from", "available_until", "min_rental_hours", "max_rental_hours", "provisioning_mins", "preempt_notice_mins",
+		"price_cents_per_device_hour", "interruptible", "interruptible_cents_per_dh", "storage_cents_per_gb_month", "egress_cents_per_gb",
+		"billing_basis", "uptime_bp", "credit_cap_bp", "free_cancel_hours", "cancel_fee_bp",
+	}
+	args := []any{
+		o.Title, o.AcceleratorID, o.MemoryGB, o.DevicesPerNode, o.Nodes, string(o.Interconnect), o.NetworkID,
+		boolInt(o.PlacementGroup), o.CPUCores, o.RAMGB, o.StorageGB,
+		o.DriverVersion, o.CUDAVersion, o.OSImage, o.ContainerRuntime,
+		o.RegionID, o.CarbonGPerKWh, o.PowerNote,
+		unix(o.AvailableFrom), unix(o.AvailableUntil), o.MinRentalHours, o.MaxRentalHours, o.ProvisioningMins, o.PreemptNoticeMins,
+		int64(o.PriceCentsPerDeviceHour), boolInt(o.Interruptible), int64(o.InterruptibleCentsPerDH), int64(o.StorageCentsPerGBMonth), int64(o.EgressCentsPerGB),
+		string(o.BillingBasis), o.UptimeBP, o.CreditCapBP, o.FreeCancelHours, o.CancelFeeBP,
+	}
+	return cols, args
+}
+
+// offerColumns is the SELECT list scanOffer reads, for the offers table
+// aliased o; listingColumns adds the provider's name and organisation.
+const (
+	offerColumns = `o.id, o.provider_id, o.title, o.accelerator_id, o.memory_gb, o.devices_per_node, o.nodes,
+		o.interconnect, o.network_id, o.placement_group, o.cpu_cores, o.ram_gb, o.storage_gb,
+		o.driver_version, o.cuda_version, o.os_image, o.container_runtime,
+		o.region_id, o.carbon_g_per_kwh, o.power_note,
+		o.available_from, o.available_until, o.min_rental_hours, o.max_rental_hours, o.provisioning_mins, o.preempt_notice_mins,
+		o.price_cents_per_device_hour, o.interruptible, o.interruptible_cents_per_dh, o.storage_cents_per_gb_month, o.egress_cents_per_gb,
+		o.billing_basis, o.uptime_bp, o.credit_cap_bp, o.free_cancel_hours, o.cancel_fee_bp,
+		o.review, o.review_note, o.state, o.created_at, o.updated_at`
+	listingColumns = offerColumns + `, u.display_name, u.organisation`
+	listingFrom    = ` FROM offers o JOIN users u ON u.id = o.provider_id`
+)
+
+func scanOffer(s scanner, extra ...any) (market.Offer, error) {
+	var o market.Offer
+	var interconnect, basis, review, state string
+	var from, until, created, updated int64
+	var price, intPrice, storagePrice, egressPrice int64
+	dest := append([]any{
+		&o.ID, &o.ProviderID, &o.Title, &o.AcceleratorID, &o.MemoryGB, &o.DevicesPerNode, &o.Nodes,
+		&interconnect, &o.NetworkID, &o.PlacementGroup, &o.CPUCores, &o.RAMGB, &o.StorageGB,
+		&o.DriverVersion, &o.CUDAVersion, &o.OSImage, &o.ContainerRuntime,
+		&o.RegionID, &o.CarbonGPerKWh, &o.PowerNote,
+		&from, &until, &o.MinRentalHours, &o.MaxRentalHours, &o.ProvisioningMins, &o.PreemptNoticeMins,
+		&price, &o.Interruptible, &intPrice, &storagePrice, &egressPrice,
+		&basis, &o.UptimeBP, &o.CreditCapBP, &o.FreeCancelHours, &o.CancelFeeBP,
+		&review, &o.ReviewNote, &state, &created, &updated,
+	}, extra...)
+	if err := s.Scan(dest...); err != nil {
+		return market.Offer{}, err
+	}
+	o.Interconnect = market.Interconnect(interconnect)
+	o.BillingBasis = market.BillingBasis(basis)
+	o.Review = market.ReviewState(review)
+	o.State = market.OfferState(state)
+	o.AvailableFrom, o.AvailableUntil = fromUnix(from), fromUnix(until)
+	o.CreatedAt, o.UpdatedAt = fromUnix(created), fromUnix(updated)
+	o.PriceCentsPerDeviceHour = market.Cents(price)
+	o.InterruptibleCentsPerDH = market.Cents(intPrice)
+	o.StorageCentsPerGBMonth = market.Cents(storagePrice)
+	o.EgressCentsPerGB = market.Cents(egressPrice)
+	return o, nil
+}
+
+func scanListing(s scanner) (OfferListing, error) {
+	var l OfferListing
+	o, err := scanOffer(s, &l.ProviderName, &l.ProviderOrg)
+	l.Offer = o
+	return l, err
+}
+
+const msgDuplicateFigure = "Each performance figure may be stated once."
+
+// CreateOffer stores a new offer of o.ProviderID, pending review and active,
+// and returns it as stored. The provider cannot claim a verified figure.
+// Validate with market.ValidateOffer first.
+func (db *DB) CreateOffer(ctx context.Context, o market.Offer, now time.Time) (market.Offer, error) {
+	const op = "create offer"
+	for _, f := range o.Figures {
+		if f.Basis == market.FigureVerified {
+			return market.Offer{}, verifiedClaim(f.Kind)
+		}
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return market.Offer{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	o.Review, o.ReviewNote, o.State = market.ReviewPending, "", market.OfferActive
+	cols, args := offerFields(o)
+	cols = append(cols, "provider_id", "review", "review_note", "state", "created_at", "updated_at")
+	args = append(args, o.ProviderID, string(o.Review), o.ReviewNote, string(o.State), unix(now), unix(now))
+	var id int64
+	err = tx.QueryRowContext(ctx, `INSERT INTO offers (`+strings.Join(cols, ", ")+`) VALUES (`+placeholders(len(cols))+`) RETURNING id`,
+		args...).Scan(&id)
+	if err != nil {
+		return market.Offer{}, fail(op, err, "")
+	}
+	if err := writeOfferChildren(ctx, tx, id, o.Figures, o.CreditSchedule); err != nil {
+		return market.Offer{}, fail(op, err, msgDuplicateFigure)
+	}
+	stored, err := getOffer(ctx, tx, id)
+	if err != nil {
+		return market.Offer{}, fail(op, err, "")
+	}
+	if err := tx.Commit(); err != nil {
+		return market.Offer{}, fail(op, err, "")
+	}
+	return stored, nil
+}
+
+// UpdateOffer replaces the provider-editable fields of offer o.ID, which
+// must belong to providerID (else not found) and must not be withdrawn
+// (conflict). The edited offer goes back to pending review with no review
+// note. A figure the platform has verified stays verified when the provider
+// resubmits the same kind with the same value; a changed value replaces it
+// and loses the verification. Review, State, ProviderID and the times in o
+// are ignored.
+func (db *DB) UpdateOffer(ctx context.Context, providerID int64, o market.Offer, now time.Time) (market.Offer, error) {
+	const op = "update offer"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return market.Offer{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	cur, err := getOwnOffer(ctx, tx, providerID, o.ID)
+	if err != nil {
+		return market.Offer{}, fail(op, err, "")
+	}
+	if cur.State == market.OfferWithdrawn {
+		return market.Offer{}, conflict("A withdrawn offer cannot be edited.")
+	}
+	figures, err := mergeFigures(cur.Figures, o.Figures)
+	if err != nil {
+		return market.Offer{}, err
+	}
+
+	cols, args := offerFields(o)
+	set := make([]string, 0, len(cols)+3)
+	for _, c := range cols {
+		set = append(set, c+" = ?")
+	}
+	set = append(set, "review = ?", "review_note = ?", "updated_at = ?")
+	args = append(args, string(market.ReviewPending), "", unix(now), o.ID)
+	if _, err := tx.ExecContext(ctx, `UPDATE offers SET `+strings.Join(set, ", ")+` WHERE id = ?`, args...); err != nil {
+		return market.Offer{}, fail(op, err, "")
+	}
+	if err := writeOfferChildren(ctx, tx, o.ID, figures, o.CreditSchedule); err != nil {
+		return market.Offer{}, fail(op, err, msgDuplicateFigure)
+	}
+	stored, err := getOffer(ctx, tx, o.ID)
+	if err != nil {
+		return market.Offer{}, fail(op, err, "")
+	}
+	if err := tx.Commit(); err != nil {
+		return market.Offer{}, fail(op, err, "")
+	}
+	return stored, nil
+}
+
+// mergeFigures returns the figures to store when a provider resubmits
+// figures over the current ones: an existing verified figure of the same
+// kind and value is kept as verified; any other figure is the provider's,
+// who cannot claim verification.
+func mergeFigures(current, submitted []market.Figure) ([]market.Figure, error) {
+	out := make([]market.Figure, 0, len(submitted))
+	for _, f := range submitted {
+		if old, ok := findFigure(current, f.Kind); ok && old.Basis == market.FigureVerified && old.Value == f.Value {
+			out = append(out, old)
+			continue
+		}
+		if f.Basis == market.FigureVerified {
+			return nil, verifiedClaim(f.Kind)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+func findFigure(fs []market.Figure, k market.FigureKind) (market.Figure, bool) {
+	for _, f := range fs {
+		if f.Kind == k {
+			return f, true
+		}
+	}
+	return market.Figure{}, false
+}
+
+func verifiedClaim(k market.FigureKind) error {
+	return &market.Error{
+		Code:    market.CodeInvalid,
+		Message: "Please correct the highlighted fields.",
+		Fields:  map[string]string{"figure_" + string(k): "Only the platform can mark a figure verified."},
+	}
+}
+
+// writeOfferChildren replaces the figures and credit tiers of an offer.
+func writeOfferChildren(ctx context.Context, tx *sql.Tx, offerID int64, figures []market.Figure, tiers []market.CreditTier) error {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM offer_figures WHERE offer_id = ?`, offerID); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM offer_credit_tiers WHERE offer_id = ?`, offerID); err != nil {
+		return err
+	}
+	for i, f := range figures {
+		if _, err := tx.ExecContext(ctx, `
+			INSERT INTO offer_figures (offer_id, kind, position, value, basis, method, verified_note)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			offerID, string(f.Kind), i, f.Value, string(f.Basis), f.Method, f.VerifiedNote); err != nil {
+			return err
+		}
+	}
+	for i, t := range tiers {
+		if _, err := tx.ExecContext(ctx, `
+			INSERT INTO offer_credit_tiers (offer_id, position, below_bp, credit_bp) VALUES (?, ?, ?, ?)`,
+			offerID, i, t.BelowBP, t.CreditBP); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// getOffer loads one offer with its figures and credit schedule.
+func getOffer(ctx context.Context, q querier, id int64) (market.Offer, error) {
+	o, err := scanOffer(q.QueryRowContext(ctx, `SELECT `+offerColumns+` FROM offers o WHERE o.id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return market.Offer{}, notFound(msgOfferNotFound)
+	}
+	if err != nil {
+		return market.Offer{}, err
+	}
+	offers := []market.Offer{o}
+	if err := loadOfferChildren(ctx, q, offers); err != nil {
+		return market.Offer{}, err
+	}
+	return offers[0], nil
+}
+
+// getOwnOffer loads an offer of the provider; another provider's offer is
+// not found, exactly as a missing one, so its existence does not leak.
+func getOwnOffer(ctx context.Context, q querier, providerID, offerID int64) (market.Offer, error) {
+	o, err := getOffer(ctx, q, offerID)
+	if err != nil {
+		return market.Offer{}, err
+	}
+	if o.ProviderID != providerID {
+		return market.Offer{}, notFound(msgOfferNotFound)
+	}
+	return o, nil
+}
+
+// childChunk bounds the ids in one IN list, well under SQLite's and
+// PostgreSQL's limits on bound parameters.
+const childChunk = 500
+
+// loadOfferChildren fills the figures and credit schedules of offers.
+func loadOfferChildren(ctx context.Context, q querier, offers []market.Offer) error {
+	index := make(map[int64]int, len(offers))
+	for i := range offers {
+		index[offers[i].ID] = i
+	}
+	for start := 0; start < len(offers); start += childChunk {
+		chunk := offers[start:min(start+childChunk, len(offers))]
+		ids := make([]any, len(chunk))
+		for i, o := range chunk {
+			ids[i] = o.ID
+		}
+		in := placeholders(len(ids))
+
+		rows, err := q.QueryContext(ctx, `
+			SELECT offer_id, kind, value, basis, method, verified_note FROM offer_figures
+			WHERE offer_id IN (`+in+`) ORDER BY offer_id, position`, ids...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id int64
+			var f market.Figure
+			var kind, basis string
+			if err := rows.Scan(&id, &kind, &f.Value, &basis, &f.Method, &f.VerifiedNote); err != nil {
+				rows.Close()
+				return err
+			}
+			f.Kind, f.Basis = market.FigureKind(kind), market.FigureBasis(basis)
+			o := &offers[index[id]]
+			o.Figures = append(o.Figures, f)
+		}
+		if err := closeRows(rows); err != nil {
+			return err
+		}
+
+		rows, err = q.QueryContext(ctx, `
+			SELECT offer_id, below_bp, credit_bp FROM offer_credit_tiers
+			WHERE offer_id IN (`+in+`) ORDER BY offer_id, position`, ids...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id int64
+			var t market.CreditTier
+			if err := rows.Scan(&id, &t.BelowBP, &t.CreditBP); err != nil {
+				rows.Close()
+				return err
+			}
+			o := &offers[index[id]]
+			o.CreditSchedule = append(o.CreditSchedule, t)
+		}
+		if err := closeRows(rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func closeRows(rows *sql.Rows) error {
+	return errors.Join(rows.Err(), rows.Close())
+}
+
+// FindOfferByID returns any offer, listed or not, with its provider's
+// name. Callers decide who may see an unlisted offer.
+func (db *DB) FindOfferByID(ctx context.Context, id int64) (OfferListing, error) {
+	const op = "find offer"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return OfferListing{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	ls, err := queryListings(ctx, tx, `SELECT `+listingColumns+listingFrom+` WHERE o.id = ?`, id)
+	if err != nil {
+		return OfferListing{}, fail(op, err, "")
+	}
+	if len(ls) == 0 {
+		return OfferListing{}, notFound(msgOfferNotFound)
+	}
+	return ls[0], nil
+}
+
+// FindProviderOffer returns an offer of the provider; another provider's
+// offer is not found.
+func (db *DB) FindProviderOffer(ctx context.Context, providerID, offerID int64) (market.Offer, error) {
+	const op = "find provider offer"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return market.Offer{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	o, err := getOwnOffer(ctx, tx, providerID, offerID)
+	if err != nil {
+		return market.Offer{}, fail(op, err, "")
+	}
+	return o, nil
+}
+
+// ListProviderOffers returns all offers of the provider, newest first,
+// whatever their review and state.
+func (db *DB) ListProviderOffers(ctx context.Context, providerID int64) ([]market.Offer, error) {
+	const op = "list provider offers"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	rows, err := tx.QueryContext(ctx, `SELECT `+offerColumns+` FROM offers o
+		WHERE o.provider_id = ? ORDER BY o.created_at DESC, o.id DESC`, providerID)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	var offers []market.Offer
+	for rows.Next() {
+		o, err := scanOffer(rows)
+		if err != nil {
+			rows.Close()
+			return nil, fail(op, err, "")
+		}
+		offers = append(offers, o)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, fail(op, err, "")
+	}
+	if err := loadOfferChildren(ctx, tx, offers); err != nil {
+		return nil, fail(op, err, "")
+	}
+	return offers, nil
+}
+
+// SetOfferState pauses, resumes or withdraws an offer of the provider.
+// Another provider's offer is not found; a withdrawn offer stays withdrawn
+// (conflict).
+func (db *DB) SetOfferState(ctx context.Context, providerID, offerID int64, state market.OfferState, now time.Time) error {
+	const op = "set offer state"
+	switch state {
+	case market.OfferActive, market.OfferPaused, market.OfferWithdrawn:
+	default:
+		return invalid("Choose active, paused or withdrawn.")
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	var owner int64
+	var cur string
+	err = tx.QueryRowContext(ctx, `SELECT provider_id, state FROM offers WHERE id = ?`, offerID).Scan(&owner, &cur)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && owner != providerID) {
+		return notFound(msgOfferNotFound)
+	}
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if market.OfferState(cur) == market.OfferWithdrawn {
+		return conflict("This offer has been withdrawn; withdrawal is final.")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE offers SET state = ?, updated_at = ? WHERE id = ?`,
+		string(state), unix(now), offerID); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// ReviewOffer records an admin's decision on an offer: approved, rejected
+// (with a note the provider sees) or back to pending. A withdrawn offer
+// cannot be reviewed (conflict).
+func (db *DB) ReviewOffer(ctx context.Context, offerID int64, review market.ReviewState, note string, now time.Time) error {
+	const op = "review offer"
+	switch review {
+	case market.ReviewApproved, market.ReviewRejected, market.ReviewPending:
+	default:
+		return invalid("Choose approve or reject.")
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	var cur string
+	err = tx.QueryRowContext(ctx, `SELECT state FROM offers WHERE id = ?`, offerID).Scan(&cur)
+	if errors.Is(err, sql.ErrNoRows) {
+		return notFound(msgOfferNotFound)
+	}
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if market.OfferState(cur) == market.OfferWithdrawn {
+		return conflict("This offer has been withdrawn by its provider.")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE offers SET review = ?, review_note = ?, updated_at = ? WHERE id = ?`,
+		string(review), note, unix(now), offerID); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// VerifyOfferFigure marks the offer's figure of the given kind as verified
+// by the platform, with the admin's evidence note. The offer must state a
+// figure of that kind (else not found).
+func (db *DB) VerifyOfferFigure(ctx context.Context, offerID int64, kind market.FigureKind, note string, now time.Time) error {
+	const op = "verify offer figure"
+	if strings.TrimSpace(note) == "" {
+		return &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
+			Fields: map[string]string{"verified_note": "Say what evidence the verification rests on."}}
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	res, err := tx.ExecContext(ctx, `UPDATE offer_figures SET basis = ?, verified_note = ? WHERE offer_id = ? AND kind = ?`,
+		string(market.FigureVerified), note, offerID, string(kind))
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fail(op, err, "")
+	} else if n == 0 {
+		return notFound("That offer states no such figure.")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE offers SET updated_at = ? WHERE id = ?`, unix(now), offerID); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// ListOffersForReview returns the offers pending review (withdrawn ones
+// excluded), the longest waiting first.
+func (db *DB) ListOffersForReview(ctx context.Context) ([]OfferListing, error) {
+	const op = "list offers for review"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	ls, err := queryListings(ctx, tx, `SELECT `+listingColumns+listingFrom+`
+		WHERE o.review = ? AND o.state <> ? ORDER BY o.updated_at, o.id`,
+		string(market.ReviewPending), string(market.OfferWithdrawn))
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	return ls, nil
+}
+
+// queryListings runs a listing query and loads the children of its offers.
+func queryListings(ctx context.Context, q querier, query string, args ...any) ([]OfferListing, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	var ls []OfferListing
+	for rows.Next() {
+		l, err := scanListing(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, err
+	}
+	offers := make([]market.Offer, len(ls))
+	for i := range ls {
+		offers[i] = ls[i].Offer
+	}
+	if err := loadOfferChildren(ctx, q, offers); err != nil {
+		return nil, err
+	}
+	for i := range ls {
+		ls[i].Offer = offers[i]
+	}
+	return ls, nil
+}
+
+// OfferFilter selects listed offers for the catalogue. Zero values mean
+// "any"; lists of catalogue keys are combined with AND across fields.
+type OfferFilter struct {
+	Now            time.Time // offers whose window has ended by Now are not listed
+	AcceleratorIDs []string  // any of these accelerators
+	Family         string    // accelerator family, e.g. "H100"
+	MinMemoryGB    int       // per device
+	MinDevices     int       // total devices (per node × nodes)
+	RegionID       string
+	Country        string       // ISO 3166-1 alpha-2 of the region
+	MaxPriceCents  market.Cents // on-demand price per device-hour; 0 = any
+	Interruptible  *bool        // nil = any; true = allows interruption; false = does not
+	MinNetworkGbps int          // inter-node network bandwidth
+	Sort           string       // "price_asc" (default), "price_desc", "memory_desc", "devices_desc", "newest"
+	Limit, Offset  int          // Limit 0 = no limit
+}
+
+// Sort orders of OfferFilter.Sort.
+const (
+	SortPriceAsc    = "price_asc"
+	SortPriceDesc   = "price_desc"
+	SortMemoryDesc  = "memory_desc"
+	SortDevicesDesc = "devices_desc"
+	SortNewest      = "newest"
+)
+
+// offerOrder maps OfferFilter.Sort to ORDER BY; ties break by id so paging
+// is stable.
+var offerOrder = map[string]string{
+	SortPriceAsc:    "o.price_cents_per_device_hour, o.id",
+	SortPriceDesc:   "o.price_cents_per_device_hour DESC, o.id",
+	SortMemoryDesc:  "o.memory_gb DESC, o.price_cents_per_device_hour, o.id",
+	SortDevicesDesc: "o.devices_per_node * o.nodes DESC, o.price_cents_per_device_hour, o.id",
+	SortNewest:      "o.created_at DESC, o.id DESC",
+}
+
+// listedWhere is the condition for an offer to appear in the catalogue,
+// matching market.Offer.Listed plus the end of the availability window.
+const listedWhere = `o.review = ? AND o.state = ? AND o.available_until > ?`
+
+func listedArgs(now time.Time) []any {
+	return []any{string(market.ReviewApproved), string(market.OfferActive), unix(now)}
+}
+
+// FindOffers returns one page of listed offers matching f, and how many
+// listed offers match in all. An unknown family or country matches nothing;
+// an unknown sort falls back to price ascending.
+func (db *DB) FindOffers(ctx context.Context, f OfferFilter) ([]OfferListing, int, error) {
+	const op = "find offers"
+	where := []string{listedWhere}
+	args := listedArgs(f.Now)
+	in := func(col string, vals []string) {
+		if len(vals) == 0 {
+			where = append(where, "1 = 0")
+			return
+		}
+		where = append(where, col+" IN ("+placeholders(len(vals))+")")
+		for _, v := range vals {
+			args = append(args, v)
+		}
+	}
+	if len(f.AcceleratorIDs) > 0 {
+		in("o.accelerator_id", f.AcceleratorIDs)
+	}
+	if f.Family != "" {
+		in("o.accelerator_id", familyAccelerators(f.Family))
+	}
+	if f.MinMemoryGB > 0 {
+		where, args = append(where, "o.memory_gb >= ?"), append(args, f.MinMemoryGB)
+	}
+	if f.MinDevices > 0 {
+		where, args = append(where, "o.devices_per_node * o.nodes >= ?"), append(args, f.MinDevices)
+	}
+	if f.RegionID != "" {
+		where, args = append(where, "o.region_id = ?"), append(args, f.RegionID)
+	}
+	if f.Country != "" {
+		in("o.region_id", countryRegions(f.Country))
+	}
+	if f.MaxPriceCents > 0 {
+		where, args = append(where, "o.price_cents_per_device_hour <= ?"), append(args, int64(f.MaxPriceCents))
+	}
+	if f.Interruptible != nil {
+		where, args = append(where, "o.interruptible = ?"), append(args, boolInt(*f.Interruptible))
+	}
+	if f.MinNetworkGbps > 0 {
+		in("o.network_id", networksAtLeast(f.MinNetworkGbps))
+	}
+	order, ok := offerOrder[f.Sort]
+	if !ok {
+		order = offerOrder[SortPriceAsc]
+	}
+	cond := " WHERE " + strings.Join(where, " AND ")
+
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, 0, fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	var total int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM offers o`+cond, args...).Scan(&total); err != nil {
+		return nil, 0, fail(op, err, "")
+	}
+	query := `SELECT ` + listingColumns + listingFrom + cond + ` ORDER BY ` + order
+	if f.Limit > 0 {
+		query += ` LIMIT ? OFFSET ?`
+		args = append(args, f.Limit, max(f.Offset, 0))
+	} else if f.Offset > 0 {
+		return nil, 0, fmt.Errorf("store: %s: offset %d without a limit", op, f.Offset)
+	}
+	ls, err := queryListings(ctx, tx, query, args...)
+	if err != nil {
+		return nil, 0, fail(op, err, "")
+	}
+	return ls, total, nil
+}
+
+// ListAllListedOffers returns every offer listed at now, by id, for building
+// the matcher's index.
+func (db *DB) ListAllListedOffers(ctx context.Context, now time.Time) ([]OfferListing, error) {
+	const op = "list listed offers"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	ls, err := queryListings(ctx, tx, `SELECT `+listingColumns+listingFrom+` WHERE `+listedWhere+` ORDER BY o.id`,
+		listedArgs(now)...)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	return ls, nil
+}
+
+// familyAccelerators returns the catalogue ids of an accelerator family.
+func familyAccelerators(family string) []string {
+	var ids []string
+	for _, a := range market.Accelerators() {
+		if strings.EqualFold(a.Family, family) {
+			ids = append(ids, a.ID)
+		}
+	}
+	return ids
+}
+
+// countryRegions returns the ids of the regions in a country.
+func countryRegions(country string) []string {
+	var ids []string
+	for _, r := range market.Regions() {
+		if strings.EqualFold(r.Country, country) {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids
+}
+
+// networksAtLeast returns the ids of the networks of at least gbps.
+func networksAtLeast(gbps int) []string {
+	var ids []string
+	for _, n := range market.Networks() {
+		if n.Gbps >= gbps {
+			ids = append(ids, n.ID)
+		}
+	}
+	return ids
+}

@@ -1,0 +1,102 @@
+package store
+
+// Everything specific to SQLite lives in this file: the driver, the DSN and
+// its pragmas, pool sizes and the driver's error codes. The rest of the
+// package speaks plain SQL that a PostgreSQL port can keep.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"runtime"
+	"strings"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// sqlitePragmas are applied by the driver on every new connection.
+//   - busy_timeout: another process (a second replica, the admin command)
+//     holding the write lock makes us wait up to 10 s instead of failing with
+//     SQLITE_BUSY at once.
+//   - journal_mode(WAL): readers never block the writer and vice versa.
+//   - foreign_keys(1): SQLite leaves them off per connection by default.
+//   - synchronous(NORMAL): durable across application crashes in WAL mode;
+//     only a power loss may lose the last transactions, never corrupt.
+var sqlitePragmas = []string{
+	"busy_timeout(10000)",
+	"journal_mode(WAL)",
+	"foreign_keys(1)",
+	"synchronous(NORMAL)",
+}
+
+// sqliteDSN builds the driver DSN for path. The writer begins every
+// transaction with BEGIN IMMEDIATE so it takes the write lock up front: a
+// deferred transaction that reads first and writes later could otherwise
+// fail with SQLITE_BUSY when upgrading its lock, which busy_timeout cannot
+// retry. Readers are query_only so a write sent to the wrong pool fails loudly.
+func sqliteDSN(path string, writer bool) string {
+	q := url.Values{}
+	for _, p := range sqlitePragmas {
+		q.Add("_pragma", p)
+	}
+	if writer {
+		q.Set("_txlock", "immediate")
+	} else {
+		q.Add("_pragma", "query_only(1)")
+	}
+	return path + "?" + q.Encode()
+}
+
+// openSQLite opens the single-connection writer and the reader pool on the
+// database file at path. The writer is opened and pinged first so the file
+// exists and is in WAL mode before any reader connects.
+func openSQLite(ctx context.Context, path string) (writer, reader *sql.DB, err error) {
+	if strings.ContainsRune(path, '?') {
+		return nil, nil, fmt.Errorf("store: database path %q must not contain '?'", path)
+	}
+	writer, err = sql.Open("sqlite", sqliteDSN(path, true))
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: open writer: %w", err)
+	}
+	// One writer connection: SQLite allows one writer at a time anyway, and
+	// queueing in database/sql is cheaper and fairer than busy-waiting.
+	writer.SetMaxOpenConns(1)
+	writer.SetMaxIdleConns(1)
+	writer.SetConnMaxLifetime(0)
+	if err := writer.PingContext(ctx); err != nil {
+		writer.Close()
+		return nil, nil, fmt.Errorf("store: connect writer: %w", err)
+	}
+
+	reader, err = sql.Open("sqlite", sqliteDSN(path, false))
+	if err != nil {
+		writer.Close()
+		return nil, nil, fmt.Errorf("store: open readers: %w", err)
+	}
+	n := max(4, runtime.NumCPU())
+	reader.SetMaxOpenConns(n)
+	reader.SetMaxIdleConns(n)
+	if err := reader.PingContext(ctx); err != nil {
+		writer.Close()
+		reader.Close()
+		return nil, nil, fmt.Errorf("store: connect readers: %w", err)
+	}
+	return writer, reader, nil
+}
+
+// isUniqueViolation reports whether err is a UNIQUE or PRIMARY KEY
+// constraint failure, by the driver's extended result code.
+func isUniqueViolation(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return true
+	}
+	return false
+}

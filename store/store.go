@@ -1,0 +1,143 @@
+// Package store persists market values in SQLite. Every exported method is
+// one transaction; writes go through a single writer connection with
+// immediate transactions, reads through a separate pool of read-only
+// connections. Not found and conflicts are *market.Error values; anything
+// else is an internal error wrapped with the operation that failed.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpumarket/gpumarket/market"
+)
+
+// DB is the application's database: one writer connection and a pool of
+// readers on the same file. It is safe for concurrent use.
+type DB struct {
+	writer *sql.DB
+	reader *sql.DB
+}
+
+// Open opens (creating if needed) the database at path, creating its parent
+// directory, and applies any pending migrations before returning.
+func Open(ctx context.Context, path string) (*DB, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("store: create data directory: %w", err)
+		}
+	}
+	writer, reader, err := openSQLite(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	db := &DB{writer: writer, reader: reader}
+	if err := db.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Close closes the writer and the readers.
+func (db *DB) Close() error {
+	return errors.Join(db.writer.Close(), db.reader.Close())
+}
+
+// Ping reports whether the database can be reached for reading and writing,
+// for health checks.
+func (db *DB) Ping(ctx context.Context) error {
+	if err := db.writer.PingContext(ctx); err != nil {
+		return fmt.Errorf("store: ping writer: %w", err)
+	}
+	var one int
+	if err := db.reader.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return fmt.Errorf("store: ping readers: %w", err)
+	}
+	return nil
+}
+
+// begin starts a write transaction on the writer connection.
+func (db *DB) begin(ctx context.Context) (*sql.Tx, error) {
+	return db.writer.BeginTx(ctx, nil)
+}
+
+// read starts a read-only transaction on the reader pool, so the several
+// queries of one method see one consistent snapshot.
+func (db *DB) read(ctx context.Context) (*sql.Tx, error) {
+	return db.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+}
+
+// querier is what *sql.Tx and *sql.DB have in common, for helpers that run
+// inside a write transaction as well as a read one.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// fail is the one place where a database error becomes the error a store
+// method returns: a *market.Error passes through unchanged, a unique
+// constraint failure becomes a conflict with conflictMsg (when one is
+// given), and anything else is wrapped as "store: <op>: <err>". A nil err
+// stays nil.
+func fail(op string, err error, conflictMsg string) error {
+	if err == nil {
+		return nil
+	}
+	var me *market.Error
+	if errors.As(err, &me) {
+		return err
+	}
+	if conflictMsg != "" && isUniqueViolation(err) {
+		return &market.Error{Code: market.CodeConflict, Message: conflictMsg}
+	}
+	return fmt.Errorf("store: %s: %w", op, err)
+}
+
+func notFound(msg string) error {
+	return &market.Error{Code: market.CodeNotFound, Message: msg}
+}
+
+func conflict(msg string) error {
+	return &market.Error{Code: market.CodeConflict, Message: msg}
+}
+
+func invalid(msg string) error {
+	return &market.Error{Code: market.CodeInvalid, Message: msg}
+}
+
+// Person-safe messages for missing rows.
+const (
+	msgUserNotFound    = "That account could not be found."
+	msgOfferNotFound   = "That offer could not be found."
+	msgSessionNotFound = "Your session has ended. Please log in again."
+	msgSettingNotFound = "That setting has not been set."
+)
+
+// Timestamps are stored as INTEGER unix seconds, UTC, everywhere.
+
+func unix(t time.Time) int64 { return t.Unix() }
+
+func fromUnix(s int64) time.Time { return time.Unix(s, 0).UTC() }
+
+// truncate returns t as it will read back from the database.
+func truncate(t time.Time) time.Time { return fromUnix(unix(t)) }
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// placeholders returns "?, ?, ?" for n arguments.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
