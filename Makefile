@@ -1,0 +1,72 @@
+# gpumarket: `make run` serves the marketplace with demo data; `make test` installs what the tests
+# need and runs every test. Needs only Go for `make run` (templ runs as `go tool templ`).
+
+GO    ?= go
+BIN   := bin/gpumarket
+TEMPL := $(GO) tool templ
+
+# The same build as the Dockerfile's.
+BUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w"
+
+# Every package but the browser tests, which run on their own.
+UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e$$')
+
+# What the tests use, as installed by scripts/install-test-deps.sh.
+export PLAYWRIGHT_DRIVER_PATH ?= $(CURDIR)/e2e/driver
+export E2E_CHROMIUM           ?= /usr/bin/chromium
+export STRIPE_MOCK_BIN        ?= $(CURDIR)/tools/bin/stripe-mock
+
+# Benchmarks: `make bench BENCH=Match` runs only the matching ones.
+BENCH ?= .
+
+.DEFAULT_GOAL := build
+.NOTPARALLEL:
+.PHONY: run build generate check-generated test-deps test vet test-unit test-e2e bench clean
+
+## run: build, then serve on :8080 with demo data in ./data (ARGS="-addr :9090" to add flags)
+run: build
+	mkdir -p data
+	./$(BIN) serve -demo $(ARGS)
+
+## build: generate the templ views and build ./bin/gpumarket
+build: generate
+	$(BUILD) -o $(BIN) ./cmd/gpumarket
+
+## generate: turn views/*.templ into *_templ.go (committed)
+generate:
+	$(TEMPL) generate
+
+## check-generated: fail if the committed *_templ.go differ from what templ generates
+check-generated: generate
+	@changed="$$(git diff --name-only -- '*_templ.go'; git ls-files --others --exclude-standard -- '*_templ.go')"; \
+	if [ -n "$$changed" ]; then \
+		echo "generated templ files are not up to date in git; run 'make generate' and commit:"; \
+		echo "$$changed"; \
+		exit 1; \
+	fi
+
+## test-deps: install Chromium, the Playwright driver and stripe-mock (pinned, idempotent)
+test-deps:
+	bash scripts/install-test-deps.sh
+
+## test: everything CI runs
+test: test-deps check-generated vet test-unit test-e2e
+
+vet:
+	$(GO) vet ./...
+
+test-unit:
+	$(GO) test -race $(UNIT_PKGS)
+
+test-e2e:
+	PLAYWRIGHT_NODEJS_PATH="$${PLAYWRIGHT_NODEJS_PATH:-$$(command -v node)}" \
+		$(GO) test ./e2e/ -count=1 -v
+
+## bench: run the benchmarks of every package but e2e, with allocations
+bench:
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem $(UNIT_PKGS)
+
+## clean: remove build outputs and screenshots (keeps ./data, tools/ and the installed driver)
+clean:
+	rm -rf bin e2e/screenshots
+	$(GO) clean -testcache
