@@ -1,0 +1,1187 @@
+package market
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Candidate is an offer as the matcher sees it: the contract plus the
+// provider's record, which is not part of the offer.
+type Candidate struct {
+	Offer Offer
+	// ReliabilityBP is the share of device-days the provider completed
+	// without a host failure, in basis points; 0 means unknown and takes
+	// DefaultReliabilityBP.
+	ReliabilityBP int
+	// InterruptionPPMPerHour is the chance per hour (parts per million)
+	// that interruptible capacity is preempted; 0 means unknown and takes
+	// DefaultInterruptionPPMPerHour. Ignored for on-demand bookings.
+	InterruptionPPMPerHour int
+}
+
+// Piece is one part of a quote: devices of one offer over [Start, End).
+type Piece struct {
+	OfferID       int64
+	ProviderID    int64
+	AcceleratorID string
+	RegionID      string
+	Devices       int
+	Hours         int
+	Start         time.Time
+	End           time.Time
+	Interruptible bool  // booked at the interruptible price
+	PriceCents    Cents // per device-hour, as booked
+	Cost          CostBreakdown
+	EmissionsG    int64
+}
+
+// Commitment returns the reservation the piece would hold.
+func (p Piece) Commitment() Commitment {
+	return Commitment{OfferID: p.OfferID, Devices: p.Devices, Start: p.Start, End: p.End}
+}
+
+// Quote is one way to run the request, with its effective cost.
+type Quote struct {
+	Rank   int // 1 is best
+	Pieces []Piece
+	Cost   CostBreakdown
+	// CentsPerRefDeviceHour is the effective cost per reference-device-hour
+	// of work the pieces deliver (devices × hours × relative throughput).
+	CentsPerRefDeviceHour Cents
+	// EmissionsG estimates grams of CO2e: TDP × devices × hours × the
+	// offer's carbon intensity, summed over pieces.
+	EmissionsG    int64
+	ReliabilityBP int // device-weighted mean of the pieces' providers
+	Providers     int
+	Start         time.Time // earliest piece start
+	End           time.Time // latest piece end
+	// Score is the weighted preference score; lower is better.
+	Score int64
+	// Exact is false when a split was chosen by the bounded search; then
+	// LowerBound is a proven lower bound on the optimal split's cost, so
+	// Cost.Total − LowerBound bounds the gap.
+	Exact      bool
+	LowerBound Cents
+}
+
+// EmissionsKg formats the emissions estimate in kg with one decimal.
+func (q Quote) EmissionsKg() string {
+	return strconv.FormatInt((q.EmissionsG+50)/100/10, 10) + "." + strconv.FormatInt((q.EmissionsG+50)/100%10, 10)
+}
+
+// Result is the matcher's answer.
+type Result struct {
+	Quotes []Quote
+	// Total is the number of feasible quotes before Limit was applied.
+	Total       int
+	Explanation Explanation
+}
+
+// Constraint names a hard constraint in explanations, in the order the
+// matcher checks them: an offer is counted against the first it fails.
+type Constraint string
+
+// Constraints, in checking order.
+const (
+	ConstraintModel        Constraint = "model"
+	ConstraintMemory       Constraint = "memory"
+	ConstraintRegion       Constraint = "region"
+	ConstraintPrice        Constraint = "price"
+	ConstraintInterconnect Constraint = "interconnect"
+	ConstraintNetwork      Constraint = "network"
+	ConstraintSoftware     Constraint = "software"
+	ConstraintVerified     Constraint = "verified"
+	ConstraintReliability  Constraint = "reliability"
+	ConstraintCarbon       Constraint = "carbon"
+	ConstraintDevices      Constraint = "devices"
+	ConstraintWindow       Constraint = "window"
+	ConstraintBooked       Constraint = "booked"
+	ConstraintBudget       Constraint = "budget"
+	// Relaxation-only names.
+	ConstraintInterruption Constraint = "interruption"
+	ConstraintDeadline     Constraint = "deadline"
+)
+
+var reasons = [...]struct {
+	c     Constraint
+	label string
+}{
+	{ConstraintModel, "wrong model"},
+	{ConstraintMemory, "too little memory"},
+	{ConstraintRegion, "outside the allowed regions"},
+	{ConstraintPrice, "over the maximum price"},
+	{ConstraintInterconnect, "interconnect too weak"},
+	{ConstraintNetwork, "network too slow"},
+	{ConstraintSoftware, "driver or CUDA too old"},
+	{ConstraintVerified, "no verified figures"},
+	{ConstraintReliability, "reliability too low"},
+	{ConstraintCarbon, "carbon intensity too high"},
+	{ConstraintDevices, "too few devices"},
+	{ConstraintWindow, "not available for the duration in the window"},
+	{ConstraintBooked, "fully booked in the window"},
+	{ConstraintBudget, "over budget"},
+}
+
+const (
+	rModel = iota
+	rMemory
+	rRegion
+	rPrice
+	rInterconnect
+	rNetwork
+	rSoftware
+	rVerified
+	rReliability
+	rCarbon
+	rDevices
+	rWindow
+	rBooked
+	rBudget
+	numReasons
+	rFit = -1
+)
+
+// Elimination counts the offers a constraint eliminated.
+type Elimination struct {
+	Constraint Constraint
+	Label      string
+	Count      int
+}
+
+// Relaxation is a change to one constraint that the engine re-ran and
+// found to produce quotes.
+type Relaxation struct {
+	Constraint Constraint
+	Message    string // e.g. "raise the maximum price to $2.41 per device-hour: 3 offers"
+	Offers     int    // feasible quotes after the change
+}
+
+// Explanation says why offers were not used.
+type Explanation struct {
+	Considered int // listed offers looked at
+	Fit        int // offers that passed every per-offer constraint
+	// Eliminated has one entry per constraint that eliminated offers, most
+	// first; the counts plus Fit add up to Considered.
+	Eliminated []Elimination
+	// Shortfall says why offers that fit could not be combined into a
+	// quote (split jobs), or is empty.
+	Shortfall string
+	// Relaxations are computed by re-running the engine when no quote was
+	// found, nearest first in constraint order.
+	Relaxations []Relaxation
+}
+
+// Summary reads like "0 of 1,240 offers fit: 812 wrong model, 301 too
+// little memory".
+func (e Explanation) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s of %s offers fit", groupThousands(e.Fit), groupThousands(e.Considered))
+	for i, el := range e.Eliminated {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %s", groupThousands(el.Count), el.Label)
+	}
+	return b.String()
+}
+
+func groupThousands(n int) string {
+	s := strconv.Itoa(n)
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// Match runs the engine over candidates and commitments without an index:
+// a plain scan. It gives the same result as an Index holding the same data.
+func Match(cands []Candidate, commitments []Commitment, req Request, now time.Time) (Result, error) {
+	idx := NewIndex()
+	for _, c := range commitments {
+		idx.AddCommitment(c)
+	}
+	for _, c := range cands {
+		if err := idx.Upsert(c); err != nil {
+			return Result{}, err
+		}
+	}
+	return idx.Match(req, now)
+}
+
+// slot flags.
+const (
+	flagPlacement uint8 = 1 << iota
+	flagInterruptible
+	flagVerified
+)
+
+// slot is an offer in the matcher's compact form. Prices in cents, times in
+// unix seconds.
+type slot struct {
+	id, provider   int64
+	from, until    int64
+	spans          []span
+	price          int32
+	intrPrice      int32
+	floor          int32 // lowest price it sells at: the order inside a bucket
+	devices        int32
+	driver, cuda   uint32 // packed versions
+	interruptPPM   int32
+	storageC       uint16
+	egressC        uint16
+	carbon         uint16
+	reliability    uint16
+	relThroughput  uint16 // permille of the reference accelerator
+	minRent        uint16
+	maxRent        uint16
+	provMins       uint16
+	netGbps        uint16
+	dpn            uint8
+	acc, region    uint8
+	flags          uint8
+	interconnectRk uint8
+}
+
+func makeSlot(c Candidate) (slot, error) {
+	o := c.Offer
+	acc, region := -1, -1
+	for i, a := range accelerators {
+		if a.ID == o.AcceleratorID {
+			acc = i
+		}
+	}
+	for i, r := range regions {
+		if r.ID == o.RegionID {
+			region = i
+		}
+	}
+	p := Problems{}
+	if acc < 0 {
+		p.Add("accelerator", "Unknown accelerator.")
+	}
+	if region < 0 {
+		p.Add("region", "Unknown region.")
+	}
+	if o.Devices() < 1 || o.DevicesPerNode > 255 {
+		p.Add("devices", "The offer has no devices.")
+	}
+	if o.PriceCentsPerDeviceHour < 1 || o.PriceCentsPerDeviceHour > MaxPriceCents {
+		p.Add("price", "Price out of range.")
+	}
+	if c.ReliabilityBP < 0 || c.ReliabilityBP > 10000 {
+		p.Add("reliability_bp", "Reliability must be between 0 and 10000 basis points.")
+	}
+	if c.InterruptionPPMPerHour < 0 || c.InterruptionPPMPerHour > 1_000_000 {
+		p.Add("interruption_ppm", "The interruption rate must be between 0 and 1,000,000 per million.")
+	}
+	if err := p.Err(); err != nil {
+		return slot{}, err
+	}
+	s := slot{
+		id: o.ID, provider: o.ProviderID,
+		from: o.AvailableFrom.Unix(), until: o.AvailableUntil.Unix(),
+		price: int32(o.PriceCentsPerDeviceHour), intrPrice: int32(o.PriceCentsPerDeviceHour),
+		devices: int32(o.Devices()), dpn: uint8(o.DevicesPerNode),
+		driver: packVersion(o.DriverVersion), cuda: packVersion(o.CUDAVersion),
+		storageC: clampU16(int64(o.StorageCentsPerGBMonth)), egressC: clampU16(int64(o.EgressCentsPerGB)),
+		carbon: clampU16(int64(o.CarbonGPerKWh)), minRent: clampU16(int64(o.MinRentalHours)),
+		maxRent: clampU16(int64(o.MaxRentalHours)), provMins: clampU16(int64(o.ProvisioningMins)),
+		netGbps: clampU16(int64(o.Network().Gbps)), acc: uint8(acc), region: uint8(region),
+		interconnectRk: uint8(o.Interconnect.Rank()),
+		reliability:    uint16(c.ReliabilityBP),
+		interruptPPM:   int32(c.InterruptionPPMPerHour),
+	}
+	if s.reliability == 0 {
+		s.reliability = DefaultReliabilityBP
+	}
+	if o.PlacementGroup {
+		s.flags |= flagPlacement
+	}
+	if o.Interruptible && o.InterruptibleCentsPerDH > 0 && o.InterruptibleCentsPerDH <= o.PriceCentsPerDeviceHour {
+		s.flags |= flagInterruptible
+		s.intrPrice = int32(o.InterruptibleCentsPerDH)
+		if s.interruptPPM == 0 {
+			s.interruptPPM = DefaultInterruptionPPMPerHour
+		}
+	}
+	s.floor = s.intrPrice
+	rel := accelerators[acc].RelativeThroughputPermille()
+	for _, f := range o.Figures {
+		if f.Basis == FigureVerified {
+			s.flags |= flagVerified
+		}
+		if f.Kind == FigureRelThroughput && (f.Basis == FigureVerified || f.Basis == FigureGuaranteed) {
+			rel = f.Value
+		}
+	}
+	s.relThroughput = clampU16(max(rel, 1))
+	return s, nil
+}
+
+func clampU16(v int64) uint16 {
+	if v < 0 {
+		return 0
+	}
+	if v > 65535 {
+		return 65535
+	}
+	return uint16(v)
+}
+
+// packVersion packs "major.minor.patch" into 12+10+10 bits, saturating
+// each part; invalid input packs as 0 (lowest), like CompareVersions.
+func packVersion(v string) uint32 {
+	var parts [3]uint64
+	for i, s := range strings.SplitN(v, ".", 4) {
+		if i >= 3 {
+			break
+		}
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return 0
+		}
+		parts[i] = n
+	}
+	return uint32(min(parts[0], 4095)<<20 | min(parts[1], 1023)<<10 | min(parts[2], 1023))
+}
+
+// query is a validated request compiled for the hot loop.
+type query struct {
+	req              Request
+	split            bool
+	devices          int64
+	minPiece         int64
+	hours            int64 // 0: derived per offer from workMilli
+	workMilli        int64 // stated work in reference-device-hours × 1000
+	modelMask        uint64
+	memMask          uint64
+	regionMask       uint64
+	maxPrice         int32
+	budget           int64
+	minInterconnect  uint8
+	minNet           uint16
+	minDriver        uint32
+	minCUDA          uint32
+	verified         bool
+	minReliability   uint16
+	maxCarbon        uint16
+	lo               int64 // earliest start, unix
+	deadline         int64 // 0: none
+	allowIntr        bool
+	dataRegion       int
+	datasetGB        int64
+	checkpointMins   int64
+	restartMins      int64
+	prefAcc, prefReg uint64
+	weights          [numMetrics]int64
+}
+
+func compile(req Request, now time.Time) (*query, error) {
+	if err := ValidateRequest(&req); err != nil {
+		return nil, err
+	}
+	w, c, p := req.Workload, req.Constraints, req.Preferences
+	q := &query{
+		req: req, split: w.Kind != WorkTraining,
+		devices: int64(w.Devices), minPiece: int64(w.MinPieceDevices),
+		hours:    int64(w.Hours),
+		maxPrice: int32(c.MaxPricePerDeviceHour), budget: int64(c.BudgetCents),
+		minInterconnect: uint8(c.MinInterconnect.Rank()), minNet: clampU16(int64(c.MinNetworkGbps)),
+		verified: c.RequireVerified, minReliability: uint16(c.MinReliabilityBP), maxCarbon: uint16(c.MaxCarbonGPerKWh),
+		allowIntr: c.AllowInterruption, dataRegion: -1, datasetGB: int64(w.DatasetGB),
+		checkpointMins: int64(w.CheckpointMins), restartMins: int64(w.RestartMins),
+	}
+	if c.MinDriverVersion != "" {
+		q.minDriver = packVersion(c.MinDriverVersion)
+	}
+	if c.MinCUDAVersion != "" {
+		q.minCUDA = packVersion(c.MinCUDAVersion)
+	}
+	if !q.split {
+		q.minPiece = q.devices
+	}
+	if w.WorkDeviceHours > 0 {
+		model := w.WorkModelID
+		if model == "" {
+			model = ReferenceAcceleratorID
+		}
+		a, _ := FindAccelerator(model)
+		q.workMilli = w.WorkDeviceHours * a.RelativeThroughputPermille()
+	}
+	q.lo = now.Unix()
+	if c.EarliestStart.After(now) {
+		q.lo = c.EarliestStart.Unix()
+	}
+	if !c.Deadline.IsZero() {
+		q.deadline = c.Deadline.Unix()
+	}
+	for i, a := range accelerators {
+		if inList(c.AcceleratorIDs, a.ID) || inList(c.Families, a.Family) || (len(c.AcceleratorIDs) == 0 && len(c.Families) == 0) {
+			q.modelMask |= 1 << i
+		}
+		if a.MemoryGB >= c.MinMemoryGB {
+			q.memMask |= 1 << i
+		}
+		if inList(p.PreferredAcceleratorIDs, a.ID) {
+			q.prefAcc |= 1 << i
+		}
+	}
+	var userGroups []string
+	for _, id := range w.UserRegionIDs {
+		r, _ := FindRegion(id)
+		userGroups = append(userGroups, r.Group)
+	}
+	for i, r := range regions {
+		ok := (len(c.RegionIDs) == 0 && len(c.Countries) == 0) || inList(c.RegionIDs, r.ID) || inList(c.Countries, r.Country)
+		if w.Kind == WorkInference && len(userGroups) > 0 && !inList(userGroups, r.Group) {
+			ok = false
+		}
+		if ok {
+			q.regionMask |= 1 << i
+		}
+		if inList(p.PreferredRegionIDs, r.ID) {
+			q.prefReg |= 1 << i
+		}
+		if r.ID == w.DataRegionID {
+			q.dataRegion = i
+		}
+	}
+	q.weights = [numMetrics]int64{int64(p.CostWeight), int64(p.CarbonWeight), int64(p.ReliabilityWeight),
+		int64(p.StartWeight), int64(p.ProvidersWeight), int64(p.PreferredWeight)}
+	if q.weights == ([numMetrics]int64{}) {
+		q.weights[mCost] = 1
+	}
+	return q, nil
+}
+
+func inList(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// bucketReason is the reason every offer of an accelerator and region is
+// eliminated, or rFit when the bucket must be looked at offer by offer.
+func (q *query) bucketReason(acc, region uint8) int {
+	switch {
+	case q.modelMask&(1<<acc) == 0:
+		return rModel
+	case q.memMask&(1<<acc) == 0:
+		return rMemory
+	case q.regionMask&(1<<region) == 0:
+		return rRegion
+	}
+	return rFit
+}
+
+// fit is what evaluating one offer yields when it passes.
+type fit struct {
+	s      *slot
+	lo, hi int64 // allowed start range
+	start  int64 // gang: earliest start; split: start for avail
+	hours  int64
+	avail  int64 // split: most devices free at once, capped at the request
+	cost   int64 // gang: total effective cost
+	intr   bool
+}
+
+// eval checks one offer against every constraint in order and returns the
+// first it fails, or rFit with the offer's fit.
+func (q *query) eval(s *slot) (int, fit) {
+	if r := q.bucketReason(s.acc, s.region); r != rFit {
+		return r, fit{}
+	}
+	intr := q.allowIntr && s.flags&flagInterruptible != 0
+	price := s.price
+	if intr {
+		price = s.intrPrice
+	}
+	switch {
+	case q.maxPrice > 0 && price > q.maxPrice:
+		return rPrice, fit{}
+	case s.interconnectRk < q.minInterconnect:
+		return rInterconnect, fit{}
+	case s.netGbps < q.minNet:
+		return rNetwork, fit{}
+	case s.driver < q.minDriver || s.cuda < q.minCUDA:
+		return rSoftware, fit{}
+	case q.verified && s.flags&flagVerified == 0:
+		return rVerified, fit{}
+	case s.reliability < q.minReliability:
+		return rReliability, fit{}
+	case q.maxCarbon > 0 && s.carbon > q.maxCarbon:
+		return rCarbon, fit{}
+	case int64(s.devices) < q.minPiece:
+		return rDevices, fit{}
+	case !q.split && q.devices > int64(s.dpn) && s.flags&flagPlacement == 0:
+		return rDevices, fit{}
+	}
+	hours := q.hours
+	if hours == 0 {
+		den := q.devices * int64(s.relThroughput)
+		hours = (q.workMilli + den - 1) / den
+	}
+	lo, end := max(q.lo, s.from), s.until
+	if q.deadline > 0 && q.deadline < end {
+		end = q.deadline
+	}
+	hi := end - hours*3600
+	if hours < int64(s.minRent) || hours > int64(s.maxRent) || lo > hi {
+		return rWindow, fit{}
+	}
+	f := fit{s: s, lo: lo, hi: hi, hours: hours, intr: intr}
+	if !q.split {
+		start, ok := earliestStart(s.spans, s.devices, int32(q.devices), lo, hi, hours*3600)
+		if !ok {
+			return rBooked, fit{}
+		}
+		f.start = start
+		f.avail = q.devices
+		f.cost = int64(pieceCost(s, q, q.devices, hours, intr).Total)
+		if q.budget > 0 && f.cost > q.budget {
+			return rBudget, fit{}
+		}
+		return rFit, f
+	}
+	free, at := maxFree(s.spans, s.devices, lo, hi, hours*3600)
+	if int64(free) < q.minPiece {
+		return rBooked, fit{}
+	}
+	f.avail, f.start = min(int64(free), q.devices), at
+	if q.budget > 0 && int64(pieceCost(s, q, q.minPiece, hours, intr).Total) > q.budget {
+		return rBudget, fit{}
+	}
+	return rFit, f
+}
+
+// source is what the engine runs over: the index's buckets, or all of its
+// offers one by one (the plain scan).
+type source interface {
+	// visit calls each for every listed offer that may fit, and adds to
+	// counts the offers it skipped wholesale, by reason.
+	visit(q *query, counts *[numReasons]int, each func(s *slot))
+	size() int
+}
+
+// engine holds the tuning of the split search; the zero value is not
+// ready, use newEngine.
+type engine struct {
+	evalBudget      int64 // most (offer, piece size) cost evaluations for the exact split
+	dpBudget        int64 // most DP steps for the exact split
+	boundedK        int   // offers kept, cheapest per device first, by the bounded split
+	maxExactDevices int64
+}
+
+func newEngine() engine {
+	return engine{evalBudget: 2_000_000, dpBudget: 40_000_000, boundedK: 48, maxExactDevices: 1024}
+}
+
+// run is the engine. With explain it also computes relaxations when
+// nothing matched.
+func (e *engine) run(src source, req Request, now time.Time, explain bool) (Result, error) {
+	q, err := compile(req, now)
+	if err != nil {
+		return Result{}, err
+	}
+	res, _ := e.runQuery(src, q)
+	if explain && len(res.Quotes) == 0 {
+		res.Explanation.Relaxations = e.relax(src, q, now)
+	}
+	return res, nil
+}
+
+// scratch buffers reused across queries.
+type scratch struct {
+	fits  []fit
+	cands []quoteCand
+}
+
+// runQuery evaluates every offer and builds the ranked quotes. It also
+// returns the cheapest and earliest-ending feasible quotes' figures, which
+// relaxations use.
+func (e *engine) runQuery(src source, q *query) (Result, extremes) {
+	var counts [numReasons]int
+	sc := getScratch()
+	defer putScratch(sc)
+	fits := sc.fits[:0]
+	src.visit(q, &counts, func(s *slot) {
+		r, f := q.eval(s)
+		if r != rFit {
+			counts[r]++
+			return
+		}
+		fits = append(fits, f)
+	})
+	sc.fits = fits
+	ex := Explanation{Considered: src.size(), Fit: len(fits)}
+	for i, n := range counts {
+		if n > 0 {
+			ex.Eliminated = append(ex.Eliminated, Elimination{Constraint: reasons[i].c, Label: reasons[i].label, Count: n})
+		}
+	}
+	sort.SliceStable(ex.Eliminated, func(i, j int) bool { return ex.Eliminated[i].Count > ex.Eliminated[j].Count })
+
+	cands := sc.cands[:0]
+	if !q.split {
+		for i := range fits {
+			cands = append(cands, gangCand(q, &fits[i]))
+		}
+	} else {
+		cands, ex.Shortfall = e.splitCands(q, fits, cands)
+	}
+	sc.cands = cands
+	res := Result{Total: len(cands), Explanation: ex}
+	var xt extremes
+	for i := range cands {
+		c := &cands[i]
+		if !xt.ok || c.cost < xt.minCost {
+			xt.minCost = c.cost
+		}
+		if !xt.ok || c.end < xt.minEnd {
+			xt.minEnd = c.end
+		}
+		xt.ok = true
+	}
+	res.Quotes = rank(q, cands)
+	return res, xt
+}
+
+// extremes are the cheapest cost and the earliest end over feasible quotes.
+type extremes struct {
+	ok      bool
+	minCost int64
+	minEnd  int64
+}
+
+// quoteCand is a feasible quote before ranking: pieces as (fit, devices,
+// start) plus the ranking metrics.
+type quoteCand struct {
+	one     pieceRef
+	more    []pieceRef // split pieces; nil for a single piece
+	cost    int64
+	metrics [numMetrics]int64
+	end     int64
+	exact   bool
+	lower   int64
+}
+
+type pieceRef struct {
+	f       *fit
+	devices int64
+	start   int64
+}
+
+func (c *quoteCand) npieces() int {
+	if c.more != nil {
+		return len(c.more)
+	}
+	return 1
+}
+
+func (c *quoteCand) piece(i int) *pieceRef {
+	if c.more != nil {
+		return &c.more[i]
+	}
+	return &c.one
+}
+
+// Ranking metrics, lower is better for each.
+const (
+	mCost = iota
+	mCarbon
+	mUnreliability
+	mStart
+	mProviders
+	mNotPreferred
+	numMetrics
+)
+
+func gangCand(q *query, f *fit) quoteCand {
+	c := quoteCand{one: pieceRef{f: f, devices: q.devices, start: f.start}, cost: f.cost, exact: true}
+	c.end = f.start + f.hours*3600
+	c.metrics = [numMetrics]int64{
+		mCost:          f.cost,
+		mCarbon:        pieceEmissions(f.s, q.devices, f.hours),
+		mUnreliability: 10000 - int64(f.s.reliability),
+		mStart:         f.start - q.lo,
+		mProviders:     1,
+		mNotPreferred:  notPreferred(q, f.s) * 1000,
+	}
+	return c
+}
+
+func notPreferred(q *query, s *slot) int64 {
+	if q.prefAcc&(1<<s.acc) != 0 || q.prefReg&(1<<s.region) != 0 {
+		return 0
+	}
+	return 1
+}
+
+// multiCand builds a quote candidate from split pieces.
+func multiCand(q *query, ps []pieceRef, exact bool, lower int64) quoteCand {
+	c := quoteCand{more: ps, exact: exact, lower: lower}
+	var rel, notPref, devs int64
+	providers := map[int64]bool{}
+	c.metrics[mStart] = -1
+	for _, p := range ps {
+		s := p.f.s
+		c.cost += int64(pieceCost(s, q, p.devices, p.f.hours, p.f.intr).Total)
+		c.metrics[mCarbon] += pieceEmissions(s, p.devices, p.f.hours)
+		rel += p.devices * int64(s.reliability)
+		notPref += p.devices * notPreferred(q, s)
+		devs += p.devices
+		providers[s.provider] = true
+		if e := p.start + p.f.hours*3600; e > c.end {
+			c.end = e
+		}
+		if d := p.start - q.lo; c.metrics[mStart] < 0 || d > c.metrics[mStart] {
+			c.metrics[mStart] = d
+		}
+	}
+	c.metrics[mCost] = c.cost
+	c.metrics[mUnreliability] = 10000 - rel/devs
+	c.metrics[mProviders] = int64(len(providers))
+	c.metrics[mNotPreferred] = notPref * 1000 / devs
+	return c
+}
+
+// splitCands returns the quote candidates of a split job: every offer that
+// can take the whole job alone, plus the cheapest combination (per region
+// for inference that may not spread).
+func (e *engine) splitCands(q *query, fits []fit, cands []quoteCand) ([]quoteCand, string) {
+	for i := range fits {
+		f := &fits[i]
+		if f.avail < q.devices {
+			continue
+		}
+		start, ok := earliestStart(f.s.spans, f.s.devices, int32(q.devices), f.lo, f.hi, f.hours*3600)
+		if !ok {
+			continue
+		}
+		c := multiCandOne(q, f, start)
+		if q.budget > 0 && c.cost > q.budget {
+			continue
+		}
+		cands = append(cands, c)
+	}
+	if len(fits) == 0 {
+		return cands, ""
+	}
+	groups := [][]*fit{nil}
+	if q.req.Workload.Kind == WorkInference && !q.req.Workload.SpreadRegions {
+		byRegion := map[uint8]int{}
+		groups = groups[:0]
+		for i := range fits {
+			r := fits[i].s.region
+			g, ok := byRegion[r]
+			if !ok {
+				g = len(groups)
+				byRegion[r] = g
+				groups = append(groups, nil)
+			}
+			groups[g] = append(groups[g], &fits[i])
+		}
+	} else {
+		for i := range fits {
+			groups[0] = append(groups[0], &fits[i])
+		}
+	}
+	shortfall := ""
+	var best int64 = -1
+	for _, g := range groups {
+		ps, exact, lower, ok := e.solveSplit(q, g)
+		if !ok {
+			continue
+		}
+		if len(ps) == 1 {
+			continue // the same as that offer's single-piece quote
+		}
+		c := multiCand(q, ps, exact, lower)
+		if best < 0 || c.cost < best {
+			best = c.cost
+		}
+		if q.budget > 0 && c.cost > q.budget {
+			continue
+		}
+		cands = append(cands, c)
+	}
+	if len(cands) == 0 {
+		switch {
+		case best > q.budget && q.budget > 0:
+			shortfall = fmt.Sprintf("The cheapest combination costs %s, over the budget of %s.", Cents(best), Cents(q.budget))
+		default:
+			var free int64
+			for i := range fits {
+				free += fits[i].avail
+			}
+			shortfall = fmt.Sprintf("The offers that fit have %d devices free at once (in pieces of at least %d) where %d are needed.", free, q.minPiece, q.devices)
+		}
+	}
+	return cands, shortfall
+}
+
+func multiCandOne(q *query, f *fit, start int64) quoteCand {
+	g := *f
+	g.start = start
+	c := gangCand(q, &g)
+	c.one.f = f
+	c.cost = int64(pieceCost(f.s, q, q.devices, f.hours, f.intr).Total)
+	c.metrics[mCost] = c.cost
+	return c
+}
+
+// solveSplit chooses devices d_o ∈ {0} ∪ [minPiece, avail_o] per offer with
+// Σ d_o = devices, minimising Σ cost_o(d_o). See docs/matcher.md.
+//
+// Exact path: an optimal split has at most P = devices/minPiece pieces, so
+// for each piece size d only the P offers cheapest at size d can appear in
+// it (exchange argument); a DP over device counts on the union of those
+// offers is then exact. When that is too large, the bounded path keeps the
+// boundedK offers with the lowest cost per device at full use and runs the
+// same DP on them; its quote carries the LP lower bound.
+func (e *engine) solveSplit(q *query, fits []*fit) ([]pieceRef, bool, int64, bool) {
+	var total int64
+	for _, f := range fits {
+		total += f.avail
+	}
+	if total < q.devices {
+		return nil, false, 0, false
+	}
+	sizes := q.devices - q.minPiece + 1
+	exact := q.devices <= e.maxExactDevices && int64(len(fits))*sizes <= e.evalBudget
+	var lower int64
+	pool := fits
+	if !exact {
+		pool, lower = e.bounded(q, fits)
+	}
+	red := reduce(q, pool)
+	steps := int64(len(red)) * (q.devices + 1) * sizes
+	if steps > e.dpBudget {
+		if exact {
+			exact = false
+			pool, lower = e.bounded(q, fits)
+			red = reduce(q, pool)
+		}
+		if int64(len(red))*(q.devices+1)*sizes > e.dpBudget*4 {
+			return greedySplit(q, pool, lower)
+		}
+	}
+	ps, ok := dpSplit(q, red)
+	if !ok && !exact {
+		return greedySplit(q, fits, lower)
+	}
+	return ps, exact, lower, ok
+}
+
+// unitLess orders fits by cost per device at full use, then id.
+func unitLess(q *query, a, b *fit, ca, cb int64) bool {
+	l, r := ca*b.avail, cb*a.avail
+	if l != r {
+		return l < r
+	}
+	return a.s.id < b.s.id
+}
+
+// bounded keeps the boundedK offers cheapest per device at full use and
+// computes the LP lower bound over all fits: fill devices fractionally in
+// that order. cost_o(d) ≥ d·cost_o(a)/a − 2¢ for d ≤ a (per-device cost
+// falls with size, up to the rounding of four items), so the bound minus
+// 2¢ per possible piece is below every split's cost.
+func (e *engine) bounded(q *query, fits []*fit) ([]*fit, int64) {
+	type uc struct {
+		f *fit
+		c int64
+	}
+	us := make([]uc, len(fits))
+	for i, f := range fits {
+		us[i] = uc{f, int64(pieceCost(f.s, q, f.avail, f.hours, f.intr).Total)}
+	}
+	sort.Slice(us, func(i, j int) bool { return unitLess(q, us[i].f, us[j].f, us[i].c, us[j].c) })
+	var lb, need = int64(0), q.devices
+	for _, u := range us {
+		if need == 0 {
+			break
+		}
+		take := min(need, u.f.avail)
+		lb += u.c * take / u.f.avail
+		need -= take
+	}
+	lb -= 2 * (q.devices / q.minPiece)
+	if lb < 0 {
+		lb = 0
+	}
+	k := min(len(us), e.boundedK)
+	out := make([]*fit, k)
+	for i := range out {
+		out[i] = us[i].f
+	}
+	return out, lb
+}
+
+// reduce keeps, for every piece size d, the P offers cheapest at size d.
+func reduce(q *query, fits []*fit) []*fit {
+	p := int(q.devices / q.minPiece)
+	if len(fits) <= p {
+		return sortByID(fits)
+	}
+	keep := map[*fit]bool{}
+	type fc struct {
+		f *fit
+		c int64
+	}
+	top := make([]fc, 0, p+1)
+	for d := q.minPiece; d <= q.devices; d++ {
+		top = top[:0]
+		for _, f := range fits {
+			if f.avail < d {
+				continue
+			}
+			c := int64(pieceCost(f.s, q, d, f.hours, f.intr).Total)
+			if len(top) == p && (c > top[p-1].c || (c == top[p-1].c && f.s.id > top[p-1].f.s.id)) {
+				continue
+			}
+			i := sort.Search(len(top), func(i int) bool {
+				return top[i].c > c || (top[i].c == c && top[i].f.s.id > f.s.id)
+			})
+			top = append(top, fc{})
+			copy(top[i+1:], top[i:])
+			top[i] = fc{f, c}
+			if len(top) > p {
+				top = top[:p]
+			}
+		}
+		for _, t := range top {
+			keep[t.f] = true
+		}
+	}
+	out := make([]*fit, 0, len(keep))
+	for f := range keep {
+		out = append(out, f)
+	}
+	return sortByID(out)
+}
+
+func sortByID(fits []*fit) []*fit {
+	out := append([]*fit(nil), fits...)
+	sort.Slice(out, func(i, j int) bool { return out[i].s.id < out[j].s.id })
+	return out
+}
+
+// dpSplit is the exact DP over device counts: best[j] is the cheapest way
+// to place j devices on the offers seen so far.
+func dpSplit(q *query, fits []*fit) ([]pieceRef, bool) {
+	n, D := len(fits), q.devices
+	const inf = int64(1) << 62
+	best := make([]int64, D+1)
+	next := make([]int64, D+1)
+	choice := make([]int32, n*int(D+1))
+	for j := range best {
+		best[j] = inf
+	}
+	best[0] = 0
+	costs := make([]int64, D+1)
+	for i, f := range fits {
+		top := min(f.avail, D)
+		for d := q.minPiece; d <= top; d++ {
+			costs[d] = int64(pieceCost(f.s, q, d, f.hours, f.intr).Total)
+		}
+		copy(next, best)
+		row := choice[i*int(D+1):]
+		for j := int64(0); j <= D; j++ {
+			if best[j] == inf {
+				continue
+			}
+			for d := q.minPiece; d <= top && j+d <= D; d++ {
+				if c := best[j] + costs[d]; c < next[j+d] {
+					next[j+d] = c
+					row[j+d] = int32(d)
+				}
+			}
+		}
+		best, next = next, best
+	}
+	if best[D] == inf {
+		return nil, false
+	}
+	var ps []pieceRef
+	j := D
+	for i := n - 1; i >= 0; i-- {
+		d := int64(choice[i*int(D+1)+int(j)])
+		if d == 0 {
+			continue
+		}
+		f := fits[i]
+		start, ok := earliestStart(f.s.spans, f.s.devices, int32(d), f.lo, f.hi, f.hours*3600)
+		if !ok {
+			return nil, false // cannot happen: d ≤ avail
+		}
+		ps = append(ps, pieceRef{f: f, devices: d, start: start})
+		j -= d
+	}
+	sort.Slice(ps, func(a, b int) bool { return ps[a].f.s.id < ps[b].f.s.id })
+	return ps, true
+}
+
+// greedySplit fills devices cheapest per device first, keeping every piece
+// at least the minimum. Used only beyond the DP's limits.
+func greedySplit(q *query, fits []*fit, lower int64) ([]pieceRef, bool, int64, bool) {
+	type uc struct {
+		f *fit
+		c int64
+	}
+	us := make([]uc, len(fits))
+	for i, f := range fits {
+		us[i] = uc{f, int64(pieceCost(f.s, q, f.avail, f.hours, f.intr).Total)}
+	}
+	sort.Slice(us, func(i, j int) bool { return unitLess(q, us[i].f, us[j].f, us[i].c, us[j].c) })
+	need := q.devices
+	var ps []pieceRef
+	for _, u := range us {
+		if need == 0 {
+			break
+		}
+		take := min(need, u.f.avail)
+		if rest := need - take; rest > 0 && rest < q.minPiece {
+			take = need - q.minPiece
+		}
+		if take < q.minPiece {
+			continue
+		}
+		start, ok := earliestStart(u.f.s.spans, u.f.s.devices, int32(take), u.f.lo, u.f.hi, u.f.hours*3600)
+		if !ok {
+			continue
+		}
+		ps = append(ps, pieceRef{f: u.f, devices: take, start: start})
+		need -= take
+	}
+	if need != 0 {
+		return nil, false, 0, false
+	}
+	sort.Slice(ps, func(a, b int) bool { return ps[a].f.s.id < ps[b].f.s.id })
+	return ps, false, lower, true
+}
+
+// rank scores candidates by the weighted, normalised metrics and returns
+// the best Limit as quotes. Ties: score, cost, start, providers, then the
+// pieces' offer ids and devices — a total order, so output is stable.
+func rank(q *query, cands []quoteCand) []Quote {
+	if len(cands) == 0 {
+		return nil
+	}
+	var lo, hi [numMetrics]int64
+	lo, hi = cands[0].metrics, cands[0].metrics
+	for i := range cands {
+		for m, v := range cands[i].metrics {
+			lo[m], hi[m] = min(lo[m], v), max(hi[m], v)
+		}
+	}
+	score := func(c *quoteCand) int64 {
+		var s int64
+		for m, v := range c.metrics {
+			if q.weights[m] == 0 || hi[m] == lo[m] {
+				continue
+			}
+			s += q.weights[m] * MulDivRound(v-lo[m], 1_000_000, hi[m]-lo[m])
+		}
+		return s
+	}
+	type scored struct {
+		c *quoteCand
+		s int64
+	}
+	limit := q.req.Limit
+	top := make([]scored, 0, limit+1)
+	for i := range cands {
+		sc := scored{&cands[i], score(&cands[i])}
+		if len(top) == limit && !candLess(sc.c, sc.s, top[limit-1].c, top[limit-1].s) {
+			continue
+		}
+		k := sort.Search(len(top), func(k int) bool { return candLess(sc.c, sc.s, top[k].c, top[k].s) })
+		top = append(top, scored{})
+		copy(top[k+1:], top[k:])
+		top[k] = sc
+		if len(top) > limit {
+			top = top[:limit]
+		}
+	}
+	out := make([]Quote, len(top))
+	for i, t := range top {
+		out[i] = buildQuote(q, t.c, t.s)
+		out[i].Rank = i + 1
+	}
+	return out
+}
+
+func candLess(a *quoteCand, sa int64, b *quoteCand, sb int64) bool {
+	if sa != sb {
+		return sa < sb
+	}
+	if a.cost != b.cost {
+		return a.cost < b.cost
+	}
+	if a.metrics[mStart] != b.metrics[mStart] {
+		return a.metrics[mStart] < b.metrics[mStart]
+	}
+	if a.metrics[mProviders] != b.metrics[mProviders] {
+		return a.metrics[mProviders] < b.metrics[mProviders]
+	}
+	na, nb := a.npieces(), b.npieces()
+	for i := 0; i < na && i < nb; i++ {
+		pa, pb := a.piece(i), b.piece(i)
+		if pa.f.s.id != pb.f.s.id {
+			return pa.f.s.id < pb.f.s.id
+		}
+		if pa.devices != pb.devices {
+			return pa.devices < pb.devices
+		}
+	}
+	return na < nb
+}
+
+func buildQuote(q *query, c *quoteCand, score int64) Quote {
+	qt := Quote{Score: score, Exact: c.exact, LowerBound: Cents(c.lower), EmissionsG: c.metrics[mCarbon],
+		ReliabilityBP: int(10000 - c.metrics[mUnreliability]), Providers: int(c.metrics[mProviders])}
+	var delivered int64
+	for i := 0; i < c.npieces(); i++ {
+		p := c.piece(i)
+		s := p.f.s
+		cost := pieceCost(s, q, p.devices, p.f.hours, p.f.intr)
+		price := s.price
+		if p.f.intr {
+			price = s.intrPrice
+		}
+		pc := Piece{
+			OfferID: s.id, ProviderID: s.provider,
+			AcceleratorID: accelerators[s.acc].ID, RegionID: regions[s.region].ID,
+			Devices: int(p.devices), Hours: int(p.f.hours),
+			Start: time.Unix(p.start, 0).UTC(), End: time.Unix(p.start+p.f.hours*3600, 0).UTC(),
+			Interruptible: p.f.intr, PriceCents: Cents(price), Cost: cost,
+			EmissionsG: pieceEmissions(s, p.devices, p.f.hours),
+		}
+		qt.Pieces = append(qt.Pieces, pc)
+		qt.Cost.add(cost)
+		delivered += p.devices * p.f.hours * int64(s.relThroughput)
+		if qt.Start.IsZero() || pc.Start.Before(qt.Start) {
+			qt.Start = pc.Start
+		}
+		if pc.End.After(qt.End) {
+			qt.End = pc.End
+		}
+	}
+	if delivered > 0 {
+		qt.CentsPerRefDeviceHour = Cents(MulDivRound(int64(qt.Cost.Total), 1000, delivered))
+	}
+	return qt
+}

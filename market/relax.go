@@ -1,0 +1,163 @@
+package market
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// relax finds, for each active constraint, the nearest change that makes
+// the engine return quotes, by re-running it: binary search over the
+// constraint's value where feasibility is monotone (price, carbon,
+// reliability, memory), a run without the limit then a run at the needed
+// value (budget, deadline), or a run without the constraint (regions,
+// models, interruption, software, network, verified figures).
+func (e *engine) relax(src source, q *query, now time.Time) []Relaxation {
+	base := q.req
+	try := func(mod func(r *Request)) (Result, extremes, bool) {
+		r := base
+		mod(&r)
+		cq, err := compile(r, now)
+		if err != nil {
+			return Result{}, extremes{}, false
+		}
+		res, xt := e.runQuery(src, cq)
+		return res, xt, res.Total > 0
+	}
+	var out []Relaxation
+	add := func(c Constraint, n int, format string, args ...any) {
+		out = append(out, Relaxation{Constraint: c, Offers: n, Message: fmt.Sprintf(format, args...) + fmt.Sprintf(": %s %s", groupThousands(n), plural(n, "quote"))})
+	}
+	c := base.Constraints
+
+	// search returns the first v in [lo, hi] (ascending) for which ok holds,
+	// assuming ok is monotone, with the result of that run.
+	search := func(lo, hi int, ok func(v int) (Result, bool)) (int, Result, bool) {
+		if lo > hi {
+			return 0, Result{}, false
+		}
+		res, good := ok(hi)
+		if !good {
+			return 0, Result{}, false
+		}
+		best, bestRes := hi, res
+		for lo < hi {
+			mid := lo + (hi-lo)/2
+			if r, good := ok(mid); good {
+				hi, best, bestRes = mid, mid, r
+			} else {
+				lo = mid + 1
+			}
+		}
+		return best, bestRes, true
+	}
+
+	if c.MaxPricePerDeviceHour > 0 {
+		v, res, ok := search(int(c.MaxPricePerDeviceHour)+1, MaxPriceCents, func(v int) (Result, bool) {
+			r, _, ok := try(func(r *Request) { r.Constraints.MaxPricePerDeviceHour = Cents(v) })
+			return r, ok
+		})
+		if ok {
+			add(ConstraintPrice, res.Total, "raise the maximum price to %s per device-hour", Cents(v))
+		}
+	}
+	if c.BudgetCents > 0 {
+		if _, xt, ok := try(func(r *Request) { r.Constraints.BudgetCents = 0 }); ok && xt.minCost <= int64(MaxBudgetCents) {
+			if res, _, ok := try(func(r *Request) { r.Constraints.BudgetCents = Cents(xt.minCost) }); ok {
+				add(ConstraintBudget, res.Total, "raise the budget to %s", Cents(xt.minCost))
+			}
+		}
+	}
+	if !c.Deadline.IsZero() {
+		if _, xt, ok := try(func(r *Request) { r.Constraints.Deadline = time.Time{} }); ok {
+			d := time.Unix(xt.minEnd, 0).UTC()
+			if res, _, ok := try(func(r *Request) { r.Constraints.Deadline = d }); ok {
+				add(ConstraintDeadline, res.Total, "move the deadline to %s", d.Format("2 Jan 2006 15:04 UTC"))
+			}
+		}
+	}
+	if !c.AllowInterruption {
+		if res, _, ok := try(func(r *Request) { r.Constraints.AllowInterruption = true }); ok {
+			add(ConstraintInterruption, res.Total, "allow interruption")
+		}
+	}
+	if c.MinReliabilityBP > 0 {
+		// Search the loosening distance so the predicate rises with v.
+		cur := c.MinReliabilityBP
+		v, res, ok := search(1, cur, func(v int) (Result, bool) {
+			r, _, ok := try(func(r *Request) { r.Constraints.MinReliabilityBP = cur - v })
+			return r, ok
+		})
+		if ok {
+			add(ConstraintReliability, res.Total, "accept reliability down to %s%%", FormatPercentBP(cur-v))
+		}
+	}
+	if c.MaxCarbonGPerKWh > 0 {
+		v, res, ok := search(c.MaxCarbonGPerKWh+1, 1500, func(v int) (Result, bool) {
+			r, _, ok := try(func(r *Request) { r.Constraints.MaxCarbonGPerKWh = v })
+			return r, ok
+		})
+		if ok {
+			add(ConstraintCarbon, res.Total, "raise the maximum carbon intensity to %d gCO2/kWh", v)
+		}
+	}
+	if c.MinMemoryGB > 0 {
+		var sizes []int
+		for _, a := range accelerators {
+			if a.MemoryGB < c.MinMemoryGB && !containsInt(sizes, a.MemoryGB) {
+				sizes = append(sizes, a.MemoryGB)
+			}
+		}
+		sort.Sort(sort.Reverse(sort.IntSlice(sizes)))
+		for _, m := range sizes {
+			if res, _, ok := try(func(r *Request) { r.Constraints.MinMemoryGB = m }); ok {
+				add(ConstraintMemory, res.Total, "accept %d GB of memory per device", m)
+				break
+			}
+		}
+	}
+	type drop struct {
+		active bool
+		c      Constraint
+		msg    string
+		mod    func(r *Request)
+	}
+	for _, d := range []drop{
+		{len(c.AcceleratorIDs)+len(c.Families) > 0, ConstraintModel, "allow any model", func(r *Request) {
+			r.Constraints.AcceleratorIDs, r.Constraints.Families = nil, nil
+		}},
+		{len(c.RegionIDs)+len(c.Countries)+len(base.Workload.UserRegionIDs) > 0, ConstraintRegion, "allow any region", func(r *Request) {
+			r.Constraints.RegionIDs, r.Constraints.Countries, r.Workload.UserRegionIDs = nil, nil, nil
+		}},
+		{c.MinInterconnect != "", ConstraintInterconnect, "accept any interconnect", func(r *Request) { r.Constraints.MinInterconnect = "" }},
+		{c.MinNetworkGbps > 0, ConstraintNetwork, "accept any network", func(r *Request) { r.Constraints.MinNetworkGbps = 0 }},
+		{c.MinDriverVersion+c.MinCUDAVersion != "", ConstraintSoftware, "accept any driver and CUDA version", func(r *Request) {
+			r.Constraints.MinDriverVersion, r.Constraints.MinCUDAVersion = "", ""
+		}},
+		{c.RequireVerified, ConstraintVerified, "accept unverified figures", func(r *Request) { r.Constraints.RequireVerified = false }},
+	} {
+		if !d.active {
+			continue
+		}
+		if res, _, ok := try(d.mod); ok {
+			add(d.c, res.Total, "%s", d.msg)
+		}
+	}
+	return out
+}
+
+func containsInt(xs []int, v int) bool {
+	for _, x := range xs {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}
