@@ -51,6 +51,28 @@ func (db *DB) ThrottleHit(ctx context.Context, key string, now time.Time, window
 	return true, 0, nil
 }
 
+// ThrottlePeek reports, without recording anything, whether key already has
+// limit or more attempts within the trailing window, and if so how long until
+// the next attempt would be allowed. Use it to refuse early when only failed
+// attempts are recorded (an account's failed logins).
+func (db *DB) ThrottlePeek(ctx context.Context, key string, now time.Time, window time.Duration, limit int) (blocked bool, retryAfter time.Duration, err error) {
+	const op = "throttle peek"
+	windowS := int64((window + time.Second - 1) / time.Second)
+	tx, err := db.read(ctx)
+	if err != nil {
+		return false, 0, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	hits, err := throttleHits(ctx, tx, key, unix(now)-windowS)
+	if err != nil {
+		return false, 0, fail(op, err, "")
+	}
+	if len(hits) < limit {
+		return false, 0, nil
+	}
+	return true, fromUnix(hits[len(hits)-limit] + windowS).Sub(now), nil
+}
+
 // throttleHits returns the times of key's attempts after since, oldest first.
 func throttleHits(ctx context.Context, q querier, key string, since int64) ([]int64, error) {
 	rows, err := q.QueryContext(ctx, `SELECT at FROM throttle_hits WHERE throttle_key = ? AND at > ? ORDER BY at, id`, key, since)

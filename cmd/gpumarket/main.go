@@ -1,0 +1,164 @@
+// Command gpumarket runs the compute marketplace: the web server ("serve",
+// the default) and operator commands ("admin create").
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/web"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "gpumarket:", err)
+		os.Exit(1)
+	}
+}
+
+// run is the whole program; main only wires the process to it, so tests can
+// call it with their own arguments, environment and streams.
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, getenv, stdout, stderr)
+	case "admin":
+		if len(args) == 0 || args[0] != "create" {
+			return errors.New("usage: gpumarket admin create -email EMAIL -name NAME [-db PATH] (password from GPUMARKET_ADMIN_PASSWORD or stdin)")
+		}
+		return adminCreate(ctx, args[1:], getenv, stdin, stdout)
+	default:
+		return fmt.Errorf("unknown command %q (want serve or admin create)", cmd)
+	}
+}
+
+// envOr returns the environment value of key, or def when it is unset.
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", envOr(getenv, "GPUMARKET_ADDR", ":8080"), "listen address (env GPUMARKET_ADDR)")
+	dbPath := fs.String("db", envOr(getenv, "GPUMARKET_DB", "./data/gpumarket.db"), "SQLite database path (env GPUMARKET_DB)")
+	baseURL := fs.String("base-url", envOr(getenv, "GPUMARKET_BASE_URL", "http://localhost:8080"), "public base URL (env GPUMARKET_BASE_URL)")
+	sessionKey := fs.String("session-key", getenv("GPUMARKET_SESSION_KEY"), "hex session signing key, at least 32 bytes (env GPUMARKET_SESSION_KEY; default: generated once into the data directory)")
+	demo := fs.Bool("demo", getenv("GPUMARKET_DEMO") == "1" || getenv("GPUMARKET_DEMO") == "true", "load demo data once and print demo credentials (env GPUMARKET_DEMO)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	key, err := loadSessionKey(*sessionKey, filepath.Dir(*dbPath))
+	if err != nil {
+		return err
+	}
+	db, err := store.Open(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	if *demo {
+		creds, err := seedDemo(ctx, db, time.Now().UTC())
+		if err != nil {
+			return fmt.Errorf("demo data: %w", err)
+		}
+		for _, c := range creds {
+			fmt.Fprintf(stdout, "demo %-9s %-28s password: %s\n", c.Role, c.Email, c.Password)
+		}
+	}
+
+	h, err := web.New(web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo}, db, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", *addr, err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+	fmt.Fprintf(stdout, "gpumarket listening on %s (open %s)\n", ln.Addr(), *baseURL)
+	log.Info("listening", "addr", ln.Addr().String(), "url", *baseURL, "db", *dbPath, "demo", *demo)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing in-flight requests")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// loadSessionKey returns the session signing key: the configured hex value,
+// or one generated once and kept in dir so restarts keep people logged in.
+func loadSessionKey(configured, dir string) ([]byte, error) {
+	if configured != "" {
+		k, err := hex.DecodeString(configured)
+		if err != nil || len(k) < 32 {
+			return nil, errors.New("session key must be at least 32 bytes, hex encoded (64 hex characters)")
+		}
+		return k, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	path := filepath.Join(dir, "session.key")
+	if b, err := os.ReadFile(path); err == nil {
+		k, err := hex.DecodeString(strings.TrimSpace(string(b)))
+		if err != nil || len(k) < 32 {
+			return nil, fmt.Errorf("%s is not a valid session key; delete it to generate a new one", path)
+		}
+		return k, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read session key: %w", err)
+	}
+	k := make([]byte, 64)
+	if _, err := rand.Read(k); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(k)+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("write session key: %w", err)
+	}
+	return k, nil
+}

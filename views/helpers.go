@@ -1,0 +1,14 @@
+// Package views renders the server-side pages with templ. Each page takes
+// one view-model struct whose values web has already formatted.
+package views
+
+import "strconv"
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func pluralFields(n int) string {
+	if n == 1 {
+		return "1 field"
+	}
+	return strconv.Itoa(n) + " fields"
+}

@@ -1,0 +1,299 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/views"
+)
+
+const cataloguePageSize = 20
+
+// readCatalogueFilter parses the query string into a store filter and the
+// values to redisplay. Unparseable values get a message and are ignored.
+func readCatalogueFilter(q url.Values) (store.OfferFilter, views.CatalogueFilter, map[string]string) {
+	v := views.CatalogueFilter{
+		Accelerator: q.Get("model"), Family: q.Get("family"), MinMemory: q.Get("min_memory"),
+		MinDevices: q.Get("min_devices"), Region: q.Get("region"), Country: q.Get("country"),
+		MaxPrice: q.Get("max_price"), Interruptible: q.Get("interruptible"), Network: q.Get("network"), Sort: q.Get("sort"),
+	}
+	f := store.OfferFilter{Family: v.Family, RegionID: v.Region, Country: v.Country, Sort: v.Sort}
+	errs := map[string]string{}
+	if v.Accelerator != "" {
+		f.AcceleratorIDs = []string{v.Accelerator}
+	}
+	num := func(field, s string, dst *int) {
+		if s = strings.TrimSpace(s); s == "" {
+			return
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			errs[field] = "Enter a whole number."
+			return
+		}
+		*dst = n
+	}
+	num("min_memory", v.MinMemory, &f.MinMemoryGB)
+	num("min_devices", v.MinDevices, &f.MinDevices)
+	num("network", v.Network, &f.MinNetworkGbps)
+	if strings.TrimSpace(v.MaxPrice) != "" {
+		c, err := market.ParseCents(v.MaxPrice)
+		if err != nil {
+			errs["max_price"] = "Price: " + err.Error() + "."
+		} else {
+			f.MaxPriceCents = c
+		}
+	}
+	switch v.Interruptible {
+	case "yes":
+		t := true
+		f.Interruptible = &t
+	case "no":
+		no := false
+		f.Interruptible = &no
+	}
+	switch f.Sort {
+	case store.SortPriceAsc, store.SortPriceDesc, store.SortMemoryDesc, store.SortDevicesDesc, store.SortNewest:
+	default:
+		f.Sort, v.Sort = store.SortPriceAsc, store.SortPriceAsc
+	}
+	return f, v, errs
+}
+
+func (h *Handler) handleCatalogue(c echo.Context) error {
+	q := c.QueryParams()
+	f, fv, errs := readCatalogueFilter(q)
+	page, _ := strconv.Atoi(q.Get("page"))
+	if page < 1 {
+		page = 1
+	}
+	f.Now = h.now()
+	f.Limit, f.Offset = cataloguePageSize, (page-1)*cataloguePageSize
+	listings, total, err := h.db.FindOffers(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	v := views.CatalogueView{Filter: fv, Errors: errs}
+	v.Filtered = fv != (views.CatalogueFilter{Sort: store.SortPriceAsc})
+	catalogueOptions(&v)
+	for _, l := range listings {
+		v.Offers = append(v.Offers, offerCard(l))
+	}
+	switch total {
+	case 0:
+		v.ResultsLabel = "No offers"
+	case 1:
+		v.ResultsLabel = "1 offer"
+	default:
+		from := f.Offset + 1
+		to := f.Offset + len(listings)
+		v.ResultsLabel = fmt.Sprintf("%d offers", total)
+		if total > cataloguePageSize {
+			v.ResultsLabel = fmt.Sprintf("Offers %d–%d of %d", from, to, total)
+		}
+	}
+	pageURL := func(n int) string {
+		q2 := url.Values{}
+		for k, vals := range q {
+			if k != "page" && len(vals) > 0 && vals[0] != "" {
+				q2.Set(k, vals[0])
+			}
+		}
+		if n > 1 {
+			q2.Set("page", strconv.Itoa(n))
+		}
+		if len(q2) == 0 {
+			return "/"
+		}
+		return "/?" + q2.Encode()
+	}
+	if page > 1 {
+		v.PrevURL = pageURL(page - 1)
+	}
+	if f.Offset+len(listings) < total {
+		v.NextURL = pageURL(page + 1)
+	}
+	status := http.StatusOK
+	if len(errs) > 0 {
+		status = http.StatusUnprocessableEntity
+	}
+	return render(c, status, views.Catalogue(h.page(c, "Catalogue"), v))
+}
+
+func catalogueOptions(v *views.CatalogueView) {
+	v.Accelerators = []views.Option{{Value: "", Label: "Any model"}}
+	for _, a := range market.Accelerators() {
+		v.Accelerators = append(v.Accelerators, views.Option{Value: a.ID, Label: a.Name})
+	}
+	v.Families = []views.Option{{Value: "", Label: "Any family"}}
+	for _, f := range market.Families() {
+		v.Families = append(v.Families, views.Option{Value: f, Label: f})
+	}
+	v.Regions = regionOptions("Any region")
+	v.Countries = []views.Option{{Value: "", Label: "Any country"}}
+	for _, c := range market.Countries() {
+		v.Countries = append(v.Countries, views.Option{Value: c, Label: c})
+	}
+	v.Networks = []views.Option{{Value: "", Label: "Any (incl. single node)"}}
+	seen := map[int]bool{0: true}
+	for _, n := range market.Networks() {
+		if !seen[n.Gbps] {
+			seen[n.Gbps] = true
+			v.Networks = append(v.Networks, views.Option{Value: strconv.Itoa(n.Gbps), Label: fmt.Sprintf("At least %d Gb/s", n.Gbps)})
+		}
+	}
+	v.Sorts = []views.Option{
+		{Value: store.SortPriceAsc, Label: "Price, lowest first"},
+		{Value: store.SortPriceDesc, Label: "Price, highest first"},
+		{Value: store.SortMemoryDesc, Label: "Memory per device, most first"},
+		{Value: store.SortDevicesDesc, Label: "Devices, most first"},
+		{Value: store.SortNewest, Label: "Newest first"},
+	}
+}
+
+func offerCard(l store.OfferListing) views.OfferCard {
+	o := l.Offer
+	r := o.Region()
+	card := views.OfferCard{
+		ID: strconv.FormatInt(o.ID, 10), URL: fmt.Sprintf("/offers/%d", o.ID), Title: o.Title,
+		Devices:  deviceLine(o),
+		Topology: topologyLine(o),
+		Region:   r.Name + " (" + r.Country + ")", Provider: providerName(l),
+		Price:  o.PriceCentsPerDeviceHour.String(),
+		Window: "Available " + formatDate(o.AvailableFrom) + " – " + formatDate(o.AvailableUntil),
+		Carbon: fmt.Sprintf("%d gCO2/kWh", o.CarbonGPerKWh),
+	}
+	if o.Interruptible {
+		card.InterruptiblePrice = o.InterruptibleCentsPerDH.String()
+	}
+	for _, f := range o.Figures {
+		if f.Basis == market.FigureVerified {
+			card.Verified = true
+		}
+	}
+	return card
+}
+
+func providerName(l store.OfferListing) string {
+	if l.ProviderOrg != "" {
+		return l.ProviderName + " · " + l.ProviderOrg
+	}
+	return l.ProviderName
+}
+
+func (h *Handler) handleOfferShow(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	l, err := h.db.FindOfferByID(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	o := l.Offer
+	u := currentUser(c)
+	owner := u != nil && u.ID == o.ProviderID
+	admin := u != nil && u.IsAdmin
+	if !o.Listed() && !owner && !admin {
+		return market.Errorf(market.CodeNotFound, "There is no such offer.")
+	}
+	v := offerDetail(l)
+	if !o.Listed() {
+		v.Status = fmt.Sprintf("Not listed in the catalogue: review %s, state %s.", reviewLabel(o.Review), o.State)
+		if o.ReviewNote != "" {
+			v.Status += " Reviewer's note: " + o.ReviewNote
+		}
+	}
+	if owner && o.State != market.OfferWithdrawn {
+		v.CanEdit, v.EditURL = true, fmt.Sprintf("/provider/offers/%d/edit", o.ID)
+	}
+	return render(c, http.StatusOK, views.OfferDetail(h.page(c, o.Title), v))
+}
+
+func offerDetail(l store.OfferListing) views.OfferDetailView {
+	o := l.Offer
+	acc := o.Accelerator()
+	reg := o.Region()
+	net := o.Network()
+	g := string(market.FigureGuaranteed)
+	v := views.OfferDetailView{
+		ID: strconv.FormatInt(o.ID, 10), Title: o.Title, Provider: providerName(l),
+		Headline: deviceLine(o) + " · " + reg.Name, Price: o.PriceCentsPerDeviceHour.String(),
+	}
+	carbonBasis := "estimated"
+	carbonNote := fmt.Sprintf("%d gCO2/kWh", o.CarbonGPerKWh)
+	if o.CarbonGPerKWh == reg.DefaultCarbon {
+		carbonNote += " (regional average: " + reg.CarbonSource + ")"
+	}
+	v.Sections = []views.Section{
+		{Title: "Hardware and topology", Rows: []views.Row{
+			{Label: "Accelerator", Value: acc.Vendor + " " + acc.Name, Basis: g},
+			{Label: "Memory per device", Value: fmt.Sprintf("%d GB", o.MemoryGB), Basis: g},
+			{Label: "Devices", Value: fmt.Sprintf("%d per node × %d node(s) = %d", o.DevicesPerNode, o.Nodes, o.Devices()), Basis: g},
+			{Label: "Interconnect in a node", Value: o.Interconnect.Label(), Basis: g},
+			{Label: "Network between nodes", Value: net.Label, Basis: g},
+			{Label: "Placement group", Value: yesNo(o.PlacementGroup, "All devices share one fabric", "No: tightly coupled jobs stay within one node")},
+			{Label: "Host per node", Value: fmt.Sprintf("%d CPU cores, %d GB RAM, %d GB local storage", o.CPUCores, o.RAMGB, o.StorageGB), Basis: g},
+			{Label: "Published figures", Value: fmt.Sprintf("%d TFLOPS BF16, %d GB/s memory bandwidth, %d W (vendor)", acc.BF16TFLOPS, acc.MemBWGBs, acc.TDPWatts)},
+		}},
+		{Title: "Software stack", Rows: []views.Row{
+			{Label: "Driver", Value: o.DriverVersion, Basis: g},
+			{Label: stackName(acc) + " version", Value: o.CUDAVersion, Basis: g},
+			{Label: "OS image", Value: o.OSImage},
+			{Label: "Container runtime", Value: o.ContainerRuntime},
+		}},
+		{Title: "Location and power", Rows: []views.Row{
+			{Label: "Region", Value: reg.Name + ", " + reg.Site, Basis: g},
+			{Label: "Country (data residency)", Value: reg.Country, Basis: g},
+			{Label: "Grid carbon intensity", Value: carbonNote, Basis: carbonBasis},
+			{Label: "Power source", Value: orDash(o.PowerNote)},
+		}},
+		{Title: "Availability (UTC)", Rows: []views.Row{
+			{Label: "Window", Value: formatTime(o.AvailableFrom) + " – " + formatTime(o.AvailableUntil), Basis: g},
+			{Label: "Rental length", Value: fmt.Sprintf("%d to %d hours", o.MinRentalHours, o.MaxRentalHours)},
+			{Label: "Provisioning time", Value: fmt.Sprintf("%d minutes", o.ProvisioningMins)},
+		}},
+		{Title: "Prices", Rows: pricesRows(o)},
+		{Title: "Settlement terms", Rows: []views.Row{
+			{Label: "Billing basis", Value: o.BillingBasis.Label(), Basis: g},
+			{Label: "Uptime guarantee", Value: market.FormatPercentBP(o.UptimeBP) + "%", Basis: g},
+			{Label: "Credit schedule", Value: creditScheduleText(o.CreditSchedule), Basis: g},
+			{Label: "Credit cap", Value: market.FormatPercentBP(o.CreditCapBP) + "% of the amount paid"},
+			{Label: "Cancellation", Value: fmt.Sprintf("Free until %d hours before start; %s%% fee after", o.FreeCancelHours, market.FormatPercentBP(o.CancelFeeBP))},
+		}},
+	}
+	for _, fk := range market.FigureKinds {
+		f, ok := o.Figure(fk.Kind)
+		if !ok {
+			continue
+		}
+		method := f.Method
+		if f.Basis == market.FigureVerified && f.VerifiedNote != "" {
+			method = "Verified: " + f.VerifiedNote
+		}
+		v.Figures = append(v.Figures, views.FigureRow{Name: fk.Label, Value: fmt.Sprintf("%d %s", f.Value, fk.Unit), Basis: string(f.Basis), Method: orDash(method)})
+	}
+	return v
+}
+
+func pricesRows(o market.Offer) []views.Row {
+	g := string(market.FigureGuaranteed)
+	rows := []views.Row{{Label: "On-demand", Value: o.PriceCentsPerDeviceHour.String() + " per device-hour", Basis: g}}
+	if o.Interruptible {
+		rows = append(rows, views.Row{Label: "Interruptible", Value: fmt.Sprintf("%s per device-hour, %d minutes' notice before preemption", o.InterruptibleCentsPerDH, o.PreemptNoticeMins), Basis: g})
+	} else {
+		rows = append(rows, views.Row{Label: "Interruptible", Value: "Not offered"})
+	}
+	rows = append(rows,
+		views.Row{Label: "Storage", Value: o.StorageCentsPerGBMonth.String() + " per GB-month", Basis: g},
+		views.Row{Label: "Egress", Value: o.EgressCentsPerGB.String() + " per GB", Basis: g},
+	)
+	return rows
+}

@@ -1,0 +1,167 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/views"
+)
+
+// pathID reads the :id path parameter; a malformed id is simply not found.
+func pathID(c echo.Context) (int64, error) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, market.Errorf(market.CodeNotFound, "There is no such offer.")
+	}
+	return id, nil
+}
+
+func (h *Handler) handleProviderOffers(c echo.Context) error {
+	u := currentUser(c)
+	offers, err := h.db.ListProviderOffers(c.Request().Context(), u.ID)
+	if err != nil {
+		return err
+	}
+	v := views.ProviderOffersView{}
+	for _, o := range offers {
+		id := strconv.FormatInt(o.ID, 10)
+		v.Offers = append(v.Offers, views.ProviderOfferRow{
+			ID: id, Title: o.Title, URL: "/offers/" + id, EditURL: "/provider/offers/" + id + "/edit",
+			StateURL: "/provider/offers/" + id + "/state", Summary: offerSummary(o), Price: o.PriceCentsPerDeviceHour.String(),
+			Review: string(o.Review), ReviewLabel: reviewLabel(o.Review), ReviewNote: o.ReviewNote, State: string(o.State),
+			CanEdit:     o.State != market.OfferWithdrawn,
+			CanPause:    o.State == market.OfferActive,
+			CanResume:   o.State == market.OfferPaused,
+			CanWithdraw: o.State != market.OfferWithdrawn,
+		})
+	}
+	return render(c, http.StatusOK, views.ProviderOffers(h.page(c, "My offers"), v))
+}
+
+func reviewLabel(r market.ReviewState) string {
+	switch r {
+	case market.ReviewPending:
+		return "pending review"
+	case market.ReviewApproved:
+		return "approved"
+	case market.ReviewRejected:
+		return "changes needed"
+	}
+	return string(r)
+}
+
+func (h *Handler) offerForm(c echo.Context, status int, heading, action, submit string, values views.OfferFormValues, errs map[string]string, note string) error {
+	v := views.OfferFormView{Heading: heading, Action: action, Submit: submit, Values: values, Errors: errs, ReviewNote: note}
+	offerFormOptions(&v)
+	return render(c, status, views.OfferForm(h.page(c, heading), v))
+}
+
+func (h *Handler) handleOfferNew(c echo.Context) error {
+	return h.offerForm(c, http.StatusOK, "List capacity", "/provider/offers", "Submit for review", newOfferDefaults(h.now()), nil, "")
+}
+
+func (h *Handler) handleOfferCreate(c echo.Context) error {
+	u := currentUser(c)
+	values := readOfferForm(c)
+	o, problems := offerFromForm(values)
+	if err := validateOfferForm(&o, problems, h); err != nil {
+		return h.offerForm(c, http.StatusUnprocessableEntity, "List capacity", "/provider/offers", "Submit for review", values, market.FieldErrors(err), "")
+	}
+	o.ProviderID = u.ID
+	created, err := h.db.CreateOffer(c.Request().Context(), o, h.now())
+	if err != nil {
+		return err
+	}
+	logger(c).Info("offer created", "offer_id", created.ID, "provider_id", u.ID)
+	h.setFlash(c, "ok", fmt.Sprintf("“%s” is submitted and pending review. It will be listed once an administrator approves it.", created.Title))
+	return c.Redirect(http.StatusSeeOther, "/provider/offers")
+}
+
+// validateOfferForm merges parse problems with the domain's validation, so
+// every field's first problem is shown at once.
+func validateOfferForm(o *market.Offer, parse market.Problems, h *Handler) error {
+	err := market.ValidateOffer(o, h.now())
+	for k, msg := range market.FieldErrors(err) {
+		parse.Add(k, msg)
+	}
+	return parse.Err()
+}
+
+func (h *Handler) handleOfferEdit(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	o, err := h.db.FindProviderOffer(c.Request().Context(), currentUser(c).ID, id)
+	if err != nil {
+		return err
+	}
+	if o.State == market.OfferWithdrawn {
+		return market.Errorf(market.CodeConflict, "This offer is withdrawn and can no longer be edited.")
+	}
+	return h.offerForm(c, http.StatusOK, "Edit offer", fmt.Sprintf("/provider/offers/%d", id), "Save and resubmit for review", offerFormValues(o), nil, o.ReviewNote)
+}
+
+func (h *Handler) handleOfferUpdate(c echo.Context) error {
+	u := currentUser(c)
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	// Ownership first: another provider's offer is not found, whatever was posted.
+	current, err := h.db.FindProviderOffer(ctx, u.ID, id)
+	if err != nil {
+		return err
+	}
+	values := readOfferForm(c)
+	for i := range values.Figures {
+		if f, ok := current.Figure(market.FigureKind(values.Figures[i].Kind)); ok && f.Basis == market.FigureVerified {
+			values.Figures[i].Verified = strconv.FormatInt(f.Value, 10) == values.Figures[i].Value
+		}
+	}
+	o, problems := offerFromForm(values)
+	action := fmt.Sprintf("/provider/offers/%d", id)
+	if err := validateOfferForm(&o, problems, h); err != nil {
+		return h.offerForm(c, http.StatusUnprocessableEntity, "Edit offer", action, "Save and resubmit for review", values, market.FieldErrors(err), current.ReviewNote)
+	}
+	o.ID = id
+	updated, err := h.db.UpdateOffer(ctx, u.ID, o, h.now())
+	if market.ErrorCode(err) == market.CodeInvalid {
+		return h.offerForm(c, http.StatusUnprocessableEntity, "Edit offer", action, "Save and resubmit for review", values, market.FieldErrors(err), current.ReviewNote)
+	}
+	if err != nil {
+		return err
+	}
+	logger(c).Info("offer updated", "offer_id", id, "provider_id", u.ID)
+	h.setFlash(c, "ok", fmt.Sprintf("“%s” is saved and back in review.", updated.Title))
+	return c.Redirect(http.StatusSeeOther, "/provider/offers")
+}
+
+func (h *Handler) handleOfferState(c echo.Context) error {
+	u := currentUser(c)
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	state := market.OfferState(c.FormValue("state"))
+	switch state {
+	case market.OfferActive, market.OfferPaused, market.OfferWithdrawn:
+	default:
+		return market.Errorf(market.CodeInvalid, "Choose pause, resume or withdraw.")
+	}
+	if err := h.db.SetOfferState(c.Request().Context(), u.ID, id, state, h.now()); err != nil {
+		return err
+	}
+	msg := map[market.OfferState]string{
+		market.OfferActive:    "Offer resumed.",
+		market.OfferPaused:    "Offer paused: it is hidden from the catalogue until you resume it.",
+		market.OfferWithdrawn: "Offer withdrawn.",
+	}[state]
+	h.setFlash(c, "ok", msg)
+	return c.Redirect(http.StatusSeeOther, "/provider/offers")
+}

@@ -1,0 +1,76 @@
+package web
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/gpumarket/gpumarket/static"
+)
+
+// routes lists every route of the application, grouped by who may use it.
+func (h *Handler) routes(e *echo.Echo) {
+	e.Pre(middleware.RemoveTrailingSlashWithConfig(middleware.TrailingSlashConfig{RedirectCode: http.StatusMovedPermanently}))
+	e.Use(middleware.RequestID())
+	e.Use(h.requestLogger)
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}))
+	e.Use(h.securityHeaders)
+
+	// Infrastructure: no session, no CSRF.
+	e.GET("/healthz", h.handleHealth)
+	assets := http.StripPrefix("/static/", http.FileServer(http.FS(static.FS)))
+	e.GET("/static/*", echo.WrapHandler(cacheForever(assets)))
+
+	// Browser pages: size limit, CSRF, session.
+	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.csrf(), h.loadSession)
+
+	// Public.
+	b.GET("/", h.handleCatalogue)
+	b.GET("/offers/:id", h.handleOfferShow)
+	b.GET("/signup", h.handleSignUpForm)
+	b.POST("/signup", h.handleSignUp)
+	b.GET("/login", h.handleLoginForm)
+	b.POST("/login", h.handleLogin)
+	b.POST("/logout", h.handleLogout)
+
+	// Any signed-in user.
+	u := b.Group("", requireUser)
+	u.GET("/account", h.handleAccount)
+	u.POST("/account/password", h.handlePasswordChange)
+
+	// Providers: their own offers only.
+	p := b.Group("/provider", requireUser, requireProvider)
+	p.GET("/offers", h.handleProviderOffers)
+	p.GET("/offers/new", h.handleOfferNew)
+	p.POST("/offers", h.handleOfferCreate)
+	p.GET("/offers/:id/edit", h.handleOfferEdit)
+	p.POST("/offers/:id", h.handleOfferUpdate)
+	p.POST("/offers/:id/state", h.handleOfferState)
+
+	// Admins.
+	a := b.Group("/admin", requireUser, requireAdmin)
+	a.GET("/offers", h.handleAdminOffers)
+	a.POST("/offers/:id/review", h.handleAdminReview)
+}
+
+// cacheForever marks versioned static assets as immutable.
+func cacheForever(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *Handler) handleHealth(c echo.Context) error {
+	if err := h.db.Ping(c.Request().Context()); err != nil {
+		logger(c).Error("health: database unreachable", "err", err)
+		return c.JSON(http.StatusServiceUnavailable, healthBody{Status: "unavailable", Database: "unreachable"})
+	}
+	return c.JSON(http.StatusOK, healthBody{Status: "ok", Database: "ok"})
+}
+
+type healthBody struct {
+	Status   string `json:"status"`
+	Database string `json:"database"`
+}

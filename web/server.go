@@ -1,0 +1,78 @@
+// Package web serves the marketplace over HTTP with Echo: routes, handlers,
+// middleware, sessions and the mapping of market errors to responses.
+package web
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gorilla/sessions"
+	"github.com/labstack/echo/v4"
+
+	"github.com/gpumarket/gpumarket/store"
+)
+
+// Config is what cmd hands the web layer; it reads no environment itself.
+type Config struct {
+	BaseURL    string // public base URL, e.g. https://gpumarket.example
+	SessionKey []byte // at least 32 bytes; signs the session and flash cookies
+	Demo       bool   // show the demo banner
+	// Now returns the current time; nil means time.Now in UTC. Tests fix it.
+	Now func() time.Time
+}
+
+// Handler holds what the handlers share. It is created once by New.
+type Handler struct {
+	cfg     Config
+	db      *store.DB
+	log     *slog.Logger
+	cookies *sessions.CookieStore
+	secure  bool // base URL is https: Secure cookies and HSTS
+}
+
+// Limits on abuse, kept together.
+const (
+	sessionTTL       = 14 * 24 * time.Hour
+	loginWindow      = 15 * time.Minute
+	loginPerAddress  = 30 // attempts per client address per window
+	loginPerAccount  = 8  // failed attempts per account per window
+	signupWindow     = time.Hour
+	signupPerAddress = 10
+	formBodyLimit    = "256K"
+)
+
+// New builds the Echo instance with every route and middleware.
+func New(cfg Config, db *store.DB, log *slog.Logger) (*echo.Echo, error) {
+	if len(cfg.SessionKey) < 32 {
+		return nil, errors.New("web: session key must be at least 32 bytes")
+	}
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, errors.New("web: base URL must be absolute, e.g. http://localhost:8080")
+	}
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time { return time.Now().UTC() }
+	}
+	h := &Handler{cfg: cfg, db: db, log: log, secure: strings.EqualFold(u.Scheme, "https")}
+	h.cookies = sessions.NewCookieStore(cfg.SessionKey[:32])
+	h.cookies.Options = &sessions.Options{
+		Path:     "/",
+		MaxAge:   int(sessionTTL / time.Second),
+		HttpOnly: true,
+		Secure:   h.secure,
+		SameSite: http.SameSiteLaxMode,
+	}
+
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = h.handleError
+	h.routes(e)
+	return e, nil
+}
+
+func (h *Handler) now() time.Time { return h.cfg.Now().UTC() }

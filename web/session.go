@@ -1,0 +1,91 @@
+package web
+
+import (
+	"github.com/labstack/echo/v4"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/gpumarket/gpumarket/market"
+)
+
+// Cookie names. The session cookie carries only the session id; the rows
+// live in the database. The flash cookie carries one short message.
+const (
+	sessionCookie = "gm_session"
+	flashCookie   = "gm_flash"
+)
+
+// HashPassword hashes a password with bcrypt. Callers validate length first
+// (market.PasswordProblem): bcrypt's 72-byte limit is a message, not a
+// silent truncation.
+func HashPassword(pw string) ([]byte, error) {
+	if msg := market.PasswordProblem(pw); msg != "" {
+		return nil, &market.Error{Code: market.CodeInvalid, Message: msg, Fields: map[string]string{"password": msg}}
+	}
+	return bcrypt.GenerateFromPassword([]byte(pw), 12)
+}
+
+// checkPassword reports whether pw matches hash.
+func checkPassword(hash []byte, pw string) bool {
+	if len(pw) > market.MaxPasswordBytes {
+		return false
+	}
+	return bcrypt.CompareHashAndPassword(hash, []byte(pw)) == nil
+}
+
+// dummyHash is compared against when an account does not exist, so a login
+// takes as long for an unknown email as for a wrong password.
+var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("no such account, constant time"), 12)
+
+// startSession logs the user in with a fresh session id (rotated at every
+// login) and forgets the session the browser had before.
+func (h *Handler) startSession(c echo.Context, userID int64) error {
+	if old, ok := currentSession(c); ok {
+		_ = h.db.DeleteSession(c.Request().Context(), old.ID)
+	}
+	s, err := h.db.CreateSession(c.Request().Context(), userID, h.now(), sessionTTL)
+	if err != nil {
+		return err
+	}
+	sess, _ := h.cookies.Get(c.Request(), sessionCookie)
+	sess.Values = map[any]any{"sid": s.ID}
+	sess.Options.MaxAge = int(sessionTTL.Seconds())
+	return sess.Save(c.Request(), c.Response())
+}
+
+// endSession deletes the session row and the cookie.
+func (h *Handler) endSession(c echo.Context) error {
+	if s, ok := currentSession(c); ok {
+		if err := h.db.DeleteSession(c.Request().Context(), s.ID); err != nil {
+			return err
+		}
+	}
+	sess, _ := h.cookies.Get(c.Request(), sessionCookie)
+	sess.Values = map[any]any{}
+	sess.Options.MaxAge = -1
+	return sess.Save(c.Request(), c.Response())
+}
+
+// setFlash stores a one-time message shown on the next page.
+func (h *Handler) setFlash(c echo.Context, kind, msg string) {
+	sess, _ := h.cookies.Get(c.Request(), flashCookie)
+	sess.Options.MaxAge = 300
+	sess.Values = map[any]any{"kind": kind, "msg": msg}
+	if err := sess.Save(c.Request(), c.Response()); err != nil {
+		logger(c).Warn("flash not saved", "err", err)
+	}
+}
+
+// takeFlash returns and clears the pending message.
+func (h *Handler) takeFlash(c echo.Context) (kind, msg string) {
+	sess, err := h.cookies.Get(c.Request(), flashCookie)
+	if err != nil || sess.IsNew {
+		return "", ""
+	}
+	kind, _ = sess.Values["kind"].(string)
+	msg, _ = sess.Values["msg"].(string)
+	if msg != "" {
+		sess.Options.MaxAge = -1
+		_ = sess.Save(c.Request(), c.Response())
+	}
+	return kind, msg
+}
