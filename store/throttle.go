@@ -57,6 +57,9 @@ func (db *DB) ThrottleHit(ctx context.Context, key string, now time.Time, window
 // attempts are recorded (an account's failed logins).
 func (db *DB) ThrottlePeek(ctx context.Context, key string, now time.Time, window time.Duration, limit int) (blocked bool, retryAfter time.Duration, err error) {
 	const op = "throttle peek"
+	if limit < 1 || window <= 0 {
+		return false, 0, fmt.Errorf("store: %s: limit %d and window %s must be positive", op, limit, window)
+	}
 	windowS := int64((window + time.Second - 1) / time.Second)
 	tx, err := db.read(ctx)
 	if err != nil {

@@ -88,3 +88,37 @@ func TestThrottleKeysAndReset(t *testing.T) {
 		t.Error("limit 0 accepted")
 	}
 }
+
+func TestThrottlePeek(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	const key = "login-acct:c@example.com"
+	peek := func(at time.Duration) (bool, time.Duration) {
+		t.Helper()
+		blocked, retry, err := db.ThrottlePeek(ctx, key, t0.Add(at), time.Minute, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return blocked, retry
+	}
+	if blocked, _ := peek(0); blocked {
+		t.Error("blocked with no attempts")
+	}
+	for _, at := range []time.Duration{0, 20 * time.Second} {
+		if ok, _, err := db.ThrottleHit(ctx, key, t0.Add(at), time.Minute, 2); err != nil || !ok {
+			t.Fatalf("ThrottleHit at +%s = %v, %v", at, ok, err)
+		}
+	}
+	if blocked, retry := peek(30 * time.Second); !blocked || retry != 30*time.Second {
+		t.Errorf("peek at +30s = %v, %s; want blocked for 30s", blocked, retry)
+	}
+	if blocked, retry := peek(30 * time.Second); !blocked || retry != 30*time.Second {
+		t.Errorf("peeking recorded an attempt: %v, %s", blocked, retry)
+	}
+	if blocked, _ := peek(time.Minute); blocked {
+		t.Error("still blocked once the first attempt left the window")
+	}
+	if _, _, err := db.ThrottlePeek(ctx, key, t0, time.Minute, 0); err == nil {
+		t.Error("limit 0 accepted")
+	}
+}
