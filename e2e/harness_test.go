@@ -176,6 +176,8 @@ type server struct {
 	output *syncBuffer
 	done   chan struct{} // closed when the process has exited
 	err    error         // the process's exit error, set before done is closed
+
+	reported bool // the output was already logged
 }
 
 // serverOption changes how startServer runs the binary.
@@ -233,6 +235,7 @@ func startServer(t *testing.T, opts ...serverOption) *server {
 	t.Cleanup(func() { s.stop(t) })
 
 	if err := s.waitHealthy(serverStartTimeout); err != nil {
+		s.reported = true
 		t.Fatalf("server %s did not become healthy: %v\nserver output:\n%s", s.URL, err, s.output)
 	}
 	return s
@@ -244,7 +247,9 @@ func (s *server) stop(t *testing.T) {
 	t.Helper()
 	select {
 	case <-s.done:
-		t.Errorf("server exited before the test ended: %v\nserver output:\n%s", s.err, s.output)
+		if !s.reported {
+			t.Errorf("server exited before the test ended: %v\nserver output:\n%s", s.err, s.output)
+		}
 		return
 	default:
 	}
@@ -261,7 +266,7 @@ func (s *server) stop(t *testing.T) {
 		<-s.done
 		t.Errorf("server did not exit within %s of SIGINT", serverStopTimeout)
 	}
-	if t.Failed() {
+	if t.Failed() && !s.reported {
 		t.Logf("server output:\n%s", s.output)
 	}
 }
