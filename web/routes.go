@@ -34,10 +34,10 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/login", h.handleLogin)
 	b.POST("/logout", h.handleLogout)
 
-	// Any signed-in user.
-	u := b.Group("", requireUser)
-	u.GET("/account", h.handleAccount)
-	u.POST("/account/password", h.handlePasswordChange)
+	// Any signed-in user. (Per route, not a group: a group with an empty
+	// prefix would catch every unknown path and send it to log in.)
+	b.GET("/account", h.handleAccount, requireUser)
+	b.POST("/account/password", h.handlePasswordChange, requireUser)
 
 	// Providers: their own offers only.
 	p := b.Group("/provider", requireUser, requireProvider)
