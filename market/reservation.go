@@ -1,0 +1,210 @@
+package market
+
+import (
+	"fmt"
+	"time"
+)
+
+// ReservationState is where a booking stands.
+//
+//	held ──pay──▶ confirmed ──start──▶ active ──end──▶ completed ──settle──▶ settled
+//	  │               │
+//	  ├─expire─▶ expired
+//	  └─cancel─▶ cancelled ◀─cancel─┘ (confirmed, before start; the policy's fee applies)
+type ReservationState string
+
+// Reservation states.
+const (
+	ReservationHeld      ReservationState = "held"      // capacity held, awaiting payment
+	ReservationConfirmed ReservationState = "confirmed" // paid, not started
+	ReservationActive    ReservationState = "active"    // running
+	ReservationCompleted ReservationState = "completed" // ended, not yet settled
+	ReservationSettled   ReservationState = "settled"   // refunds and payouts done
+	ReservationCancelled ReservationState = "cancelled"
+	ReservationExpired   ReservationState = "expired" // the hold lapsed unpaid
+)
+
+// HoldsCapacity reports whether a reservation in this state keeps its
+// devices out of the market.
+func (s ReservationState) HoldsCapacity() bool {
+	switch s {
+	case ReservationHeld, ReservationConfirmed, ReservationActive:
+		return true
+	}
+	return false
+}
+
+// Label is the display name.
+func (s ReservationState) Label() string {
+	switch s {
+	case ReservationHeld:
+		return "held — awaiting payment"
+	case ReservationConfirmed:
+		return "confirmed"
+	case ReservationActive:
+		return "active"
+	case ReservationCompleted:
+		return "completed"
+	case ReservationSettled:
+		return "settled"
+	case ReservationCancelled:
+		return "cancelled"
+	case ReservationExpired:
+		return "expired"
+	}
+	return string(s)
+}
+
+var transitions = map[ReservationState][]ReservationState{
+	ReservationHeld:      {ReservationConfirmed, ReservationCancelled, ReservationExpired},
+	ReservationConfirmed: {ReservationActive, ReservationCancelled, ReservationCompleted},
+	ReservationActive:    {ReservationCompleted},
+	ReservationCompleted: {ReservationSettled},
+}
+
+// CanTransition reports whether a reservation may move from one state to another.
+func CanTransition(from, to ReservationState) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Limits on reservations.
+const (
+	// DefaultHoldMinutes is how long an unpaid hold keeps capacity.
+	DefaultHoldMinutes = 30
+	// MaxUnpaidHolds is how many held reservations one buyer may have at
+	// once, to stop speculative flooding.
+	MaxUnpaidHolds = 3
+)
+
+// ReservationPiece is the part of a reservation on one offer.
+type ReservationPiece struct {
+	ID            int64
+	OfferID       int64
+	ProviderID    int64
+	Devices       int
+	Start         time.Time
+	End           time.Time
+	Interruptible bool
+	PriceCents    Cents // per device-hour, as booked
+	// AmountCents is what the buyer pays for this piece: instance cost plus
+	// storage and egress, as quoted.
+	AmountCents Cents
+	// Cancellation policy of the offer at booking time.
+	FreeCancelHours int
+	CancelFeeBP     int
+}
+
+// Commitment returns the capacity the piece holds.
+func (p ReservationPiece) Commitment() Commitment {
+	return Commitment{OfferID: p.OfferID, Devices: p.Devices, Start: p.Start, End: p.End}
+}
+
+// Reservation is a booking of one quote: every piece of a split, all or
+// nothing.
+type Reservation struct {
+	ID            int64
+	BuyerID       int64
+	State         ReservationState
+	Pieces        []ReservationPiece
+	AmountCents   Cents // sum of the pieces' amounts
+	HoldExpiresAt time.Time
+	// CancelFeeCents is the fee kept when a confirmed booking was cancelled.
+	CancelFeeCents Cents
+	// RequestJSON is the portable request the quote answered, kept for the record.
+	RequestJSON string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// Start is the earliest piece start.
+func (r Reservation) Start() time.Time {
+	var t time.Time
+	for i, p := range r.Pieces {
+		if i == 0 || p.Start.Before(t) {
+			t = p.Start
+		}
+	}
+	return t
+}
+
+// End is the latest piece end.
+func (r Reservation) End() time.Time {
+	var t time.Time
+	for _, p := range r.Pieces {
+		if p.End.After(t) {
+			t = p.End
+		}
+	}
+	return t
+}
+
+// Devices is the total device count.
+func (r Reservation) Devices() int {
+	n := 0
+	for _, p := range r.Pieces {
+		n += p.Devices
+	}
+	return n
+}
+
+// PiecesFromQuote turns a matcher quote into reservation pieces, taking the
+// cancellation policy from the offers (by id). Each piece's amount is its
+// instance cost plus storage and egress; orchestration overhead and
+// expected failed work are estimates for comparison, not charges.
+func PiecesFromQuote(q Quote, offers map[int64]Offer) ([]ReservationPiece, error) {
+	out := make([]ReservationPiece, 0, len(q.Pieces))
+	for _, p := range q.Pieces {
+		o, ok := offers[p.OfferID]
+		if !ok {
+			return nil, Errorf(CodeConflict, "Offer %d is no longer available; please get fresh quotes.", p.OfferID)
+		}
+		out = append(out, ReservationPiece{
+			OfferID: p.OfferID, ProviderID: o.ProviderID, Devices: p.Devices, Start: p.Start, End: p.End,
+			Interruptible: p.Interruptible, PriceCents: p.PriceCents,
+			AmountCents:     p.Cost.Instance + p.Cost.Storage + p.Cost.Egress,
+			FreeCancelHours: o.FreeCancelHours, CancelFeeBP: o.CancelFeeBP,
+		})
+	}
+	if len(out) == 0 {
+		return nil, Errorf(CodeInvalid, "The quote has no pieces.")
+	}
+	return out, nil
+}
+
+// CancellationFee is what a buyer forfeits by cancelling at now: nothing
+// for an unpaid hold; for a confirmed booking, each piece's fee once inside
+// its offer's free-cancellation period (basis points of the piece amount,
+// rounded half away from zero). Started or finished bookings cannot be
+// cancelled.
+func CancellationFee(r Reservation, now time.Time) (Cents, error) {
+	switch r.State {
+	case ReservationHeld:
+		return 0, nil
+	case ReservationConfirmed:
+	default:
+		return 0, Errorf(CodeConflict, "A %s reservation cannot be cancelled.", r.State.Label())
+	}
+	var fee Cents
+	for _, p := range r.Pieces {
+		if !now.Before(p.Start) {
+			return 0, Errorf(CodeConflict, "This reservation has started and can no longer be cancelled.")
+		}
+		if p.Start.Sub(now) < time.Duration(p.FreeCancelHours)*time.Hour {
+			fee += Cents(MulDivRound(int64(p.AmountCents), int64(p.CancelFeeBP), 10000))
+		}
+	}
+	return fee, nil
+}
+
+// CancellationPolicyText describes a piece's cancellation terms.
+func CancellationPolicyText(freeHours, feeBP int) string {
+	if feeBP == 0 {
+		return "Free cancellation until the start."
+	}
+	return fmt.Sprintf("Free cancellation until %d hours before the start; after that a %s%% fee.", freeHours, FormatPercentBP(feeBP))
+}
