@@ -1,6 +1,7 @@
 package market
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -65,6 +66,44 @@ func (x *Index) Upsert(c Candidate) error {
 		delete(x.pending, s.id)
 	}
 	x.put(s)
+	return nil
+}
+
+// Load replaces the index's contents with cands and commitments in one
+// pass (sorting each bucket once), for start-up. Unlisted offers are
+// skipped; an offer outside the catalogue is an invalid *Error and leaves
+// the index unchanged.
+func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
+	fresh := NewIndex()
+	for _, c := range commitments {
+		fresh.AddCommitment(c)
+	}
+	for _, c := range cands {
+		if !c.Offer.Listed() {
+			continue
+		}
+		s, err := makeSlot(c)
+		if err != nil {
+			return fmt.Errorf("market: load offer %d: %w", c.Offer.ID, err)
+		}
+		if _, dup := fresh.where[s.id]; dup {
+			return Errorf(CodeInvalid, "Offer %d is listed twice.", s.id)
+		}
+		s.spans = fresh.pending[s.id]
+		delete(fresh.pending, s.id)
+		k := bucketKey(&s)
+		fresh.buckets[k] = append(fresh.buckets[k], s)
+		fresh.where[s.id] = k
+		fresh.n++
+	}
+	for k := range fresh.buckets {
+		b := fresh.buckets[k]
+		sort.Slice(b, func(i, j int) bool { return less(&b[i], &b[j]) })
+		fresh.buckets[k] = b[:len(b):len(b)]
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.buckets, x.where, x.pending, x.n = fresh.buckets, fresh.where, fresh.pending, fresh.n
 	return nil
 }
 
