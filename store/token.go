@@ -1,0 +1,251 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gpumarket/gpumarket/market"
+)
+
+// APIToken is a personal API token. The raw token is shown once, when it
+// is created; the database keeps only its SHA-256 and its first
+// characters (Prefix) so the owner can tell tokens apart. A zero
+// LastUsedAt means never used; a zero RevokedAt means not revoked.
+type APIToken struct {
+	ID, UserID int64
+	Name       string
+	Scope      string // TokenScopeRead or TokenScopeWrite
+	Prefix     string // first 8 characters of the raw token, for display
+	CreatedAt  time.Time
+	LastUsedAt time.Time
+	RevokedAt  time.Time
+}
+
+// Scopes of an API token: read may only look; write may also book, cancel
+// and manage offers.
+const (
+	TokenScopeRead  = "read"
+	TokenScopeWrite = "write"
+)
+
+// Revoked reports whether the token has been revoked.
+func (t APIToken) Revoked() bool { return !t.RevokedAt.IsZero() }
+
+const (
+	tokenRawPrefix    = "gpm_"
+	tokenPrefixLen    = 8
+	maxTokenName      = 80
+	tokenUseRecording = time.Minute // last_used_at is written at most this often
+	apiTokenColumns   = `t.id, t.user_id, t.name, t.scope, t.prefix, t.created_at, t.last_used_at, t.revoked_at`
+	msgTokenNotFound  = "That API token could not be found."
+	msgTokenInvalid   = "This API token is not valid. Create a new one on your account page."
+)
+
+// hashToken is how a raw API token is stored and looked up.
+func hashToken(raw string) string {
+	sum := sha256.Sum256([]byte(raw))
+	return hex.EncodeToString(sum[:])
+}
+
+func scanAPIToken(s scanner, extra ...any) (APIToken, error) {
+	var t APIToken
+	var created int64
+	var lastUsed, revoked sql.NullInt64
+	dest := append([]any{&t.ID, &t.UserID, &t.Name, &t.Scope, &t.Prefix, &created, &lastUsed, &revoked}, extra...)
+	if err := s.Scan(dest...); err != nil {
+		return APIToken{}, err
+	}
+	t.CreatedAt = fromUnix(created)
+	if lastUsed.Valid {
+		t.LastUsedAt = fromUnix(lastUsed.Int64)
+	}
+	if revoked.Valid {
+		t.RevokedAt = fromUnix(revoked.Int64)
+	}
+	return t, nil
+}
+
+// CreateAPIToken creates a token for the user named name (trimmed, 1 to 80
+// characters) with scope TokenScopeRead or TokenScopeWrite, and returns it
+// with the raw token ("gpm_" and 32 random bytes, base64url), which is
+// never available again. A suspended user gets no token (forbidden); a
+// missing user is not found.
+func (db *DB) CreateAPIToken(ctx context.Context, userID int64, name, scope string, now time.Time) (APIToken, string, error) {
+	const op = "create api token"
+	p := market.Problems{}
+	name = strings.TrimSpace(name)
+	switch n := utf8.RuneCountInString(name); {
+	case n == 0:
+		p.Add("name", "Give the token a name, such as the machine that will use it.")
+	case n > maxTokenName:
+		p.Add("name", "Keep the name to 80 characters or fewer.")
+	}
+	if scope != TokenScopeRead && scope != TokenScopeWrite {
+		p.Add("scope", "Choose read or write.")
+	}
+	if err := p.Err(); err != nil {
+		return APIToken{}, "", err
+	}
+	secret, err := randomToken()
+	if err != nil {
+		return APIToken{}, "", fail(op, err, "")
+	}
+	raw := tokenRawPrefix + secret
+	t := APIToken{UserID: userID, Name: name, Scope: scope, Prefix: raw[:tokenPrefixLen], CreatedAt: truncate(now)}
+
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return APIToken{}, "", fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	var suspended bool
+	err = tx.QueryRowContext(ctx, `SELECT suspended FROM users WHERE id = ?`, userID).Scan(&suspended)
+	if errors.Is(err, sql.ErrNoRows) {
+		return APIToken{}, "", notFound(msgUserNotFound)
+	}
+	if err != nil {
+		return APIToken{}, "", fail(op, err, "")
+	}
+	if suspended {
+		return APIToken{}, "", &market.Error{Code: market.CodeForbidden, Message: "This account is suspended."}
+	}
+	err = tx.QueryRowContext(ctx, `
+		INSERT INTO api_tokens (user_id, name, scope, prefix, token_hash, created_at) VALUES (?, ?, ?, ?, ?, ?)
+		RETURNING id`, t.UserID, t.Name, t.Scope, t.Prefix, hashToken(raw), unix(t.CreatedAt)).Scan(&t.ID)
+	if err != nil {
+		return APIToken{}, "", fail(op, err, "")
+	}
+	if err := tx.Commit(); err != nil {
+		return APIToken{}, "", fail(op, err, "")
+	}
+	return t, raw, nil
+}
+
+// ListAPITokens returns the user's tokens, revoked ones included, newest
+// first.
+func (db *DB) ListAPITokens(ctx context.Context, userID int64) ([]APIToken, error) {
+	const op = "list api tokens"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	rows, err := tx.QueryContext(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens t
+		WHERE t.user_id = ? ORDER BY t.created_at DESC, t.id DESC`, userID)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	var out []APIToken
+	for rows.Next() {
+		t, err := scanAPIToken(rows)
+		if err != nil {
+			rows.Close()
+			return nil, fail(op, err, "")
+		}
+		out = append(out, t)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, fail(op, err, "")
+	}
+	return out, nil
+}
+
+// RevokeAPIToken revokes a token of the user at now; it stops working at
+// once. Another user's token is not found; revoking a revoked token keeps
+// the first revocation time and is not an error.
+func (db *DB) RevokeAPIToken(ctx context.Context, userID, id int64, now time.Time) error {
+	const op = "revoke api token"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	var owner int64
+	err = tx.QueryRowContext(ctx, `SELECT user_id FROM api_tokens WHERE id = ?`, id).Scan(&owner)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && owner != userID) {
+		return notFound(msgTokenNotFound)
+	}
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`,
+		unix(now), id); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// FindAPIToken authenticates a raw token presented at now and returns it
+// with its user. An unknown or revoked token, or one whose user is
+// suspended, is unauthorized.
+//
+// The lookup is a read; last_used_at is written, in a second, separate
+// write transaction, only when it is a minute or more old, so an API
+// client's stream of requests does not queue one write each behind the
+// single writer. That bookkeeping write is conditional and idempotent, so
+// splitting it from the read cannot record anything inconsistent.
+func (db *DB) FindAPIToken(ctx context.Context, raw string, now time.Time) (APIToken, market.User, error) {
+	const op = "find api token"
+	if !strings.HasPrefix(raw, tokenRawPrefix) || len(raw) > 128 {
+		return APIToken{}, market.User{}, &market.Error{Code: market.CodeUnauthorized, Message: msgTokenInvalid}
+	}
+	tx, err := db.read(ctx)
+	if err != nil {
+		return APIToken{}, market.User{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	var u market.User
+	var created int64
+	t, err := scanAPIToken(tx.QueryRowContext(ctx, `SELECT `+apiTokenColumns+`,
+		u.id, u.email, u.display_name, u.organisation, u.is_buyer, u.is_provider, u.is_admin, u.suspended, u.created_at
+		FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?`, hashToken(raw)),
+		&u.ID, &u.Email, &u.DisplayName, &u.Organisation, &u.IsBuyer, &u.IsProvider, &u.IsAdmin, &u.Suspended, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return APIToken{}, market.User{}, &market.Error{Code: market.CodeUnauthorized, Message: msgTokenInvalid}
+	}
+	if err != nil {
+		return APIToken{}, market.User{}, fail(op, err, "")
+	}
+	u.CreatedAt = fromUnix(created)
+	switch {
+	case t.Revoked():
+		return APIToken{}, market.User{}, &market.Error{Code: market.CodeUnauthorized, Message: "This API token has been revoked."}
+	case u.Suspended:
+		return APIToken{}, market.User{}, &market.Error{Code: market.CodeUnauthorized, Message: "This account is suspended."}
+	}
+	tx.Rollback()
+
+	if t.LastUsedAt.IsZero() || now.Sub(t.LastUsedAt) >= tokenUseRecording {
+		if err := db.touchAPIToken(ctx, t.ID, now); err != nil {
+			return APIToken{}, market.User{}, fail(op, err, "")
+		}
+		t.LastUsedAt = truncate(now)
+	}
+	return t, u, nil
+}
+
+// touchAPIToken records a use of the token at now, unless a use within
+// the last minute was recorded meanwhile.
+func (db *DB) touchAPIToken(ctx context.Context, id int64, now time.Time) error {
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE api_tokens SET last_used_at = ?
+		WHERE id = ? AND (last_used_at IS NULL OR last_used_at <= ?)`,
+		unix(now), id, unix(now.Add(-tokenUseRecording))); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
