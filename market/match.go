@@ -157,6 +157,9 @@ type Relaxation struct {
 	Constraint Constraint
 	Message    string // e.g. "raise the maximum price to $2.41 per device-hour: 3 offers"
 	Offers     int    // feasible quotes after the change
+	// Request is the request with the change applied, so a person can
+	// apply the relaxation with one click.
+	Request Request
 }
 
 // Explanation says why offers were not used.

@@ -14,6 +14,9 @@ import (
 // models, interruption, software, network, verified figures).
 func (e *engine) relax(src source, q *query, now time.Time) []Relaxation {
 	base := q.req
+	// lastFit is the request of the latest run that found quotes; every add
+	// below follows the run it describes, so lastFit is that relaxation.
+	var lastFit Request
 	try := func(mod func(r *Request)) (Result, extremes, bool) {
 		r := base
 		mod(&r)
@@ -22,11 +25,15 @@ func (e *engine) relax(src source, q *query, now time.Time) []Relaxation {
 			return Result{}, extremes{}, false
 		}
 		res, xt := e.runQuery(src, cq)
+		if res.Total > 0 {
+			lastFit = r
+		}
 		return res, xt, res.Total > 0
 	}
 	var out []Relaxation
 	add := func(c Constraint, n int, format string, args ...any) {
-		out = append(out, Relaxation{Constraint: c, Offers: n, Message: fmt.Sprintf(format, args...) + fmt.Sprintf(": %s %s", groupThousands(n), plural(n, "quote"))})
+		out = append(out, Relaxation{Constraint: c, Offers: n, Request: lastFit,
+			Message: fmt.Sprintf(format, args...) + fmt.Sprintf(": %s %s", groupThousands(n), plural(n, "quote"))})
 	}
 	c := base.Constraints
 
