@@ -1,0 +1,127 @@
+package store
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumarket/gpumarket/market"
+)
+
+func TestAPITokens(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	u := createUser(t, db, "buyer@example.com", false)
+	other := createUser(t, db, "other@example.com", false)
+
+	tok, raw, err := db.CreateAPIToken(ctx, u.ID, " CI runner ", TokenScopeWrite, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.ID == 0 || tok.UserID != u.ID || tok.Name != "CI runner" || tok.Scope != TokenScopeWrite ||
+		!tok.CreatedAt.Equal(t0) || !tok.LastUsedAt.IsZero() || tok.Revoked() {
+		t.Fatalf("CreateAPIToken = %+v", tok)
+	}
+	if !strings.HasPrefix(raw, "gpm_") || len(raw) != 4+43 || tok.Prefix != raw[:8] {
+		t.Fatalf("raw token %q, prefix %q", raw, tok.Prefix)
+	}
+	var stored int
+	db.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_tokens WHERE token_hash = ? OR prefix = ?`, raw, raw).Scan(&stored)
+	if stored != 0 {
+		t.Error("the raw token is stored in the clear")
+	}
+
+	got, gu, err := db.FindAPIToken(ctx, raw, t0.Add(time.Second))
+	if err != nil || got.ID != tok.ID || got.Scope != TokenScopeWrite || gu.ID != u.ID || gu.Email != u.Email {
+		t.Fatalf("FindAPIToken = %+v, %+v, %v", got, gu, err)
+	}
+	if !got.LastUsedAt.Equal(t0.Add(time.Second)) {
+		t.Errorf("LastUsedAt = %s, want the first use", got.LastUsedAt)
+	}
+	// Uses within a minute of the recorded one are not written.
+	lastUsed := func() time.Time {
+		ts, err := db.ListAPITokens(ctx, u.ID)
+		if err != nil || len(ts) == 0 {
+			t.Fatalf("ListAPITokens = %v, %v", ts, err)
+		}
+		return ts[len(ts)-1].LastUsedAt
+	}
+	if _, _, err := db.FindAPIToken(ctx, raw, t0.Add(50*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if lu := lastUsed(); !lu.Equal(t0.Add(time.Second)) {
+		t.Errorf("last_used_at = %s after a use 49 s later; want it unchanged", lu)
+	}
+	if _, _, err := db.FindAPIToken(ctx, raw, t0.Add(61*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if lu := lastUsed(); !lu.Equal(t0.Add(61 * time.Second)) {
+		t.Errorf("last_used_at = %s after a use a minute later; want it recorded", lu)
+	}
+
+	read, rawRead, err := db.CreateAPIToken(ctx, u.ID, "dashboard", TokenScopeRead, t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := db.ListAPITokens(ctx, u.ID)
+	if err != nil || len(ts) != 2 || ts[0].ID != read.ID || ts[1].ID != tok.ID || ts[0].Scope != TokenScopeRead {
+		t.Errorf("ListAPITokens = %+v, %v; want newest first", ts, err)
+	}
+	if ts, _ := db.ListAPITokens(ctx, other.ID); len(ts) != 0 {
+		t.Errorf("other user's tokens = %+v", ts)
+	}
+
+	for _, bad := range []string{"", "gpm_", "gpm_nope", raw + "x", strings.TrimPrefix(raw, "gpm_"), strings.Repeat("gpm_", 100)} {
+		_, _, err := db.FindAPIToken(ctx, bad, t0)
+		wantCode(t, err, market.CodeUnauthorized)
+	}
+
+	// Revocation: only by the owner, and at once.
+	wantCode(t, db.RevokeAPIToken(ctx, other.ID, tok.ID, t0), market.CodeNotFound)
+	wantCode(t, db.RevokeAPIToken(ctx, u.ID, tok.ID+100, t0), market.CodeNotFound)
+	if err := db.RevokeAPIToken(ctx, u.ID, tok.ID, t0.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = db.FindAPIToken(ctx, raw, t0.Add(2*time.Hour))
+	wantCode(t, err, market.CodeUnauthorized)
+	if err := db.RevokeAPIToken(ctx, u.ID, tok.ID, t0.Add(3*time.Hour)); err != nil {
+		t.Errorf("revoking twice: %v", err)
+	}
+	if ts, _ := db.ListAPITokens(ctx, u.ID); len(ts) != 2 || !ts[1].RevokedAt.Equal(t0.Add(2*time.Hour)) || ts[0].Revoked() {
+		t.Errorf("tokens after revocation = %+v", ts)
+	}
+	if _, _, err := db.FindAPIToken(ctx, rawRead, t0.Add(2*time.Hour)); err != nil {
+		t.Errorf("the other token stopped working: %v", err)
+	}
+
+	// A suspended user's tokens stop working, and come back on reinstatement.
+	if err := db.SetUserSuspended(ctx, u.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = db.FindAPIToken(ctx, rawRead, t0.Add(2*time.Hour))
+	wantCode(t, err, market.CodeUnauthorized)
+	_, _, err = db.CreateAPIToken(ctx, u.ID, "more", TokenScopeRead, t0)
+	wantCode(t, err, market.CodeForbidden)
+	if err := db.SetUserSuspended(ctx, u.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.FindAPIToken(ctx, rawRead, t0.Add(2*time.Hour)); err != nil {
+		t.Errorf("token after reinstatement: %v", err)
+	}
+
+	for _, c := range []struct{ name, scope, field string }{
+		{"", TokenScopeRead, "name"},
+		{strings.Repeat("x", 81), TokenScopeRead, "name"},
+		{"ok", "admin", "scope"},
+		{"ok", "", "scope"},
+	} {
+		_, _, err := db.CreateAPIToken(ctx, u.ID, c.name, c.scope, t0)
+		wantCode(t, err, market.CodeInvalid)
+		if f := market.FieldErrors(err); f[c.field] == "" || len(f) != 1 {
+			t.Errorf("CreateAPIToken(%q, %q) fields = %v; want only %s", c.name, c.scope, f, c.field)
+		}
+	}
+	_, _, err = db.CreateAPIToken(ctx, 9999, "ghost", TokenScopeRead, t0)
+	wantCode(t, err, market.CodeNotFound)
+}
