@@ -15,7 +15,7 @@ import (
 func pathID(c echo.Context) (int64, error) {
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
 	if err != nil || id <= 0 {
-		return 0, market.Errorf(market.CodeNotFound, "There is no such offer.")
+		return 0, market.Errorf(market.CodeNotFound, "There is nothing at this address.")
 	}
 	return id, nil
 }

@@ -34,6 +34,18 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/login", h.handleLogin)
 	b.POST("/logout", h.handleLogout)
 
+	// Buyers: the request builder and quotes are public; booking needs an account.
+	b.GET("/requests", h.handleRequestBuilder)
+	b.GET("/requests/export", h.handleRequestExport)
+	b.POST("/requests/upload", h.handleRequestUpload)
+	b.POST("/requests/saved", h.handleRequestSave, requireUser)
+	b.GET("/requests/saved/:id", h.handleRequestOpen, requireUser)
+	b.POST("/requests/saved/:id/delete", h.handleRequestDelete, requireUser)
+	b.POST("/reservations", h.handleReserve, requireUser)
+	b.GET("/reservations", h.handleReservations, requireUser)
+	b.GET("/reservations/:id", h.handleReservationShow, requireUser)
+	b.POST("/reservations/:id/cancel", h.handleReservationCancel, requireUser)
+
 	// Any signed-in user. (Per route, not a group: a group with an empty
 	// prefix would catch every unknown path and send it to log in.)
 	b.GET("/account", h.handleAccount, requireUser)
@@ -47,6 +59,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	p.GET("/offers/:id/edit", h.handleOfferEdit)
 	p.POST("/offers/:id", h.handleOfferUpdate)
 	p.POST("/offers/:id/state", h.handleOfferState)
+	p.GET("/reservations", h.handleProviderReservations)
 
 	// Admins.
 	a := b.Group("/admin", requireUser, requireAdmin)

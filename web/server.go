@@ -3,16 +3,19 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/sessions"
 	"github.com/labstack/echo/v4"
 
+	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
 
@@ -32,6 +35,10 @@ type Handler struct {
 	log     *slog.Logger
 	cookies *sessions.CookieStore
 	secure  bool // base URL is https: Secure cookies and HSTS
+	// idx is the matcher's in-memory index. It is rebuilt from the database
+	// at start and periodically, and follows every change this process
+	// makes; it only speeds up search (the store decides what fits).
+	idx atomic.Pointer[market.Index]
 }
 
 // Limits on abuse, kept together.
@@ -45,14 +52,15 @@ const (
 	formBodyLimit    = "256K"
 )
 
-// New builds the Echo instance with every route and middleware.
-func New(cfg Config, db *store.DB, log *slog.Logger) (*echo.Echo, error) {
+// New builds the handler and the Echo instance with every route and
+// middleware; the handler's RunBackground does the periodic work.
+func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Handler, *echo.Echo, error) {
 	if len(cfg.SessionKey) < 32 {
-		return nil, errors.New("web: session key must be at least 32 bytes")
+		return nil, nil, errors.New("web: session key must be at least 32 bytes")
 	}
 	u, err := url.Parse(cfg.BaseURL)
 	if err != nil || u.Scheme == "" || u.Host == "" {
-		return nil, errors.New("web: base URL must be absolute, e.g. http://localhost:8080")
+		return nil, nil, errors.New("web: base URL must be absolute, e.g. http://localhost:8080")
 	}
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return time.Now().UTC() }
@@ -67,12 +75,18 @@ func New(cfg Config, db *store.DB, log *slog.Logger) (*echo.Echo, error) {
 		SameSite: http.SameSiteLaxMode,
 	}
 
+	idx, err := loadIndex(ctx, db, cfg.Now())
+	if err != nil {
+		return nil, nil, err
+	}
+	h.idx.Store(idx)
+
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = h.handleError
 	h.routes(e)
-	return e, nil
+	return h, e, nil
 }
 
 func (h *Handler) now() time.Time { return h.cfg.Now().UTC() }

@@ -23,9 +23,10 @@ import (
 var testNow = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 
 type testApp struct {
-	t   *testing.T
-	srv *httptest.Server
-	db  *store.DB
+	t       *testing.T
+	srv     *httptest.Server
+	db      *store.DB
+	handler *Handler
 }
 
 // newTestApp serves the real Echo instance over a real SQLite file.
@@ -38,13 +39,13 @@ func newTestApp(t *testing.T) *testApp {
 	}
 	t.Cleanup(func() { db.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, err := New(Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), Now: func() time.Time { return testNow }}, db, log)
+	h, e, err := New(ctx, Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), Now: func() time.Time { return testNow }}, db, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return &testApp{t: t, srv: srv, db: db}
+	return &testApp{t: t, srv: srv, db: db, handler: h}
 }
 
 // client is one browser: its own cookie jar, no automatic redirects.

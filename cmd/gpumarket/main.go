@@ -95,16 +95,19 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 
-	h, err := web.New(web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo}, db, log)
+	h, e, err := web.New(ctx, web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo}, db, log)
 	if err != nil {
 		return err
 	}
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+	go h.RunBackground(bgCtx, 15*time.Second)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", *addr, err)
 	}
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           e,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,

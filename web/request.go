@@ -1,0 +1,378 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/views"
+)
+
+// handleRequestBuilder shows the request builder and, once the form has
+// been submitted (it is a GET form, so a request can be shared as a link),
+// the quotes. With the X-Quotes-Partial header it renders only the quotes,
+// for the page's script that refreshes them as the buyer edits.
+func (h *Handler) handleRequestBuilder(c echo.Context) error {
+	values := readRequestForm(c.QueryParams(), h.now())
+	v := h.builderView(c, values)
+	status := http.StatusOK
+	if c.QueryParam("workload.kind") != "" {
+		req, errs := requestFromValues(values)
+		v.Errors = errs
+		if errs == nil {
+			qv, err := h.quotes(c, req)
+			if err != nil {
+				return err
+			}
+			v.Quotes = qv
+		} else {
+			status = http.StatusUnprocessableEntity
+		}
+	}
+	if c.Request().Header.Get("X-Quotes-Partial") != "" {
+		return render(c, status, views.Quotes(v.Quotes))
+	}
+	return render(c, status, views.RequestBuilder(h.page(c, "Request compute"), v))
+}
+
+// builderView fills the builder's options, saved requests and links.
+func (h *Handler) builderView(c echo.Context, values views.RequestFormValues) views.RequestBuilderView {
+	query := requestQuery(values)
+	v := views.RequestBuilderView{
+		Values: values, ExportURL: "/requests/export?" + query, SaveQuery: query,
+		Kinds: []views.Option{
+			{Value: string(market.WorkTraining), Label: "Training (tightly coupled, one gang)"},
+			{Value: string(market.WorkBatch), Label: "Batch (loosely coupled, may be split)"},
+			{Value: string(market.WorkInference), Label: "Inference (a service)"},
+		},
+		Interconnects: []views.Option{{Value: "", Label: "Any"}, {Value: string(market.InterconnectPCIe), Label: "PCIe"}, {Value: string(market.InterconnectNVLink), Label: "NVLink / Infinity Fabric"}},
+		Networks:      []views.Option{{Value: "", Label: "Any"}},
+		Quotes:        views.QuotesView{},
+	}
+	for _, a := range market.Accelerators() {
+		v.Accelerators = append(v.Accelerators, views.Option{Value: a.ID, Label: a.Name})
+	}
+	for _, f := range market.Families() {
+		v.Families = append(v.Families, views.Option{Value: f, Label: f})
+	}
+	for _, r := range market.Regions() {
+		v.Regions = append(v.Regions, views.Option{Value: r.ID, Label: r.Name})
+	}
+	for _, cc := range market.Countries() {
+		v.Countries = append(v.Countries, views.Option{Value: cc, Label: cc})
+	}
+	seen := map[int]bool{0: true}
+	for _, n := range market.Networks() {
+		if !seen[n.Gbps] {
+			seen[n.Gbps] = true
+			v.Networks = append(v.Networks, views.Option{Value: strconv.Itoa(n.Gbps), Label: fmt.Sprintf("%d Gb/s", n.Gbps)})
+		}
+	}
+	if u := currentUser(c); u != nil {
+		v.SignedIn = true
+		saved, err := h.db.ListSavedRequests(c.Request().Context(), u.ID)
+		if err != nil {
+			logger(c).Warn("saved requests not listed", "err", err)
+		}
+		for _, s := range saved {
+			v.Saved = append(v.Saved, views.SavedRequestRow{
+				Name: s.Name, Updated: formatDate(s.UpdatedAt),
+				OpenURL:   fmt.Sprintf("/requests/saved/%d", s.ID),
+				DeleteURL: fmt.Sprintf("/requests/saved/%d/delete", s.ID),
+			})
+		}
+	}
+	return v
+}
+
+// quotes runs the matcher and turns its answer into the quotes view.
+func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, error) {
+	res, err := h.index().Match(req, h.now())
+	if err != nil {
+		return views.QuotesView{}, err
+	}
+	v := views.QuotesView{Searched: true, Total: res.Total, SignedIn: currentUser(c) != nil,
+		LoginURL: "/login?next=" + url.QueryEscape("/requests?"+requestQuery(requestValues(req)))}
+	if tok, ok := c.Get(ctxCSRF).(string); ok {
+		v.CSRF = tok
+	}
+	if len(res.Quotes) == 0 {
+		v.Summary = res.Explanation.Summary()
+		v.Shortfall = res.Explanation.Shortfall
+		for _, r := range res.Explanation.Relaxations {
+			v.Relaxations = append(v.Relaxations, views.RelaxationLink{Message: r.Message, URL: "/requests?" + requestQuery(requestValues(r.Request))})
+		}
+		return v, nil
+	}
+	v.Summary = fmt.Sprintf("%d way(s) to run it, best first", res.Total)
+	if res.Total > len(res.Quotes) {
+		v.Summary = fmt.Sprintf("Best %d of %d ways to run it", len(res.Quotes), res.Total)
+	}
+	reqJSON, err := market.EncodeRequestJSON(req)
+	if err != nil {
+		return v, err
+	}
+	listings := map[int64]pieceInfo{}
+	for _, q := range res.Quotes {
+		card, err := h.quoteCard(c.Request().Context(), q, listings)
+		if err != nil {
+			return v, err
+		}
+		card.RequestJSON = string(reqJSON)
+		v.Quotes = append(v.Quotes, card)
+	}
+	return v, nil
+}
+
+// pieceInfo is what a quote card shows about a piece's offer.
+type pieceInfo struct {
+	title, provider string
+	verified        bool
+	cancel          string
+}
+
+func (h *Handler) pieceInfo(ctx context.Context, id int64, cache map[int64]pieceInfo) (pieceInfo, error) {
+	if pi, ok := cache[id]; ok {
+		return pi, nil
+	}
+	l, err := h.db.FindOfferByID(ctx, id)
+	if err != nil {
+		return pieceInfo{}, err
+	}
+	pi := pieceInfo{title: l.Offer.Title, provider: providerName(l),
+		cancel: market.CancellationPolicyText(l.Offer.FreeCancelHours, l.Offer.CancelFeeBP)}
+	for _, f := range l.Offer.Figures {
+		pi.verified = pi.verified || f.Basis == market.FigureVerified
+	}
+	cache[id] = pi
+	return pi, nil
+}
+
+func (h *Handler) quoteCard(ctx context.Context, q market.Quote, cache map[int64]pieceInfo) (views.QuoteCard, error) {
+	card := views.QuoteCard{
+		Rank:        strconv.Itoa(q.Rank),
+		Window:      formatTime(q.Start) + " – " + formatTime(q.End),
+		Total:       q.Cost.Total.String(),
+		Charged:     (q.Cost.Instance + q.Cost.Storage + q.Cost.Egress).String(),
+		Emissions:   q.EmissionsKg() + " kg CO2e",
+		Reliability: market.FormatPercentBP(q.ReliabilityBP) + "%",
+		Providers:   plural(q.Providers, "provider"),
+		PiecesSig:   piecesSignature(q.Pieces),
+		Segments:    costSegments(q.Cost),
+	}
+	if q.CentsPerRefDeviceHour > 0 {
+		card.PerUnit = q.CentsPerRefDeviceHour.String() + " per reference device-hour (A100 80GB SXM)"
+	}
+	if !q.Exact {
+		card.BoundNote = fmt.Sprintf("Chosen by bounded search: at most %s above the cheapest possible split.", (q.Cost.Total - q.LowerBound).String())
+	}
+	devices, models := 0, map[string]bool{}
+	cancels := map[string]bool{}
+	for _, p := range q.Pieces {
+		info, err := h.pieceInfo(ctx, p.OfferID, cache)
+		if err != nil {
+			return card, err
+		}
+		acc, _ := market.FindAccelerator(p.AcceleratorID)
+		reg, _ := market.FindRegion(p.RegionID)
+		devices += p.Devices
+		models[acc.Name] = true
+		cancels[info.cancel] = true
+		card.Pieces = append(card.Pieces, views.QuotePiece{
+			Provider: info.provider, OfferTitle: info.title, OfferURL: fmt.Sprintf("/offers/%d", p.OfferID),
+			Model: acc.Name, Devices: strconv.Itoa(p.Devices), Region: reg.Name,
+			Start: formatTime(p.Start), End: formatTime(p.End),
+			Price: p.PriceCents.String() + "/device-hour", Interruptible: p.Interruptible, Verified: info.verified,
+		})
+	}
+	names := make([]string, 0, len(models))
+	for m := range models {
+		names = append(names, m)
+	}
+	sort.Strings(names)
+	card.Headline = fmt.Sprintf("%d × %s", devices, strings.Join(names, " + "))
+	if len(q.Pieces) > 1 {
+		card.Headline += fmt.Sprintf(", split across %d offers", len(q.Pieces))
+	}
+	texts := make([]string, 0, len(cancels))
+	for t := range cancels {
+		texts = append(texts, t)
+	}
+	sort.Strings(texts)
+	card.Cancellation = strings.Join(texts, " ")
+	return card, nil
+}
+
+// costSegments itemises the effective cost for the stacked bar.
+func costSegments(c market.CostBreakdown) []views.CostSegment {
+	items := []struct {
+		key, label string
+		v          market.Cents
+	}{
+		{"instance", "Instance", c.Instance},
+		{"storage", "Storage", c.Storage},
+		{"egress", "Egress", c.Egress},
+		{"overhead", "Orchestration overhead", c.Orchestration},
+		{"failed", "Expected failed work", c.FailedWork},
+		{"restart", "Restarts", c.Restart},
+	}
+	out := make([]views.CostSegment, 0, len(items))
+	for _, it := range items {
+		pct := "0"
+		if c.Total > 0 {
+			pct = strconv.FormatFloat(float64(it.v)*100/float64(c.Total), 'f', 2, 64) // display width only, not money
+		}
+		out = append(out, views.CostSegment{Key: it.key, Label: it.label, Amount: it.v.String(), Percent: pct})
+	}
+	return out
+}
+
+// piecesSignature identifies a quote's pieces, so "Reserve" books exactly
+// the quote the buyer saw or fails with fresh quotes.
+func piecesSignature(ps []market.Piece) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		intr := 0
+		if p.Interruptible {
+			intr = 1
+		}
+		parts[i] = fmt.Sprintf("%d:%d:%d:%d:%d", p.OfferID, p.Devices, p.Start.Unix(), p.End.Unix(), intr)
+	}
+	return strings.Join(parts, ";")
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// handleRequestExport downloads the request as the portable JSON.
+func (h *Handler) handleRequestExport(c echo.Context) error {
+	req, errs := requestFromValues(readRequestForm(c.QueryParams(), h.now()))
+	if errs != nil {
+		return &market.Error{Code: market.CodeInvalid, Message: "Correct the request before downloading it.", Fields: errs}
+	}
+	b, err := market.EncodeRequestJSON(req)
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set(echo.HeaderContentDisposition, `attachment; filename="gpumarket-request.json"`)
+	return c.Blob(http.StatusOK, "application/json", b)
+}
+
+// handleRequestUpload fills the builder from an uploaded request file.
+func (h *Handler) handleRequestUpload(c echo.Context) error {
+	fail := func(msg string) error {
+		v := h.builderView(c, defaultRequestValues(h.now()))
+		v.UploadError = msg
+		return render(c, http.StatusUnprocessableEntity, views.RequestBuilder(h.page(c, "Request compute"), v))
+	}
+	fh, err := c.FormFile("request_file")
+	if err != nil {
+		return fail("Choose a request JSON file to upload.")
+	}
+	f, err := fh.Open()
+	if err != nil {
+		return fail("The file could not be read.")
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, market.MaxJSONBytes+1))
+	if err != nil {
+		return fail("The file could not be read.")
+	}
+	req, err := market.DecodeRequestJSON(data)
+	if err != nil {
+		return fail(fieldsMessage(err))
+	}
+	return c.Redirect(http.StatusSeeOther, "/requests?"+requestQuery(requestValues(req)))
+}
+
+// fieldsMessage joins an invalid error's field messages into one line,
+// naming each field.
+func fieldsMessage(err error) string {
+	fields := market.FieldErrors(err)
+	if len(fields) == 0 {
+		return market.ErrorMessage(err)
+	}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + ": " + fields[k]
+	}
+	return strings.Join(parts, " ")
+}
+
+// handleRequestSave stores the builder's request in the buyer's account.
+func (h *Handler) handleRequestSave(c echo.Context) error {
+	u := currentUser(c)
+	q, err := url.ParseQuery(c.FormValue("query"))
+	if err != nil {
+		return market.Errorf(market.CodeInvalid, "The request could not be read; please try again.")
+	}
+	values := readRequestForm(q, h.now())
+	req, errs := requestFromValues(values)
+	name := strings.TrimSpace(c.FormValue("name"))
+	if errs == nil && (name == "" || len([]rune(name)) > 80) {
+		errs = map[string]string{"name": "Name the request (up to 80 characters)."}
+	}
+	if errs != nil {
+		v := h.builderView(c, values)
+		v.Errors = errs
+		return render(c, http.StatusUnprocessableEntity, views.RequestBuilder(h.page(c, "Request compute"), v))
+	}
+	b, err := market.EncodeRequestJSON(req)
+	if err != nil {
+		return err
+	}
+	if _, err := h.db.SaveRequest(c.Request().Context(), u.ID, name, string(b), h.now()); err != nil {
+		return err
+	}
+	h.setFlash(c, "ok", fmt.Sprintf("Saved “%s”.", name))
+	return c.Redirect(http.StatusSeeOther, "/requests?"+requestQuery(values))
+}
+
+func (h *Handler) handleRequestOpen(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	s, err := h.db.FindSavedRequest(c.Request().Context(), currentUser(c).ID, id)
+	if err != nil {
+		return err
+	}
+	req, err := market.DecodeRequestJSON([]byte(s.JSON))
+	if err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, "/requests?"+requestQuery(requestValues(req)))
+}
+
+func (h *Handler) handleRequestDelete(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	if err := h.db.DeleteSavedRequest(c.Request().Context(), currentUser(c).ID, id); err != nil {
+		return err
+	}
+	h.setFlash(c, "ok", "Saved request deleted.")
+	return c.Redirect(http.StatusSeeOther, "/requests")
+}
+
+// holdDuration is how long an unpaid reservation keeps its capacity.
+const holdDuration = market.DefaultHoldMinutes * time.Minute

@@ -1,0 +1,259 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/views"
+)
+
+// book re-runs the matcher for req, finds the quote whose pieces match sig,
+// and reserves it in one database transaction that re-checks capacity. It
+// is shared by the browser and the API.
+func (h *Handler) book(c echo.Context, buyerID int64, req market.Request, sig string) (market.Reservation, error) {
+	ctx := c.Request().Context()
+	now := h.now()
+	res, err := h.index().Match(req, now)
+	if err != nil {
+		return market.Reservation{}, err
+	}
+	var quote *market.Quote
+	for i := range res.Quotes {
+		if piecesSignature(res.Quotes[i].Pieces) == sig {
+			quote = &res.Quotes[i]
+			break
+		}
+	}
+	if quote == nil {
+		return market.Reservation{}, market.Errorf(market.CodeConflict, "That quote is no longer available: capacity or prices changed. Here are fresh quotes.")
+	}
+	offers := map[int64]market.Offer{}
+	for _, p := range quote.Pieces {
+		l, err := h.db.FindOfferByID(ctx, p.OfferID)
+		if market.ErrorCode(err) == market.CodeNotFound {
+			return market.Reservation{}, market.Errorf(market.CodeConflict, "An offer in that quote was withdrawn. Here are fresh quotes.")
+		}
+		if err != nil {
+			return market.Reservation{}, err
+		}
+		offers[p.OfferID] = l.Offer
+	}
+	pieces, err := market.PiecesFromQuote(*quote, offers)
+	if err != nil {
+		return market.Reservation{}, err
+	}
+	reqJSON, err := market.EncodeRequestJSON(req)
+	if err != nil {
+		return market.Reservation{}, err
+	}
+	r, err := h.db.CreateReservation(ctx, buyerID, pieces, string(reqJSON), now, holdDuration)
+	if err != nil {
+		return market.Reservation{}, err
+	}
+	for _, p := range r.Pieces {
+		h.index().AddCommitment(pieceCommitment(p))
+	}
+	logger(c).Info("reservation held", "reservation_id", r.ID, "buyer_id", buyerID, "amount_cents", int64(r.AmountCents))
+	return r, nil
+}
+
+func (h *Handler) handleReserve(c echo.Context) error {
+	u := currentUser(c)
+	req, err := market.DecodeRequestJSON([]byte(c.FormValue("request")))
+	if err != nil {
+		return market.Errorf(market.CodeInvalid, "The quote could not be read; please get fresh quotes.")
+	}
+	r, err := h.book(c, u.ID, req, c.FormValue("pieces"))
+	if market.ErrorCode(err) == market.CodeConflict {
+		// Whoever loses a race gets the reason and fresh quotes, never a 500.
+		values := requestValues(req)
+		v := h.builderView(c, values)
+		qv, qerr := h.quotes(c, req)
+		if qerr != nil {
+			return qerr
+		}
+		qv.Message = market.ErrorMessage(err)
+		v.Quotes = qv
+		return render(c, http.StatusConflict, views.RequestBuilder(h.page(c, "Request compute"), v))
+	}
+	if err != nil {
+		return err
+	}
+	h.setFlash(c, "ok", fmt.Sprintf("Reserved and held until %s. Pay before then to confirm it.", formatTime(r.HoldExpiresAt)))
+	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/reservations/%d", r.ID))
+}
+
+func (h *Handler) handleReservations(c echo.Context) error {
+	u := currentUser(c)
+	list, err := h.db.ListBuyerReservations(c.Request().Context(), u.ID)
+	if err != nil {
+		return err
+	}
+	v := views.ReservationsView{}
+	for _, r := range list {
+		v.Rows = append(v.Rows, reservationRow(r, h.now()))
+	}
+	return render(c, http.StatusOK, views.Reservations(h.page(c, "My reservations"), v))
+}
+
+func reservationRow(r market.Reservation, now time.Time) views.ReservationRow {
+	return views.ReservationRow{
+		ID: strconv.FormatInt(r.ID, 10), URL: fmt.Sprintf("/reservations/%d", r.ID),
+		State: string(r.State), StateLabel: r.State.Label(),
+		Devices: strconv.Itoa(r.Devices()), Window: formatTime(r.Start()) + " – " + formatTime(r.End()),
+		Amount: r.AmountCents.String(), Pieces: strconv.Itoa(len(r.Pieces)),
+	}
+}
+
+func (h *Handler) handleReservationShow(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	r, err := h.db.FindBuyerReservation(ctx, currentUser(c).ID, id)
+	if err != nil {
+		return err
+	}
+	now := h.now()
+	v := views.ReservationView{Row: reservationRow(r, now), CancelURL: fmt.Sprintf("/reservations/%d/cancel", r.ID)}
+	if r.State == market.ReservationHeld {
+		v.HoldUntil = formatTime(r.HoldExpiresAt)
+	}
+	if r.CancelFeeCents > 0 {
+		v.CancelFee = r.CancelFeeCents.String()
+	}
+	if fee, err := market.CancellationFee(r, now); err == nil {
+		v.CanCancel = true
+		v.CancelNote = "Cancelling now is free."
+		if fee > 0 {
+			v.CancelNote = fmt.Sprintf("Cancelling now costs %s under the offer's cancellation policy.", fee)
+		}
+	}
+	cache := map[int64]pieceInfo{}
+	for _, p := range r.Pieces {
+		info, err := h.pieceInfo(ctx, p.OfferID, cache)
+		if err != nil {
+			return err
+		}
+		v.Pieces = append(v.Pieces, views.ReservationPieceRow{
+			OfferTitle: info.title, OfferURL: fmt.Sprintf("/offers/%d", p.OfferID), Provider: info.provider,
+			Devices: strconv.Itoa(p.Devices), Window: formatTime(p.Start) + " – " + formatTime(p.End),
+			Price: p.PriceCents.String() + "/device-hour", Amount: p.AmountCents.String(), Interruptible: p.Interruptible,
+			Cancellation: market.CancellationPolicyText(p.FreeCancelHours, p.CancelFeeBP),
+		})
+	}
+	return render(c, http.StatusOK, views.Reservation(h.page(c, fmt.Sprintf("Reservation %d", r.ID)), v))
+}
+
+func (h *Handler) handleReservationCancel(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	r, err := h.db.CancelReservation(c.Request().Context(), currentUser(c).ID, id, h.now())
+	if err != nil {
+		return err
+	}
+	h.releaseCommitments(r)
+	msg := "Reservation cancelled; the capacity is released."
+	if r.CancelFeeCents > 0 {
+		msg = fmt.Sprintf("Reservation cancelled. A %s cancellation fee applies under the offer's policy.", r.CancelFeeCents)
+	}
+	h.setFlash(c, "ok", msg)
+	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/reservations/%d", r.ID))
+}
+
+// timelineDays is how far ahead the provider's utilisation timeline looks.
+const timelineDays = 14
+
+func (h *Handler) handleProviderReservations(c echo.Context) error {
+	u := currentUser(c)
+	ctx := c.Request().Context()
+	now := h.now()
+	pieces, err := h.db.ListProviderPieces(ctx, u.ID)
+	if err != nil {
+		return err
+	}
+	v := views.ProviderReservationsView{}
+	for _, p := range pieces {
+		if p.State == market.ReservationCancelled || p.State == market.ReservationExpired {
+			continue
+		}
+		if !p.Piece.End.After(now) && p.State != market.ReservationActive {
+			continue
+		}
+		v.Rows = append(v.Rows, views.ProviderReservationRow{
+			ReservationID: strconv.FormatInt(p.ReservationID, 10), OfferTitle: p.OfferTitle, Buyer: p.BuyerName,
+			Devices: strconv.Itoa(p.Piece.Devices), Window: formatTime(p.Piece.Start) + " – " + formatTime(p.Piece.End),
+			State: string(p.State), StateLabel: p.State.Label(), Amount: p.Piece.AmountCents.String(),
+		})
+	}
+	offers, err := h.db.ListProviderOffers(ctx, u.ID)
+	if err != nil {
+		return err
+	}
+	day0 := now.Truncate(24 * time.Hour)
+	v.Days = dayLabels(day0)
+	for _, o := range offers {
+		if o.State == market.OfferWithdrawn {
+			continue
+		}
+		commitments, err := h.db.ListOfferCommitments(ctx, o.ID, now)
+		if err != nil {
+			return err
+		}
+		v.Timelines = append(v.Timelines, utilisation(o, commitments, day0))
+	}
+	return render(c, http.StatusOK, views.ProviderReservations(h.page(c, "Bookings"), v))
+}
+
+func dayLabels(day0 time.Time) []string {
+	out := make([]string, timelineDays)
+	for i := range out {
+		out[i] = day0.AddDate(0, 0, i).Format("2 Jan")
+	}
+	return out
+}
+
+// utilisation is the share of an offer's device-hours committed on each of
+// the next days.
+func utilisation(o market.Offer, cs []market.Commitment, day0 time.Time) views.Timeline {
+	t := views.Timeline{Title: o.Title, URL: fmt.Sprintf("/offers/%d", o.ID), Capacity: fmt.Sprintf("%d devices", o.Devices())}
+	perDay := int64(o.Devices()) * 24 * 3600
+	for i := 0; i < timelineDays; i++ {
+		ds, de := day0.AddDate(0, 0, i), day0.AddDate(0, 0, i+1)
+		var used int64
+		for _, c := range cs {
+			s, e := maxTime(c.Start, ds), minTime(c.End, de)
+			if e.After(s) {
+				used += int64(c.Devices) * int64(e.Sub(s)/time.Second)
+			}
+		}
+		pct := 0
+		if perDay > 0 {
+			pct = int(market.MulDivRound(used, 100, perDay))
+		}
+		t.Cells = append(t.Cells, views.TimelineCell{Day: ds.Format("Mon 2 Jan"), Percent: strconv.Itoa(pct)})
+	}
+	return t
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
