@@ -27,7 +27,7 @@ func FitsCapacity(offer Offer, existing []Commitment, add []Commitment) error {
 	var spans []span
 	for _, c := range existing {
 		if c.OfferID == offer.ID && c.End.After(c.Start) && c.Devices > 0 {
-			spans = append(spans, span{start: c.Start.Unix(), end: c.End.Unix(), devices: int32(c.Devices)})
+			spans = append(spans, newSpan(c))
 		}
 	}
 	for i, c := range add {
@@ -48,7 +48,7 @@ func FitsCapacity(offer Offer, existing []Commitment, add []Commitment) error {
 		if d < time.Duration(offer.MinRentalHours)*time.Hour || (offer.MaxRentalHours > 0 && d > time.Duration(offer.MaxRentalHours)*time.Hour) {
 			return Errorf(CodeConflict, "Offer %d rents for %d to %d hours; piece %d lasts %s.", offer.ID, offer.MinRentalHours, offer.MaxRentalHours, i+1, d)
 		}
-		spans = append(spans, span{start: c.Start.Unix(), end: c.End.Unix(), devices: int32(c.Devices)})
+		spans = append(spans, newSpan(c))
 	}
 	for _, c := range add {
 		if c.OfferID != offer.ID {
@@ -63,11 +63,28 @@ func FitsCapacity(offer Offer, existing []Commitment, add []Commitment) error {
 	return nil
 }
 
-// span is a commitment in the matcher's compact form: unix seconds.
+// span is a commitment in the matcher's compact form: seconds since
+// compactEpoch, saturating at both ends (before 2000 nothing is matched, and
+// after 2136 nothing is asked).
 type span struct {
-	start, end int64
+	start, end uint32
 	devices    int32
 }
+
+// compactEpoch is 2000-01-01T00:00:00Z in unix seconds.
+const compactEpoch = 946_684_800
+
+// compactTime stores a unix time in 32 bits, saturating.
+func compactTime(unix int64) uint32 {
+	return uint32(min(max(unix-compactEpoch, 0), 1<<32-1))
+}
+
+func newSpan(c Commitment) span {
+	return span{start: compactTime(c.Start.Unix()), end: compactTime(c.End.Unix()), devices: int32(c.Devices)}
+}
+
+func (s span) from() int64 { return int64(s.start) + compactEpoch }
+func (s span) to() int64   { return int64(s.end) + compactEpoch }
 
 // maxUsage is the largest number of devices the spans hold at any instant
 // of [from, to). Usage only rises at a span's start, so it is enough to look
@@ -77,14 +94,14 @@ func maxUsage(spans []span, from, to int64) int64 {
 	for i := -1; i < len(spans); i++ {
 		t := from
 		if i >= 0 {
-			t = spans[i].start
+			t = spans[i].from()
 			if t < from || t >= to {
 				continue
 			}
 		}
 		var u int64
 		for _, s := range spans {
-			if s.start <= t && t < s.end {
+			if s.from() <= t && t < s.to() {
 				u += int64(s.devices)
 			}
 		}
@@ -104,12 +121,16 @@ func earliestStart(spans []span, total, devices int32, lo, hi, dur int64) (int64
 		return 0, false
 	}
 	limit := int64(total - devices)
-	if maxUsage(spans, lo, lo+dur) <= limit {
+	var all int64
+	for _, s := range spans {
+		all += int64(s.devices)
+	}
+	if all <= limit || maxUsage(spans, lo, lo+dur) <= limit {
 		return lo, true
 	}
 	best, ok := int64(0), false
 	for _, s := range spans {
-		t := s.end
+		t := s.to()
 		if t <= lo || t > hi || (ok && t >= best) {
 			continue
 		}
@@ -126,12 +147,19 @@ func maxFree(spans []span, total int32, lo, hi, dur int64) (int32, int64) {
 	if lo > hi {
 		return 0, 0
 	}
+	var all int64
+	for _, s := range spans {
+		all += int64(s.devices)
+	}
+	if all == 0 {
+		return total, lo
+	}
 	best, at := int64(total)-maxUsage(spans, lo, lo+dur), lo
-	if len(spans) == 0 {
+	if best == int64(total) {
 		return int32(best), at
 	}
 	for _, s := range spans {
-		t := s.end
+		t := s.to()
 		if t <= lo || t > hi {
 			continue
 		}

@@ -78,6 +78,10 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 	for _, c := range commitments {
 		fresh.AddCommitment(c)
 	}
+	// Size every bucket exactly first: append's doubling would leave up to
+	// half of each bucket unused.
+	var sizes [bucketCount]int
+	slots := make([]slot, 0, len(cands))
 	for _, c := range cands {
 		if !c.Offer.Listed() {
 			continue
@@ -86,10 +90,22 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 		if err != nil {
 			return fmt.Errorf("market: load offer %d: %w", c.Offer.ID, err)
 		}
+		sizes[bucketKey(&s)]++
+		slots = append(slots, s)
+	}
+	for k, n := range sizes {
+		if n > 0 {
+			fresh.buckets[k] = make([]slot, 0, n)
+		}
+	}
+	fresh.where = make(map[int64]uint16, len(slots))
+	for _, s := range slots {
 		if _, dup := fresh.where[s.id]; dup {
 			return Errorf(CodeInvalid, "Offer %d is listed twice.", s.id)
 		}
-		s.spans = fresh.pending[s.id]
+		if p := fresh.pending[s.id]; len(p) > 0 {
+			s.spans = append(make([]span, 0, len(p)), p...)
+		}
 		delete(fresh.pending, s.id)
 		k := bucketKey(&s)
 		fresh.buckets[k] = append(fresh.buckets[k], s)
@@ -99,11 +115,16 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 	for k := range fresh.buckets {
 		b := fresh.buckets[k]
 		sort.Slice(b, func(i, j int) bool { return less(&b[i], &b[j]) })
-		fresh.buckets[k] = b[:len(b):len(b)]
+		fresh.buckets[k] = b
+	}
+	// Go maps never shrink: copy what is left of pending into a small one.
+	pending := make(map[int64][]span, len(fresh.pending))
+	for id, p := range fresh.pending {
+		pending[id] = p
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.buckets, x.where, x.pending, x.n = fresh.buckets, fresh.where, fresh.pending, fresh.n
+	x.buckets, x.where, x.pending, x.n = fresh.buckets, fresh.where, pending, fresh.n
 	return nil
 }
 
@@ -123,7 +144,7 @@ func (x *Index) AddCommitment(c Commitment) {
 	if c.Devices < 1 || !c.End.After(c.Start) {
 		return
 	}
-	sp := span{start: c.Start.Unix(), end: c.End.Unix(), devices: int32(c.Devices)}
+	sp := newSpan(c)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if s := x.find(c.OfferID); s != nil {
@@ -138,7 +159,7 @@ func (x *Index) AddCommitment(c Commitment) {
 // offer, devices and interval (equal commitments are interchangeable). It
 // reports whether one was found.
 func (x *Index) RemoveCommitment(c Commitment) bool {
-	sp := span{start: c.Start.Unix(), end: c.End.Unix(), devices: int32(c.Devices)}
+	sp := newSpan(c)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	without := func(spans []span) ([]span, bool) {
@@ -184,8 +205,8 @@ func (x *Index) scan(req Request, now time.Time) (Result, error) {
 }
 
 func less(a, b *slot) bool {
-	if a.floor != b.floor {
-		return a.floor < b.floor
+	if a.intrPrice != b.intrPrice {
+		return a.intrPrice < b.intrPrice
 	}
 	return a.id < b.id
 }
@@ -257,9 +278,9 @@ func (p pruned) visit(q *query, counts *[numReasons]int, each func(s *slot)) {
 		}
 		end := len(b)
 		if q.maxPrice > 0 {
-			// Every offer from here on sells at no less than its floor,
-			// which is over the maximum.
-			end = sort.Search(len(b), func(i int) bool { return b[i].floor > q.maxPrice })
+			// Every offer from here on sells at no less than its lowest
+			// (interruptible) price, which is over the maximum.
+			end = sort.Search(len(b), func(i int) bool { return b[i].intrPrice > q.maxPrice })
 			counts[rPrice] += len(b) - end
 		}
 		for i := 0; i < end; i++ {

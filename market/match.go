@@ -231,11 +231,10 @@ const (
 // unix seconds.
 type slot struct {
 	id, provider   int64
-	from, until    int64
+	from, until    uint32 // compact times, see span
 	spans          []span
 	price          int32
-	intrPrice      int32
-	floor          int32 // lowest price it sells at: the order inside a bucket
+	intrPrice      int32 // the interruptible price, or price: its lowest; buckets sort by it
 	devices        int32
 	driver, cuda   uint32 // packed versions
 	interruptPPM   int32
@@ -291,7 +290,7 @@ func makeSlot(c Candidate) (slot, error) {
 	}
 	s := slot{
 		id: o.ID, provider: o.ProviderID,
-		from: o.AvailableFrom.Unix(), until: o.AvailableUntil.Unix(),
+		from: compactTime(o.AvailableFrom.Unix()), until: compactTime(o.AvailableUntil.Unix()),
 		price: int32(o.PriceCentsPerDeviceHour), intrPrice: int32(o.PriceCentsPerDeviceHour),
 		devices: int32(o.Devices()), dpn: uint8(o.DevicesPerNode),
 		driver: packVersion(o.DriverVersion), cuda: packVersion(o.CUDAVersion),
@@ -316,7 +315,6 @@ func makeSlot(c Candidate) (slot, error) {
 			s.interruptPPM = DefaultInterruptionPPMPerHour
 		}
 	}
-	s.floor = s.intrPrice
 	rel := accelerators[acc].RelativeThroughputPermille()
 	for _, f := range o.Figures {
 		if f.Basis == FigureVerified {
@@ -536,7 +534,7 @@ func (q *query) eval(s *slot) (int, fit) {
 		den := q.devices * int64(s.relThroughput)
 		hours = (q.workMilli + den - 1) / den
 	}
-	lo, end := max(q.lo, s.from), s.until
+	lo, end := max(q.lo, int64(s.from)+compactEpoch), int64(s.until)+compactEpoch
 	if q.deadline > 0 && q.deadline < end {
 		end = q.deadline
 	}
