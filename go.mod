@@ -7,6 +7,7 @@ require (
 	github.com/gorilla/sessions v1.4.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/playwright-community/playwright-go v0.5200.1
+	github.com/stripe/stripe-go/v76 v76.25.0
 	golang.org/x/crypto v0.59.0
 	modernc.org/sqlite v1.62.0
 )

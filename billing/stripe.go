@@ -1,0 +1,310 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/client"
+
+	"github.com/gpumarket/gpumarket/market"
+)
+
+// StripeConfig configures the Stripe processor.
+type StripeConfig struct {
+	SecretKey     string // sk_live_… or sk_test_…
+	WebhookSecret string // whsec_…, the webhook endpoint's signing secret
+	// APIBase overrides Stripe's API URL, e.g. "http://127.0.0.1:12111"
+	// for stripe-mock. Empty means api.stripe.com.
+	APIBase string
+	// HTTPClient makes the calls; nil means a client with a 30 s timeout.
+	HTTPClient *http.Client
+	// MaxNetworkRetries is how often stripe-go itself retries a failed
+	// call (with the same idempotency key). Zero means never: the caller's
+	// settlement retrier retries instead, and a failure surfaces at once.
+	MaxNetworkRetries int64
+}
+
+// Stripe is the Stripe processor. It uses its own stripe-go client and
+// backend, never the package-level stripe.Key.
+type Stripe struct {
+	api           *client.API
+	webhookSecret string
+}
+
+// NewStripe returns a Stripe processor.
+func NewStripe(cfg StripeConfig) (*Stripe, error) {
+	if cfg.SecretKey == "" {
+		return nil, errors.New("billing: stripe needs a secret key")
+	}
+	if cfg.WebhookSecret == "" {
+		return nil, errors.New("billing: stripe needs a webhook signing secret")
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	bc := &stripe.BackendConfig{
+		HTTPClient:        hc,
+		MaxNetworkRetries: stripe.Int64(cfg.MaxNetworkRetries),
+		// Errors are returned and logged by the caller with context.
+		LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
+	}
+	if cfg.APIBase != "" {
+		bc.URL = stripe.String(cfg.APIBase)
+	}
+	backend := stripe.GetBackendWithConfig(stripe.APIBackend, bc)
+	api := client.New(cfg.SecretKey, &stripe.Backends{API: backend, Connect: backend, Uploads: backend})
+	return &Stripe{api: api, webhookSecret: cfg.WebhookSecret}, nil
+}
+
+// Simulated is false: Stripe moves real money (or test money with a test key).
+func (s *Stripe) Simulated() bool { return false }
+
+// CreateCheckout creates a Checkout Session in payment mode with one inline
+// price for the reservation amount. The reservation id is in the session's
+// and the payment intent's metadata and in the client reference, and the
+// payment intent's transfer group is "res_<id>", so transfers can follow it.
+func (s *Stripe) CreateCheckout(ctx context.Context, in CheckoutInput) (Checkout, error) {
+	if err := checkMutation("charge", in.Amount, in.IdempotencyKey); err != nil {
+		return Checkout{}, err
+	}
+	if in.ReservationID <= 0 || in.SuccessURL == "" || in.CancelURL == "" {
+		return Checkout{}, fmt.Errorf("billing: checkout needs a reservation and return URLs")
+	}
+	rid := strconv.FormatInt(in.ReservationID, 10)
+	desc := in.Description
+	if desc == "" {
+		desc = "Reservation #" + rid
+	}
+	meta := map[string]string{MetadataReservationID: rid}
+	p := &stripe.CheckoutSessionParams{
+		Mode:              stripe.String(string(stripe.CheckoutSessionModePayment)),
+		ClientReferenceID: stripe.String(rid),
+		SuccessURL:        stripe.String(in.SuccessURL),
+		CancelURL:         stripe.String(in.CancelURL),
+		Metadata:          meta,
+		LineItems: []*stripe.CheckoutSessionLineItemParams{{
+			Quantity: stripe.Int64(1),
+			PriceData: &stripe.CheckoutSessionLineItemPriceDataParams{
+				Currency:    stripe.String(market.Currency),
+				UnitAmount:  stripe.Int64(int64(in.Amount)),
+				ProductData: &stripe.CheckoutSessionLineItemPriceDataProductDataParams{Name: stripe.String(desc)},
+			},
+		}},
+		PaymentIntentData: &stripe.CheckoutSessionPaymentIntentDataParams{
+			Metadata:      meta,
+			TransferGroup: stripe.String(market.TransferGroup(in.ReservationID)),
+			Description:   stripe.String(desc),
+		},
+	}
+	if in.BuyerEmail != "" {
+		p.CustomerEmail = stripe.String(in.BuyerEmail)
+	}
+	if !in.ExpiresAt.IsZero() {
+		p.ExpiresAt = stripe.Int64(in.ExpiresAt.Unix())
+	}
+	p.Context = ctx
+	p.SetIdempotencyKey(in.IdempotencyKey)
+	cs, err := s.api.CheckoutSessions.New(p)
+	if err != nil {
+		return Checkout{}, wrap("create checkout for reservation "+rid, err)
+	}
+	return checkoutFrom(cs), nil
+}
+
+// RetrieveCheckout returns a Checkout Session's state.
+func (s *Stripe) RetrieveCheckout(ctx context.Context, checkoutID string) (Checkout, error) {
+	p := &stripe.CheckoutSessionParams{}
+	p.Context = ctx
+	cs, err := s.api.CheckoutSessions.Get(checkoutID, p)
+	if err != nil {
+		return Checkout{}, wrap("retrieve checkout "+checkoutID, err)
+	}
+	return checkoutFrom(cs), nil
+}
+
+func checkoutFrom(cs *stripe.CheckoutSession) Checkout {
+	c := Checkout{
+		ID: cs.ID, URL: cs.URL, Amount: market.Cents(cs.AmountTotal), Status: string(cs.Status),
+		Paid:          cs.PaymentStatus == stripe.CheckoutSessionPaymentStatusPaid,
+		ReservationID: reservationIDFrom(cs.Metadata, cs.ClientReferenceID, ""),
+	}
+	if cs.PaymentIntent != nil {
+		c.PaymentIntentID = cs.PaymentIntent.ID
+	}
+	return c
+}
+
+// RetrievePayment returns a PaymentIntent's state.
+func (s *Stripe) RetrievePayment(ctx context.Context, paymentIntentID string) (Payment, error) {
+	p := &stripe.PaymentIntentParams{}
+	p.Context = ctx
+	pi, err := s.api.PaymentIntents.Get(paymentIntentID, p)
+	if err != nil {
+		return Payment{}, wrap("retrieve payment "+paymentIntentID, err)
+	}
+	pay := Payment{
+		ID: pi.ID, Amount: market.Cents(pi.Amount), AmountReceived: market.Cents(pi.AmountReceived),
+		Status: string(pi.Status), Succeeded: pi.Status == stripe.PaymentIntentStatusSucceeded,
+		TransferGroup: pi.TransferGroup, ReservationID: reservationIDFrom(pi.Metadata, "", pi.TransferGroup),
+	}
+	if pi.LatestCharge != nil {
+		pay.ChargeID = pi.LatestCharge.ID
+	}
+	return pay, nil
+}
+
+// Refund makes a (partial) refund of a PaymentIntent.
+func (s *Stripe) Refund(ctx context.Context, paymentIntentID string, amount market.Cents, idempotencyKey string) (Refund, error) {
+	if err := checkMutation("refund", amount, idempotencyKey); err != nil {
+		return Refund{}, err
+	}
+	p := &stripe.RefundParams{PaymentIntent: stripe.String(paymentIntentID), Amount: stripe.Int64(int64(amount))}
+	p.Context = ctx
+	p.SetIdempotencyKey(idempotencyKey)
+	r, err := s.api.Refunds.New(p)
+	if err != nil {
+		return Refund{}, wrap(fmt.Sprintf("refund %d of %s", amount, paymentIntentID), err)
+	}
+	return refundFrom(r), nil
+}
+
+// RetrieveRefund returns a refund.
+func (s *Stripe) RetrieveRefund(ctx context.Context, refundID string) (Refund, error) {
+	p := &stripe.RefundParams{}
+	p.Context = ctx
+	r, err := s.api.Refunds.Get(refundID, p)
+	if err != nil {
+		return Refund{}, wrap("retrieve refund "+refundID, err)
+	}
+	return refundFrom(r), nil
+}
+
+func refundFrom(r *stripe.Refund) Refund {
+	out := Refund{ID: r.ID, Amount: market.Cents(r.Amount), Status: string(r.Status)}
+	if r.PaymentIntent != nil {
+		out.PaymentIntentID = r.PaymentIntent.ID
+	}
+	return out
+}
+
+// Transfer sends amount from the platform's balance to a connected account.
+func (s *Stripe) Transfer(ctx context.Context, connectedAccountID string, amount market.Cents, transferGroup, idempotencyKey string) (Transfer, error) {
+	if err := checkMutation("transfer", amount, idempotencyKey); err != nil {
+		return Transfer{}, err
+	}
+	p := &stripe.TransferParams{
+		Amount: stripe.Int64(int64(amount)), Currency: stripe.String(market.Currency),
+		Destination: stripe.String(connectedAccountID),
+	}
+	if transferGroup != "" {
+		p.TransferGroup = stripe.String(transferGroup)
+	}
+	p.Context = ctx
+	p.SetIdempotencyKey(idempotencyKey)
+	t, err := s.api.Transfers.New(p)
+	if err != nil {
+		return Transfer{}, wrap(fmt.Sprintf("transfer %d to %s", amount, connectedAccountID), err)
+	}
+	return transferFrom(t), nil
+}
+
+// RetrieveTransfer returns a transfer.
+func (s *Stripe) RetrieveTransfer(ctx context.Context, transferID string) (Transfer, error) {
+	p := &stripe.TransferParams{}
+	p.Context = ctx
+	t, err := s.api.Transfers.Get(transferID, p)
+	if err != nil {
+		return Transfer{}, wrap("retrieve transfer "+transferID, err)
+	}
+	return transferFrom(t), nil
+}
+
+func transferFrom(t *stripe.Transfer) Transfer {
+	out := Transfer{ID: t.ID, Amount: market.Cents(t.Amount), TransferGroup: t.TransferGroup}
+	if t.Destination != nil {
+		out.AccountID = t.Destination.ID
+	}
+	return out
+}
+
+// CreateConnectedAccount creates an Express account requesting the
+// transfers capability (the platform charges; providers only receive).
+func (s *Stripe) CreateConnectedAccount(ctx context.Context, email, idempotencyKey string) (Account, error) {
+	if idempotencyKey == "" {
+		return Account{}, errors.New("billing: create account without an idempotency key")
+	}
+	p := &stripe.AccountParams{
+		Type: stripe.String(string(stripe.AccountTypeExpress)),
+		Capabilities: &stripe.AccountCapabilitiesParams{
+			Transfers: &stripe.AccountCapabilitiesTransfersParams{Requested: stripe.Bool(true)},
+		},
+	}
+	if email != "" {
+		p.Email = stripe.String(email)
+	}
+	p.Context = ctx
+	p.SetIdempotencyKey(idempotencyKey)
+	a, err := s.api.Accounts.New(p)
+	if err != nil {
+		return Account{}, wrap("create connected account", err)
+	}
+	return accountFrom(a), nil
+}
+
+// AccountLink creates an account_onboarding link.
+func (s *Stripe) AccountLink(ctx context.Context, accountID, refreshURL, returnURL string) (string, error) {
+	p := &stripe.AccountLinkParams{
+		Account: stripe.String(accountID), RefreshURL: stripe.String(refreshURL), ReturnURL: stripe.String(returnURL),
+		Type: stripe.String(string(stripe.AccountLinkTypeAccountOnboarding)),
+	}
+	p.Context = ctx
+	l, err := s.api.AccountLinks.New(p)
+	if err != nil {
+		return "", wrap("create account link for "+accountID, err)
+	}
+	return l.URL, nil
+}
+
+// RetrieveAccount returns a connected account's onboarding state.
+func (s *Stripe) RetrieveAccount(ctx context.Context, accountID string) (Account, error) {
+	p := &stripe.AccountParams{}
+	p.Context = ctx
+	a, err := s.api.Accounts.GetByID(accountID, p)
+	if err != nil {
+		return Account{}, wrap("retrieve account "+accountID, err)
+	}
+	return accountFrom(a), nil
+}
+
+func accountFrom(a *stripe.Account) Account {
+	return Account{ID: a.ID, Email: a.Email, DetailsSubmitted: a.DetailsSubmitted, ChargesEnabled: a.ChargesEnabled, PayoutsEnabled: a.PayoutsEnabled}
+}
+
+// ParseWebhook verifies the Stripe-Signature header with the endpoint
+// secret and maps the event; see Processor.
+func (s *Stripe) ParseWebhook(payload []byte, signatureHeader string) (Event, error) {
+	return parseWebhook(payload, signatureHeader, s.webhookSecret)
+}
+
+// wrap turns a stripe-go error into an *Error, classifying it as retryable
+// or not.
+func wrap(op string, err error) error {
+	be := &Error{Op: op, Err: err}
+	var se *stripe.Error
+	if errors.As(err, &se) {
+		be.Status, be.Code, be.RequestID = se.HTTPStatusCode, string(se.Code), se.RequestID
+		be.Retryable = retryableStatus(se.HTTPStatusCode) || se.Code == stripe.ErrorCodeLockTimeout
+	} else {
+		// No response: a timeout, a refused or reset connection. The call
+		// may or may not have reached Stripe; retrying with the same
+		// idempotency key is the safe way to find out.
+		be.Retryable = true
+	}
+	return be
+}
