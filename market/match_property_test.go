@@ -475,3 +475,5 @@ func TestIndexEqualsScan(t *testing.T) {
 		}
 	}
 }
+
+func fmtResult(r Result) string { return fmt.Sprintf("%+v", r) }
