@@ -192,6 +192,7 @@ type Error struct {
 	Err       error
 }
 
+// Error describes the failed call for logs.
 func (e *Error) Error() string {
 	s := "billing: " + e.Op
 	if e.Status != 0 {
