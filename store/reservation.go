@@ -160,14 +160,35 @@ func getBuyerReservation(ctx context.Context, q querier, buyerID, id int64) (mar
 	return r, nil
 }
 
+const countHeldQuery = `SELECT COUNT(*) FROM reservations WHERE buyer_id = ? AND state = ? AND hold_expires_at > ?`
+
 // countHeld counts the buyer's held reservations whose hold has not expired.
 func countHeld(ctx context.Context, q querier, buyerID int64, now time.Time) (int, error) {
 	var n int
-	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM reservations
-		WHERE buyer_id = ? AND state = ? AND hold_expires_at > ?`,
-		buyerID, string(market.ReservationHeld), unix(now)).Scan(&n)
+	err := q.QueryRowContext(ctx, countHeldQuery, buyerID, string(market.ReservationHeld), unix(now)).Scan(&n)
 	return n, err
 }
+
+// The statements of the booking transaction, prepared once per handle.
+const (
+	bookableOfferQuery = `SELECT ` + offerColumns + `, u.suspended
+		FROM offers o JOIN users u ON u.id = o.provider_id WHERE o.id = ?`
+	// bookingCommitmentsWhere selects the pieces of an offer overlapping
+	// [from, to); (offer_id, end_at) is indexed, and past pieces, which
+	// pile up, are skipped by the index.
+	bookingCommitmentsWhere = `p.offer_id = ? AND p.end_at > ? AND p.start_at < ?`
+	insertReservationQuery  = `INSERT INTO reservations (buyer_id, state, amount_cents, hold_expires_at, cancel_fee_cents,
+			request_json, starts_at, ends_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		RETURNING id`
+	insertPieceQuery = `INSERT INTO reservation_pieces (reservation_id, position, offer_id, provider_id, devices,
+			start_at, end_at, interruptible, price_cents, amount_cents, free_cancel_hours, cancel_fee_bp)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		RETURNING id`
+)
+
+var bookingQueries = []string{countHeldQuery, bookableOfferQuery, commitmentsQuery(bookingCommitmentsWhere),
+	insertReservationQuery, insertPieceQuery}
 
 // CreateReservation books pieces for the buyer, all or nothing, in one
 // immediate write transaction, so the capacity check and the insert see
@@ -208,7 +229,7 @@ func (db *DB) CreateReservation(ctx context.Context, buyerID int64, pieces []mar
 		byOffer[p.OfferID] = append(byOffer[p.OfferID], i)
 	}
 
-	tx, err := db.begin(ctx)
+	tx, err := db.beginPrepared(ctx, bookingQueries)
 	if err != nil {
 		return market.Reservation{}, fail(op, err, "")
 	}
@@ -239,10 +260,9 @@ func (db *DB) CreateReservation(ctx context.Context, buyerID int64, pieces []mar
 // reserveOnOffer checks, inside the booking transaction, that the pieces
 // at idx (all on offerID) can be booked, and fills in their provider and
 // cancellation policy from the offer.
-func reserveOnOffer(ctx context.Context, tx *sql.Tx, offerID int64, pieces []market.ReservationPiece, idx []int, now time.Time) error {
+func reserveOnOffer(ctx context.Context, tx querier, offerID int64, pieces []market.ReservationPiece, idx []int, now time.Time) error {
 	var suspended bool
-	o, err := scanOffer(tx.QueryRowContext(ctx, `SELECT `+offerColumns+`, u.suspended
-		FROM offers o JOIN users u ON u.id = o.provider_id WHERE o.id = ?`, offerID), &suspended)
+	o, err := scanOffer(tx.QueryRowContext(ctx, bookableOfferQuery, offerID), &suspended)
 	if errors.Is(err, sql.ErrNoRows) {
 		return conflict(msgOfferUnavailable)
 	}
@@ -274,8 +294,7 @@ func reserveOnOffer(ctx context.Context, tx *sql.Tx, offerID int64, pieces []mar
 	if err := market.FitsCapacity(o, nil, add); err != nil {
 		return err
 	}
-	existing, err := queryCommitments(ctx, tx, now, `p.offer_id = ? AND p.end_at > ? AND p.start_at < ?`,
-		offerID, unix(from), unix(to))
+	existing, err := queryCommitments(ctx, tx, now, bookingCommitmentsWhere, offerID, unix(from), unix(to))
 	if err != nil {
 		return err
 	}
@@ -290,13 +309,9 @@ func reserveOnOffer(ctx context.Context, tx *sql.Tx, offerID int64, pieces []mar
 
 // insertReservation inserts r and its pieces, setting the pieces' ids in
 // place, and returns the reservation's id.
-func insertReservation(ctx context.Context, tx *sql.Tx, r market.Reservation) (int64, error) {
+func insertReservation(ctx context.Context, tx querier, r market.Reservation) (int64, error) {
 	var id int64
-	err := tx.QueryRowContext(ctx, `
-		INSERT INTO reservations (buyer_id, state, amount_cents, hold_expires_at, cancel_fee_cents, request_json,
-			starts_at, ends_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		RETURNING id`,
+	err := tx.QueryRowContext(ctx, insertReservationQuery,
 		r.BuyerID, string(r.State), int64(r.AmountCents), unix(r.HoldExpiresAt), int64(r.CancelFeeCents), r.RequestJSON,
 		unix(r.Start()), unix(r.End()), unix(r.CreatedAt), unix(r.UpdatedAt)).Scan(&id)
 	if err != nil {
@@ -304,11 +319,7 @@ func insertReservation(ctx context.Context, tx *sql.Tx, r market.Reservation) (i
 	}
 	for i := range r.Pieces {
 		p := &r.Pieces[i]
-		if err := tx.QueryRowContext(ctx, `
-			INSERT INTO reservation_pieces (reservation_id, position, offer_id, provider_id, devices, start_at, end_at,
-				interruptible, price_cents, amount_cents, free_cancel_hours, cancel_fee_bp)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			RETURNING id`,
+		if err := tx.QueryRowContext(ctx, insertPieceQuery,
 			id, i, p.OfferID, p.ProviderID, p.Devices, unix(p.Start), unix(p.End),
 			boolInt(p.Interruptible), int64(p.PriceCents), int64(p.AmountCents), p.FreeCancelHours, p.CancelFeeBP,
 		).Scan(&p.ID); err != nil {
@@ -318,14 +329,18 @@ func insertReservation(ctx context.Context, tx *sql.Tx, r market.Reservation) (i
 	return id, nil
 }
 
+func commitmentsQuery(where string) string {
+	return `SELECT p.id, p.offer_id, p.devices, p.start_at, p.end_at
+		FROM reservation_pieces p JOIN reservations r ON r.id = p.reservation_id
+		WHERE ` + where + ` AND ` + holdsCapacity + ` ORDER BY p.offer_id, p.start_at, p.id`
+}
+
 // queryCommitments returns the pieces matching where (on reservation_pieces
 // aliased p, with args) that hold capacity at now, as commitments whose ID
 // is the piece's id, by offer and start.
 func queryCommitments(ctx context.Context, q querier, now time.Time, where string, args ...any) ([]market.Commitment, error) {
 	args = append(args[:len(args):len(args)], holdsCapacityArgs(now)...)
-	rows, err := q.QueryContext(ctx, `SELECT p.id, p.offer_id, p.devices, p.start_at, p.end_at
-		FROM reservation_pieces p JOIN reservations r ON r.id = p.reservation_id
-		WHERE `+where+` AND `+holdsCapacity+` ORDER BY p.offer_id, p.start_at, p.id`, args...)
+	rows, err := q.QueryContext(ctx, commitmentsQuery(where), args...)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 type DB struct {
 	writer *sql.DB
 	reader *sql.DB
+	stmts  stmtCache // prepared on the writer, for the booking path
 }
 
 // Open opens (creating if needed) the database at path, creating its parent
@@ -47,7 +48,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 
 // Close closes the writer and the readers.
 func (db *DB) Close() error {
-	return errors.Join(db.writer.Close(), db.reader.Close())
+	return errors.Join(db.stmts.close(), db.writer.Close(), db.reader.Close())
 }
 
 // Ping reports whether the database can be reached for reading and writing,
