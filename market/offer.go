@@ -99,8 +99,8 @@ type Figure struct {
 // falls below BelowBP basis points, the buyer is credited CreditBP of the
 // amount paid.
 type CreditTier struct {
-	BelowBP  int // e.g. 9950 = 99.50 %
-	CreditBP int // e.g. 1000 = 10 %
+	BelowBP  int `json:"below_bp"`  // e.g. 9950 = 99.50 %
+	CreditBP int `json:"credit_bp"` // e.g. 1000 = 10 %
 }
 
 // Offer is a provider's contract for accelerator capacity. Prices are in

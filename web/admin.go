@@ -49,6 +49,7 @@ func (h *Handler) handleAdminReview(c echo.Context) error {
 	if err := h.db.ReviewOffer(c.Request().Context(), id, decision, note, h.now()); err != nil {
 		return err
 	}
+	h.refreshOffer(c.Request().Context(), id)
 	logger(c).Info("offer reviewed", "offer_id", id, "decision", decision, "admin_id", currentUser(c).ID)
 	h.setFlash(c, "ok", fmt.Sprintf("Offer %d %s.", id, decision))
 	return c.Redirect(http.StatusSeeOther, "/admin/offers")

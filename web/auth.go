@@ -139,10 +139,16 @@ func (h *Handler) handleLogout(c echo.Context) error {
 }
 
 func (h *Handler) handleAccount(c echo.Context) error {
-	return render(c, http.StatusOK, views.Account(h.page(c, "Account"), accountView(*currentUser(c), nil)))
+	v, err := h.accountView(c, nil)
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.Account(h.page(c, "Account"), v))
 }
 
-func accountView(u market.User, errs map[string]string) views.AccountView {
+// accountView is the account page of the signed-in user with their tokens.
+func (h *Handler) accountView(c echo.Context, errs map[string]string) (views.AccountView, error) {
+	u := *currentUser(c)
 	var roles []string
 	if u.IsBuyer {
 		roles = append(roles, "buyer")
@@ -153,8 +159,65 @@ func accountView(u market.User, errs map[string]string) views.AccountView {
 	if u.IsAdmin {
 		roles = append(roles, "admin")
 	}
-	return views.AccountView{Email: u.Email, DisplayName: u.DisplayName, Organisation: u.Organisation,
-		Roles: strings.Join(roles, ", "), MemberSince: formatDate(u.CreatedAt), Errors: errs}
+	v := views.AccountView{Email: u.Email, DisplayName: u.DisplayName, Organisation: u.Organisation,
+		Roles: strings.Join(roles, ", "), MemberSince: formatDate(u.CreatedAt), Errors: errs, TokenScope: scopeRead}
+	tokens, err := h.db.ListAPITokens(c.Request().Context(), u.ID)
+	if err != nil {
+		return v, err
+	}
+	for _, t := range tokens {
+		row := views.TokenRow{Name: t.Name, Scope: t.Scope, Prefix: t.Prefix, Created: formatDate(t.CreatedAt),
+			LastUsed: "never", Revoked: !t.RevokedAt.IsZero(), RevokeURL: fmt.Sprintf("/account/tokens/%d/revoke", t.ID)}
+		if !t.LastUsedAt.IsZero() {
+			row.LastUsed = formatTime(t.LastUsedAt)
+		}
+		v.Tokens = append(v.Tokens, row)
+	}
+	return v, nil
+}
+
+func (h *Handler) handleTokenCreate(c echo.Context) error {
+	name := strings.TrimSpace(c.FormValue("token_name"))
+	scope := c.FormValue("token_scope")
+	errs := map[string]string{}
+	if name == "" || len([]rune(name)) > 80 {
+		errs["token_name"] = "Name the token (up to 80 characters) so you can recognise it later."
+	}
+	if scope != scopeRead && scope != scopeWrite {
+		errs["token_scope"] = "Choose read, or read and write."
+	}
+	if len(errs) > 0 {
+		v, err := h.accountView(c, errs)
+		if err != nil {
+			return err
+		}
+		v.TokenName, v.TokenScope = name, scope
+		return render(c, http.StatusUnprocessableEntity, views.Account(h.page(c, "Account"), v))
+	}
+	_, raw, err := h.db.CreateAPIToken(c.Request().Context(), currentUser(c).ID, name, scope, h.now())
+	if err != nil {
+		return err
+	}
+	v, err := h.accountView(c, nil)
+	if err != nil {
+		return err
+	}
+	// The token is shown in this response only; it is stored hashed.
+	v.NewToken = raw
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return render(c, http.StatusCreated, views.Account(h.page(c, "Account"), v))
+}
+
+func (h *Handler) handleTokenRevoke(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	if err := h.db.RevokeAPIToken(c.Request().Context(), currentUser(c).ID, id, h.now()); err != nil {
+		return err
+	}
+	h.setFlash(c, "ok", "Token revoked; it stops working at once.")
+	return c.Redirect(http.StatusSeeOther, "/account")
 }
 
 func (h *Handler) handlePasswordChange(c echo.Context) error {
@@ -162,7 +225,11 @@ func (h *Handler) handlePasswordChange(c echo.Context) error {
 	ctx := c.Request().Context()
 	current, next := c.FormValue("current_password"), c.FormValue("new_password")
 	invalid := func(field, msg string) error {
-		return render(c, http.StatusUnprocessableEntity, views.Account(h.page(c, "Account"), accountView(*u, map[string]string{field: msg})))
+		v, err := h.accountView(c, map[string]string{field: msg})
+		if err != nil {
+			return err
+		}
+		return render(c, http.StatusUnprocessableEntity, views.Account(h.page(c, "Account"), v))
 	}
 	_, hash, err := h.db.FindUserByEmail(ctx, u.Email)
 	if err != nil {

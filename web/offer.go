@@ -137,6 +137,7 @@ func (h *Handler) handleOfferUpdate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	h.refreshOffer(ctx, id) // back in review: out of the matcher until approved
 	logger(c).Info("offer updated", "offer_id", id, "provider_id", u.ID)
 	h.setFlash(c, "ok", fmt.Sprintf("“%s” is saved and back in review.", updated.Title))
 	return c.Redirect(http.StatusSeeOther, "/provider/offers")
@@ -157,6 +158,7 @@ func (h *Handler) handleOfferState(c echo.Context) error {
 	if err := h.db.SetOfferState(c.Request().Context(), u.ID, id, state, h.now()); err != nil {
 		return err
 	}
+	h.refreshOffer(c.Request().Context(), id)
 	msg := map[market.OfferState]string{
 		market.OfferActive:    "Offer resumed.",
 		market.OfferPaused:    "Offer paused: it is hidden from the catalogue until you resume it.",

@@ -98,6 +98,9 @@ func (h *Handler) handleError(err error, c echo.Context) {
 	}
 
 	if strings.HasPrefix(c.Request().URL.Path, "/api/") {
+		if code == market.CodeInvalid {
+			status = http.StatusBadRequest // API clients send malformed JSON, not forms
+		}
 		_ = c.JSON(status, apiErrorBody{Error: apiError{Code: code, Message: msg, Fields: market.FieldErrors(err), RequestID: reqID}})
 		return
 	}

@@ -22,6 +22,20 @@ func (h *Handler) routes(e *echo.Echo) {
 	assets := http.StripPrefix("/static/", http.FileServer(http.FS(static.FS)))
 	e.GET("/static/*", echo.WrapHandler(cacheForever(assets)))
 
+	// JSON API for programmatic buyers and providers: bearer tokens, no
+	// cookies, so no CSRF; rate limited per token.
+	api := e.Group("/api/v1", middleware.BodyLimit("1M"), h.apiAuth, h.apiRateLimit())
+	api.GET("/offers", h.handleAPIOffers)
+	api.POST("/quotes", h.handleAPIQuotes)
+	api.GET("/reservations", h.handleAPIReservations)
+	api.GET("/reservations/:id", h.handleAPIReservation)
+	api.POST("/reservations", h.handleAPIReserve, requireScope(scopeWrite))
+	api.POST("/reservations/:id/cancel", h.handleAPIReservationCancel, requireScope(scopeWrite))
+	api.GET("/provider/offers", h.handleAPIProviderOffers)
+	api.POST("/provider/offers", h.handleAPIOfferCreate, requireScope(scopeWrite))
+	api.PUT("/provider/offers/:id", h.handleAPIOfferUpdate, requireScope(scopeWrite))
+	api.POST("/provider/offers/:id/state", h.handleAPIOfferState, requireScope(scopeWrite))
+
 	// Browser pages: size limit, CSRF, session.
 	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.csrf(), h.loadSession)
 
@@ -50,6 +64,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	// prefix would catch every unknown path and send it to log in.)
 	b.GET("/account", h.handleAccount, requireUser)
 	b.POST("/account/password", h.handlePasswordChange, requireUser)
+	b.POST("/account/tokens", h.handleTokenCreate, requireUser)
+	b.POST("/account/tokens/:id/revoke", h.handleTokenRevoke, requireUser)
 
 	// Providers: their own offers only.
 	p := b.Group("/provider", requireUser, requireProvider)

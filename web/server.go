@@ -24,6 +24,9 @@ type Config struct {
 	BaseURL    string // public base URL, e.g. https://gpumarket.example
 	SessionKey []byte // at least 32 bytes; signs the session and flash cookies
 	Demo       bool   // show the demo banner
+	// APIRatePerSecond is each API token's steady request rate (burst
+	// twice that); 0 means 20.
+	APIRatePerSecond float64
 	// Now returns the current time; nil means time.Now in UTC. Tests fix it.
 	Now func() time.Time
 }

@@ -69,6 +69,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	baseURL := fs.String("base-url", envOr(getenv, "GPUMARKET_BASE_URL", "http://localhost:8080"), "public base URL (env GPUMARKET_BASE_URL)")
 	sessionKey := fs.String("session-key", getenv("GPUMARKET_SESSION_KEY"), "hex session signing key, at least 32 bytes (env GPUMARKET_SESSION_KEY; default: generated once into the data directory)")
 	demo := fs.Bool("demo", getenv("GPUMARKET_DEMO") == "1" || getenv("GPUMARKET_DEMO") == "true", "load demo data once and print demo credentials (env GPUMARKET_DEMO)")
+	apiRate := fs.Float64("api-rate", 20, "requests per second each API token may make, burst twice that (env GPUMARKET_API_RATE)")
+	if v := getenv("GPUMARKET_API_RATE"); v != "" {
+		if err := fs.Set("api-rate", v); err != nil {
+			return fmt.Errorf("GPUMARKET_API_RATE: %w", err)
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -95,7 +101,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 
-	h, e, err := web.New(ctx, web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo}, db, log)
+	h, e, err := web.New(ctx, web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo, APIRatePerSecond: *apiRate}, db, log)
 	if err != nil {
 		return err
 	}

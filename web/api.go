@@ -1,0 +1,496 @@
+package web
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"golang.org/x/time/rate"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+)
+
+// API token scopes.
+const (
+	scopeRead  = "read"
+	scopeWrite = "write"
+)
+
+const ctxToken = "api_token"
+
+// apiAuth authenticates a personal API token from the Authorization header
+// ("Bearer gpm_…"). The token row and its user are read from the database
+// on every request, so revocation and suspension take effect at once.
+func (h *Handler) apiAuth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		raw, ok := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
+		if !ok || raw == "" {
+			return market.Errorf(market.CodeUnauthorized, "Send a personal API token as \"Authorization: Bearer <token>\"; create one on your account page.")
+		}
+		tok, u, err := h.db.FindAPIToken(c.Request().Context(), strings.TrimSpace(raw), h.now())
+		if err != nil {
+			return err
+		}
+		c.Set(ctxToken, tok)
+		c.Set(ctxUser, &u)
+		return next(c)
+	}
+}
+
+// requireScope refuses a read-only token on routes that change things.
+func requireScope(scope string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			tok, _ := c.Get(ctxToken).(store.APIToken)
+			if scope == scopeWrite && tok.Scope != scopeWrite {
+				return market.Errorf(market.CodeForbidden, "This token is read-only; create a write token to change things.")
+			}
+			return next(c)
+		}
+	}
+}
+
+// apiRateLimit limits each token to a steady rate with a burst. The limit
+// protects the service; it is kept per process (several replicas each
+// allow the rate), which is acceptable because nothing correct depends on it.
+func (h *Handler) apiRateLimit() echo.MiddlewareFunc {
+	perSecond := h.cfg.APIRatePerSecond
+	if perSecond <= 0 {
+		perSecond = 20
+	}
+	return middleware.RateLimiterWithConfig(middleware.RateLimiterConfig{
+		Store: middleware.NewRateLimiterMemoryStoreWithConfig(middleware.RateLimiterMemoryStoreConfig{
+			Rate: rate.Limit(perSecond), Burst: int(2 * perSecond), ExpiresIn: 10 * time.Minute,
+		}),
+		IdentifierExtractor: func(c echo.Context) (string, error) {
+			tok, _ := c.Get(ctxToken).(store.APIToken)
+			return "token:" + strconv.FormatInt(tok.ID, 10), nil
+		},
+		DenyHandler: func(c echo.Context, id string, err error) error {
+			return market.Errorf(market.CodeRateLimited, "Too many requests for this token; slow down.")
+		},
+	})
+}
+
+// decodeBody reads a JSON body strictly into v: unknown fields and
+// trailing data are errors naming what was wrong.
+func decodeBody(c echo.Context, v any) error {
+	data, err := io.ReadAll(io.LimitReader(c.Request().Body, market.MaxJSONBytes+1))
+	if err != nil {
+		return market.Errorf(market.CodeInvalid, "The request body could not be read.")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &market.Error{Code: market.CodeInvalid, Message: "The JSON body is malformed: " + jsonProblem(err), Fields: jsonProblemField(err)}
+	}
+	return nil
+}
+
+func jsonProblem(err error) string {
+	switch e := err.(type) {
+	case *json.SyntaxError:
+		return fmt.Sprintf("syntax error at byte %d", e.Offset)
+	case *json.UnmarshalTypeError:
+		return fmt.Sprintf("field %q has the wrong type (want %s)", e.Field, e.Type)
+	}
+	if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return "unknown field " + s
+	}
+	return "it is not a JSON object"
+}
+
+func jsonProblemField(err error) map[string]string {
+	switch e := err.(type) {
+	case *json.UnmarshalTypeError:
+		return map[string]string{e.Field: "wrong type, want " + e.Type.String()}
+	}
+	if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return map[string]string{strings.Trim(s, `"`): "unknown field"}
+	}
+	return nil
+}
+
+// apiOffer is an offer in API responses: ids and state around the
+// portable contract document.
+type apiOffer struct {
+	ID         int64           `json:"id"`
+	ProviderID int64           `json:"provider_id"`
+	Provider   string          `json:"provider,omitempty"`
+	Review     string          `json:"review"`
+	ReviewNote string          `json:"review_note,omitempty"`
+	State      string          `json:"state"`
+	Contract   json.RawMessage `json:"contract"`
+}
+
+func toAPIOffer(o market.Offer, provider string) (apiOffer, error) {
+	doc, err := market.EncodeOfferJSON(o)
+	if err != nil {
+		return apiOffer{}, err
+	}
+	return apiOffer{ID: o.ID, ProviderID: o.ProviderID, Provider: provider, Review: string(o.Review),
+		ReviewNote: o.ReviewNote, State: string(o.State), Contract: doc}, nil
+}
+
+type apiOfferList struct {
+	Offers []apiOffer `json:"offers"`
+	Total  int        `json:"total"`
+}
+
+// handleAPIOffers searches the catalogue with the catalogue's query
+// parameters (model, family, min_memory, min_devices, region, country,
+// max_price, interruptible, network, sort) plus limit and offset.
+func (h *Handler) handleAPIOffers(c echo.Context) error {
+	f, _, errs := readCatalogueFilter(c.QueryParams())
+	if len(errs) > 0 {
+		return &market.Error{Code: market.CodeInvalid, Message: "Some query parameters are invalid.", Fields: errs}
+	}
+	f.Now = h.now()
+	f.Limit, _ = strconv.Atoi(c.QueryParam("limit"))
+	if f.Limit <= 0 || f.Limit > 200 {
+		f.Limit = 50
+	}
+	f.Offset, _ = strconv.Atoi(c.QueryParam("offset"))
+	if f.Offset < 0 {
+		f.Offset = 0
+	}
+	listings, total, err := h.db.FindOffers(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	out := apiOfferList{Offers: []apiOffer{}, Total: total}
+	for _, l := range listings {
+		o, err := toAPIOffer(l.Offer, providerName(l))
+		if err != nil {
+			return err
+		}
+		out.Offers = append(out.Offers, o)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// apiQuote is one quote in API responses. QuoteID books it.
+type apiQuote struct {
+	QuoteID               string       `json:"quote_id"`
+	Rank                  int          `json:"rank"`
+	Pieces                []apiPiece   `json:"pieces"`
+	Cost                  apiCost      `json:"cost"`
+	ChargedCents          market.Cents `json:"charged_cents"`
+	CentsPerRefDeviceHour market.Cents `json:"cents_per_reference_device_hour,omitempty"`
+	EmissionsKgCO2e       string       `json:"emissions_kg_co2e"`
+	ReliabilityBP         int          `json:"reliability_bp"`
+	Providers             int          `json:"providers"`
+	Start                 time.Time    `json:"start"`
+	End                   time.Time    `json:"end"`
+	Exact                 bool         `json:"exact"`
+	LowerBoundCents       market.Cents `json:"lower_bound_cents,omitempty"`
+}
+
+type apiPiece struct {
+	OfferID       int64        `json:"offer_id"`
+	ProviderID    int64        `json:"provider_id"`
+	Accelerator   string       `json:"accelerator"`
+	Region        string       `json:"region"`
+	Devices       int          `json:"devices"`
+	Start         time.Time    `json:"start"`
+	End           time.Time    `json:"end"`
+	Interruptible bool         `json:"interruptible"`
+	PriceCents    market.Cents `json:"price_cents_per_device_hour"`
+	Cost          apiCost      `json:"cost"`
+}
+
+type apiCost struct {
+	Instance      market.Cents `json:"instance_cents"`
+	Storage       market.Cents `json:"storage_cents"`
+	Egress        market.Cents `json:"egress_cents"`
+	Orchestration market.Cents `json:"orchestration_cents"`
+	FailedWork    market.Cents `json:"expected_failed_work_cents"`
+	Restart       market.Cents `json:"restart_cents"`
+	Total         market.Cents `json:"total_cents"`
+}
+
+func toAPICost(c market.CostBreakdown) apiCost {
+	return apiCost{Instance: c.Instance, Storage: c.Storage, Egress: c.Egress, Orchestration: c.Orchestration,
+		FailedWork: c.FailedWork, Restart: c.Restart, Total: c.Total}
+}
+
+type apiQuotes struct {
+	Quotes      []apiQuote     `json:"quotes"`
+	Total       int            `json:"total"`
+	Explanation apiExplanation `json:"explanation"`
+}
+
+type apiExplanation struct {
+	Summary     string          `json:"summary"`
+	Considered  int             `json:"considered"`
+	Fit         int             `json:"fit"`
+	Eliminated  map[string]int  `json:"eliminated"`
+	Shortfall   string          `json:"shortfall,omitempty"`
+	Relaxations []apiRelaxation `json:"relaxations,omitempty"`
+}
+
+type apiRelaxation struct {
+	Constraint string          `json:"constraint"`
+	Message    string          `json:"message"`
+	Quotes     int             `json:"quotes"`
+	Request    json.RawMessage `json:"request"`
+}
+
+// handleAPIQuotes quotes a request given as the portable JSON.
+func (h *Handler) handleAPIQuotes(c echo.Context) error {
+	data, err := io.ReadAll(io.LimitReader(c.Request().Body, market.MaxJSONBytes+1))
+	if err != nil {
+		return market.Errorf(market.CodeInvalid, "The request body could not be read.")
+	}
+	req, err := market.DecodeRequestJSON(data)
+	if err != nil {
+		return err
+	}
+	res, err := h.index().Match(req, h.now())
+	if err != nil {
+		return err
+	}
+	out := apiQuotes{Quotes: []apiQuote{}, Total: res.Total, Explanation: apiExplanation{
+		Summary: res.Explanation.Summary(), Considered: res.Explanation.Considered, Fit: res.Explanation.Fit,
+		Eliminated: map[string]int{}, Shortfall: res.Explanation.Shortfall,
+	}}
+	for _, el := range res.Explanation.Eliminated {
+		out.Explanation.Eliminated[string(el.Constraint)] = el.Count
+	}
+	for _, r := range res.Explanation.Relaxations {
+		doc, err := market.EncodeRequestJSON(r.Request)
+		if err != nil {
+			return err
+		}
+		out.Explanation.Relaxations = append(out.Explanation.Relaxations, apiRelaxation{Constraint: string(r.Constraint), Message: r.Message, Quotes: r.Offers, Request: doc})
+	}
+	for _, q := range res.Quotes {
+		aq := apiQuote{
+			QuoteID: piecesSignature(q.Pieces), Rank: q.Rank, Cost: toAPICost(q.Cost),
+			ChargedCents: q.Cost.Instance + q.Cost.Storage + q.Cost.Egress, CentsPerRefDeviceHour: q.CentsPerRefDeviceHour,
+			EmissionsKgCO2e: q.EmissionsKg(), ReliabilityBP: q.ReliabilityBP, Providers: q.Providers,
+			Start: q.Start, End: q.End, Exact: q.Exact,
+		}
+		if !q.Exact {
+			aq.LowerBoundCents = q.LowerBound
+		}
+		for _, p := range q.Pieces {
+			aq.Pieces = append(aq.Pieces, apiPiece{OfferID: p.OfferID, ProviderID: p.ProviderID, Accelerator: p.AcceleratorID,
+				Region: p.RegionID, Devices: p.Devices, Start: p.Start, End: p.End, Interruptible: p.Interruptible,
+				PriceCents: p.PriceCents, Cost: toAPICost(p.Cost)})
+		}
+		out.Quotes = append(out.Quotes, aq)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// apiBooking is the body of POST /api/v1/reservations.
+type apiBooking struct {
+	Request json.RawMessage `json:"request"`
+	QuoteID string          `json:"quote_id"`
+}
+
+type apiReservation struct {
+	ID             int64                 `json:"id"`
+	State          string                `json:"state"`
+	AmountCents    market.Cents          `json:"amount_cents"`
+	CancelFeeCents market.Cents          `json:"cancel_fee_cents,omitempty"`
+	HoldExpiresAt  *time.Time            `json:"hold_expires_at,omitempty"`
+	Pieces         []apiReservationPiece `json:"pieces"`
+	CreatedAt      time.Time             `json:"created_at"`
+}
+
+type apiReservationPiece struct {
+	OfferID       int64        `json:"offer_id"`
+	Devices       int          `json:"devices"`
+	Start         time.Time    `json:"start"`
+	End           time.Time    `json:"end"`
+	Interruptible bool         `json:"interruptible"`
+	PriceCents    market.Cents `json:"price_cents_per_device_hour"`
+	AmountCents   market.Cents `json:"amount_cents"`
+}
+
+func toAPIReservation(r market.Reservation) apiReservation {
+	out := apiReservation{ID: r.ID, State: string(r.State), AmountCents: r.AmountCents, CancelFeeCents: r.CancelFeeCents,
+		CreatedAt: r.CreatedAt, Pieces: []apiReservationPiece{}}
+	if r.State == market.ReservationHeld {
+		t := r.HoldExpiresAt
+		out.HoldExpiresAt = &t
+	}
+	for _, p := range r.Pieces {
+		out.Pieces = append(out.Pieces, apiReservationPiece{OfferID: p.OfferID, Devices: p.Devices, Start: p.Start, End: p.End,
+			Interruptible: p.Interruptible, PriceCents: p.PriceCents, AmountCents: p.AmountCents})
+	}
+	return out
+}
+
+func (h *Handler) handleAPIReserve(c echo.Context) error {
+	var body apiBooking
+	if err := decodeBody(c, &body); err != nil {
+		return err
+	}
+	if len(body.Request) == 0 || body.QuoteID == "" {
+		return &market.Error{Code: market.CodeInvalid, Message: "Send the request you quoted and the quote_id to book.",
+			Fields: map[string]string{"request": "required", "quote_id": "required"}}
+	}
+	req, err := market.DecodeRequestJSON(body.Request)
+	if err != nil {
+		return err
+	}
+	r, err := h.book(c, currentUser(c).ID, req, body.QuoteID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, toAPIReservation(r))
+}
+
+func (h *Handler) handleAPIReservations(c echo.Context) error {
+	list, err := h.db.ListBuyerReservations(c.Request().Context(), currentUser(c).ID)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Reservations []apiReservation `json:"reservations"`
+	}{Reservations: []apiReservation{}}
+	for _, r := range list {
+		out.Reservations = append(out.Reservations, toAPIReservation(r))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (h *Handler) handleAPIReservation(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	r, err := h.db.FindBuyerReservation(c.Request().Context(), currentUser(c).ID, id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toAPIReservation(r))
+}
+
+func (h *Handler) handleAPIReservationCancel(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	r, err := h.db.CancelReservation(c.Request().Context(), currentUser(c).ID, id, h.now())
+	if err != nil {
+		return err
+	}
+	h.releaseCommitments(r)
+	return c.JSON(http.StatusOK, toAPIReservation(r))
+}
+
+// Provider endpoints manage one's own offers with the portable offer JSON.
+
+func (h *Handler) handleAPIProviderOffers(c echo.Context) error {
+	u := currentUser(c)
+	if !u.IsProvider {
+		return market.Errorf(market.CodeForbidden, "This account does not list capacity.")
+	}
+	offers, err := h.db.ListProviderOffers(c.Request().Context(), u.ID)
+	if err != nil {
+		return err
+	}
+	out := apiOfferList{Offers: []apiOffer{}, Total: len(offers)}
+	for _, o := range offers {
+		ao, err := toAPIOffer(o, "")
+		if err != nil {
+			return err
+		}
+		out.Offers = append(out.Offers, ao)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (h *Handler) readAPIOffer(c echo.Context) (market.Offer, error) {
+	u := currentUser(c)
+	if !u.IsProvider {
+		return market.Offer{}, market.Errorf(market.CodeForbidden, "This account does not list capacity.")
+	}
+	data, err := io.ReadAll(io.LimitReader(c.Request().Body, market.MaxJSONBytes+1))
+	if err != nil {
+		return market.Offer{}, market.Errorf(market.CodeInvalid, "The request body could not be read.")
+	}
+	o, err := market.DecodeOfferJSON(data, h.now())
+	if err != nil {
+		return market.Offer{}, err
+	}
+	o.ProviderID = u.ID
+	return o, nil
+}
+
+func (h *Handler) handleAPIOfferCreate(c echo.Context) error {
+	o, err := h.readAPIOffer(c)
+	if err != nil {
+		return err
+	}
+	created, err := h.db.CreateOffer(c.Request().Context(), o, h.now())
+	if err != nil {
+		return err
+	}
+	ao, err := toAPIOffer(created, "")
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, ao)
+}
+
+func (h *Handler) handleAPIOfferUpdate(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	// Ownership first: another provider's offer is not found.
+	if _, err := h.db.FindProviderOffer(c.Request().Context(), currentUser(c).ID, id); err != nil {
+		return err
+	}
+	o, err := h.readAPIOffer(c)
+	if err != nil {
+		return err
+	}
+	o.ID = id
+	updated, err := h.db.UpdateOffer(c.Request().Context(), currentUser(c).ID, o, h.now())
+	if err != nil {
+		return err
+	}
+	h.refreshOffer(c.Request().Context(), id)
+	ao, err := toAPIOffer(updated, "")
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ao)
+}
+
+func (h *Handler) handleAPIOfferState(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		State string `json:"state"`
+	}
+	if err := decodeBody(c, &body); err != nil {
+		return err
+	}
+	state := market.OfferState(body.State)
+	switch state {
+	case market.OfferActive, market.OfferPaused, market.OfferWithdrawn:
+	default:
+		return &market.Error{Code: market.CodeInvalid, Message: "Unknown state.", Fields: map[string]string{"state": "one of active, paused, withdrawn"}}
+	}
+	if err := h.db.SetOfferState(c.Request().Context(), currentUser(c).ID, id, state, h.now()); err != nil {
+		return err
+	}
+	h.refreshOffer(c.Request().Context(), id)
+	return c.NoContent(http.StatusNoContent)
+}
