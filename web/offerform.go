@@ -206,7 +206,7 @@ func offerFormValues(o market.Offer) views.OfferFormValues {
 // newOfferDefaults pre-fills a new offer with sensible terms.
 func newOfferDefaults(now time.Time) views.OfferFormValues {
 	start := now.Truncate(time.Hour).Add(time.Hour)
-	return offerFormValues(market.Offer{
+	v := offerFormValues(market.Offer{
 		DevicesPerNode: 8, Nodes: 1, Interconnect: market.InterconnectNVLink, NetworkID: "none",
 		CPUCores: 64, RAMGB: 512, StorageGB: 4000, OSImage: "Ubuntu 22.04", ContainerRuntime: "Docker with NVIDIA Container Toolkit",
 		AvailableFrom: start, AvailableUntil: start.AddDate(0, 3, 0), MinRentalHours: 1, MaxRentalHours: 720,
@@ -214,6 +214,8 @@ func newOfferDefaults(now time.Time) views.OfferFormValues {
 		CreditSchedule: []market.CreditTier{{BelowBP: 9950, CreditBP: 1000}, {BelowBP: 9900, CreditBP: 2500}, {BelowBP: 9500, CreditBP: 10000}},
 		CreditCapBP:    10000, FreeCancelHours: 24, CancelFeeBP: 2500, StorageCentsPerGBMonth: 8, EgressCentsPerGB: 5,
 	})
+	v.Carbon = "" // empty means the region's published average, never a claim of zero
+	return v
 }
 
 // formOptions are the choices the offer form offers.

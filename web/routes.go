@@ -21,6 +21,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	e.GET("/healthz", h.handleHealth)
 	assets := http.StripPrefix("/static/", http.FileServer(http.FS(static.FS)))
 	e.GET("/static/*", echo.WrapHandler(cacheForever(assets)))
+	e.GET("/favicon.ico", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "/static/favicon.svg") })
 
 	// JSON API for programmatic buyers and providers: bearer tokens, no
 	// cookies, so no CSRF; rate limited per token.
