@@ -1,0 +1,203 @@
+package market
+
+import (
+	"math/big"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+)
+
+func randomTrades(rng *rand.Rand, n int) []Trade {
+	accs := []string{"nvidia-h100-80gb-sxm", "nvidia-a100-80gb-sxm", "nvidia-rtx4090-24gb-pcie"}
+	regs := []string{"us-west-or", "eu-north-se", "ap-northeast-jp", "us-east-va"}
+	out := make([]Trade, n)
+	for i := range out {
+		booked := t0.Add(time.Duration(rng.IntN(10*24*3600)) * time.Second)
+		start := booked.Add(time.Duration(rng.IntN(72)) * time.Hour)
+		out[i] = Trade{
+			BookedAt: booked, AcceleratorID: accs[rng.IntN(len(accs))], RegionID: regs[rng.IntN(len(regs))],
+			Interruptible: rng.IntN(3) == 0, Devices: 1 + rng.IntN(64),
+			Start: start, End: start.Add(time.Duration(1+rng.IntN(24*30*60)) * time.Minute),
+			PriceCents: Cents(1 + rng.IntN(100_000)),
+		}
+	}
+	return out
+}
+
+// TestDailyIndexProperties checks, on random trades, that every day's index
+// lies within that day's lowest and highest trade, that the weights (each
+// trade's device-seconds) sum to the day's volume, that the trade count is
+// right, and that the index equals an exact rational reference rounded half
+// up.
+func TestDailyIndexProperties(t *testing.T) {
+	for seed := uint64(1); seed <= 200; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		trades := randomTrades(rng, 1+rng.IntN(300))
+		series := DailyIndex(trades)
+		type ref struct {
+			weights []int64
+			prices  []Cents
+		}
+		refs := map[SeriesKey]map[int64]*ref{}
+		for _, tr := range trades {
+			r, _ := FindRegion(tr.RegionID)
+			for _, g := range []string{r.Group, AllRegions} {
+				k := SeriesKey{tr.Class(), g}
+				if refs[k] == nil {
+					refs[k] = map[int64]*ref{}
+				}
+				d := Day(tr.BookedAt).Unix()
+				if refs[k][d] == nil {
+					refs[k][d] = &ref{}
+				}
+				refs[k][d].weights = append(refs[k][d].weights, tr.DeviceSeconds())
+				refs[k][d].prices = append(refs[k][d].prices, tr.PriceCents)
+			}
+		}
+		if len(series) != len(refs) {
+			t.Fatalf("seed %d: %d series, want %d", seed, len(series), len(refs))
+		}
+		for _, s := range series {
+			if len(s.Points) != len(refs[s.Key]) {
+				t.Fatalf("seed %d %v: %d days, want %d", seed, s.Key, len(s.Points), len(refs[s.Key]))
+			}
+			for i, p := range s.Points {
+				if i > 0 && !s.Points[i-1].Day.Before(p.Day) {
+					t.Fatalf("seed %d %v: days out of order", seed, s.Key)
+				}
+				r := refs[s.Key][p.Day.Unix()]
+				if r == nil {
+					t.Fatalf("seed %d %v: unexpected day %s", seed, s.Key, p.Day)
+				}
+				var sum int64
+				num, lo, hi := new(big.Int), r.prices[0], r.prices[0]
+				for j, w := range r.weights {
+					sum += w
+					num.Add(num, new(big.Int).Mul(big.NewInt(int64(r.prices[j])), big.NewInt(w)))
+					lo, hi = min(lo, r.prices[j]), max(hi, r.prices[j])
+				}
+				if sum != p.VolumeDeviceSeconds {
+					t.Fatalf("seed %d %v %s: weights sum to %d, volume %d", seed, s.Key, p.Day, sum, p.VolumeDeviceSeconds)
+				}
+				if p.Trades != len(r.prices) {
+					t.Fatalf("seed %d: trades %d, want %d", seed, p.Trades, len(r.prices))
+				}
+				if p.LowCents != lo || p.HighCents != hi {
+					t.Fatalf("seed %d: low/high %d/%d, want %d/%d", seed, p.LowCents, p.HighCents, lo, hi)
+				}
+				if p.IndexCents < lo || p.IndexCents > hi {
+					t.Fatalf("seed %d %v %s: index %d outside [%d, %d]", seed, s.Key, p.Day, p.IndexCents, lo, hi)
+				}
+				// Reference: floor((2·num + sum) / (2·sum)).
+				want := new(big.Int).Add(new(big.Int).Lsh(num, 1), big.NewInt(sum))
+				want.Quo(want, big.NewInt(2*sum))
+				if want.Int64() != int64(p.IndexCents) {
+					t.Fatalf("seed %d: index %d, want %d", seed, p.IndexCents, want.Int64())
+				}
+			}
+		}
+	}
+}
+
+func TestDailyIndexRounding(t *testing.T) {
+	day := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	tr := func(price Cents, devices, hours int) Trade {
+		return Trade{BookedAt: day, AcceleratorID: "nvidia-h100-80gb-sxm", RegionID: "us-east-va",
+			Devices: devices, Start: day, End: day.Add(time.Duration(hours) * time.Hour), PriceCents: price}
+	}
+	tests := []struct {
+		name   string
+		trades []Trade
+		index  Cents
+		volDH  int64
+	}{
+		{"one trade", []Trade{tr(219, 8, 10)}, 219, 80},
+		{"weighted", []Trade{tr(200, 1, 1), tr(300, 3, 1)}, 275, 4},
+		{"half rounds up", []Trade{tr(100, 1, 1), tr(101, 1, 1)}, 101, 2},
+		{"below half rounds down", []Trade{tr(100, 2, 1), tr(101, 1, 1)}, 100, 3},
+		{"no volume is left out", []Trade{tr(500, 0, 1), tr(100, 1, 1)}, 100, 1},
+	}
+	for _, tc := range tests {
+		s := DailyIndex(tc.trades)
+		if len(s) != 2 || s[0].Key.Group != AllRegions || s[1].Key.Group != "North America" {
+			t.Fatalf("%s: series %+v", tc.name, s)
+		}
+		p := s[0].Points[0]
+		if p.IndexCents != tc.index || p.VolumeDeviceHours() != tc.volDH || !p.Day.Equal(Day(day)) {
+			t.Errorf("%s: %+v, want index %d volume %d", tc.name, p, tc.index, tc.volDH)
+		}
+		if s[1].Points[0] != p {
+			t.Errorf("%s: group series differs from all regions: %+v", tc.name, s[1].Points[0])
+		}
+	}
+}
+
+func TestAskStatistics(t *testing.T) {
+	var asks []Ask
+	for _, p := range []Cents{500, 100, 300, 200, 400, 900, 800, 700, 600, 1000} {
+		asks = append(asks, Ask{Class: PriceClass{AcceleratorID: "nvidia-h100-80gb-sxm"}, RegionID: "eu-north-se", PriceCents: p})
+	}
+	asks = append(asks, Ask{Class: PriceClass{AcceleratorID: "nvidia-h100-80gb-sxm"}, RegionID: "us-east-va", PriceCents: 50})
+	st := AskStatistics(asks)
+	if len(st) != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	byGroup := map[string]AskStats{}
+	for _, s := range st {
+		byGroup[s.Key.Group] = s
+	}
+	eu := byGroup["Europe"]
+	if eu.Offers != 10 || eu.MinCents != 100 || eu.MedianCents != 500 || eu.P90Cents != 900 {
+		t.Errorf("europe %+v", eu)
+	}
+	all := byGroup[AllRegions]
+	if all.Offers != 11 || all.MinCents != 50 || all.MedianCents != 500 || all.P90Cents != 900 {
+		t.Errorf("all %+v", all)
+	}
+	na := byGroup["North America"]
+	if na.Offers != 1 || na.MinCents != 50 || na.MedianCents != 50 || na.P90Cents != 50 {
+		t.Errorf("na %+v", na)
+	}
+}
+
+func TestAskStatisticsAgainstSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for n := 1; n < 60; n++ {
+		ps := make([]Cents, n)
+		for i := range ps {
+			ps[i] = Cents(1 + rng.IntN(1000))
+		}
+		sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+		for _, pct := range []int{1, 50, 90, 100} {
+			v := NearestRank(ps, pct)
+			below := 0
+			for _, p := range ps {
+				if p <= v {
+					below++
+				}
+			}
+			// Nearest rank: at least pct% of values are ≤ v, and v is a value.
+			if below*100 < pct*n {
+				t.Fatalf("n=%d pct=%d: %d ≤ %d", n, pct, below, v)
+			}
+		}
+	}
+}
+
+func TestPriceClassRoundTrip(t *testing.T) {
+	for _, c := range []PriceClass{{"nvidia-h100-80gb-sxm", false}, {"nvidia-rtx4090-24gb-pcie", true}} {
+		got, ok := ParsePriceClass(c.ID())
+		if !ok || got != c {
+			t.Errorf("%v: %v %v", c, got, ok)
+		}
+	}
+	for _, s := range []string{"", ":on-demand", "nope:on-demand", "nvidia-h100-80gb-sxm", "nvidia-h100-80gb-sxm:spot"} {
+		if _, ok := ParsePriceClass(s); ok {
+			t.Errorf("%q parsed", s)
+		}
+	}
+	if got := (PriceClass{"nvidia-h100-80gb-sxm", true}).Label(); got != "H100 80GB SXM, interruptible" {
+		t.Errorf("label %q", got)
+	}
+}
