@@ -14,6 +14,10 @@ const (
 	ReviewPending  ReviewState = "pending"
 	ReviewApproved ReviewState = "approved"
 	ReviewRejected ReviewState = "rejected"
+	// ReviewChangesRequested: the admin asks the provider to change the
+	// offer and resubmit; like rejected it is not listed, but the reason
+	// reads as a request rather than a refusal.
+	ReviewChangesRequested ReviewState = "changes_requested"
 )
 
 // OfferState is the provider's own switch on an offer.

@@ -1,0 +1,181 @@
+package market
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// ProviderRecord is what the platform knows of a provider's history, for
+// moderation and for the reliability score. Counts are as of one instant;
+// the trailing window is ReliabilityWindow.
+type ProviderRecord struct {
+	ProviderID int64
+	// ApprovedOffers counts the provider's offers an admin has approved
+	// (now approved, whatever their state).
+	ApprovedOffers int
+	// DeliveredReservations counts reservations with a piece of the
+	// provider's that ran to the end (completed or settled).
+	DeliveredReservations int
+	// UpheldDisputes counts disputes on the provider's reservations that an
+	// admin decided for the buyer (a credit granted).
+	UpheldDisputes int
+	// MaxDeliveredDevices is the most devices the provider delivered in
+	// one completed piece.
+	MaxDeliveredDevices int
+	// RecentIncidents counts incidents on the provider's pieces that
+	// started in the trailing window.
+	RecentIncidents int
+	// PromisedDeviceSeconds is the device-time of the provider's completed
+	// pieces that ended in the trailing window; LostDeviceSeconds the part
+	// of it lost to acknowledged outages (host failure, power curtailment,
+	// fewer devices).
+	PromisedDeviceSeconds int64
+	LostDeviceSeconds     int64
+	Suspended             bool
+}
+
+// Thresholds of a clean track record: a provider with at least
+// CleanApprovedOffers approved offers and CleanDeliveredReservations
+// delivered reservations, no upheld dispute, no incident in the trailing
+// window and not suspended is trusted to list without waiting for review —
+// unless the listing itself raises a red flag.
+const (
+	CleanApprovedOffers        = 3
+	CleanDeliveredReservations = 5
+)
+
+// CleanTrackRecord reports whether the provider's new and edited offers
+// may be approved automatically (when they raise no red flag).
+func (r ProviderRecord) CleanTrackRecord() bool {
+	return !r.Suspended && r.ApprovedOffers >= CleanApprovedOffers &&
+		r.DeliveredReservations >= CleanDeliveredReservations &&
+		r.UpheldDisputes == 0 && r.RecentIncidents == 0
+}
+
+// AutoApprove reports whether an offer may skip the review queue: the
+// provider has a clean track record and the offer raises no red flag.
+func AutoApprove(r ProviderRecord, flags []RedFlag) bool {
+	return r.CleanTrackRecord() && len(flags) == 0
+}
+
+// RedFlagCode names one kind of automatic warning on a listing.
+type RedFlagCode string
+
+// Red flag codes.
+const (
+	FlagFigureAboveCatalogue RedFlagCode = "figure_above_catalogue"
+	FlagPriceLow             RedFlagCode = "price_low"
+	FlagPriceHigh            RedFlagCode = "price_high"
+	FlagCapacityAboveHistory RedFlagCode = "capacity_above_history"
+	FlagManyIncidents        RedFlagCode = "many_incidents"
+	FlagUpheldDisputes       RedFlagCode = "upheld_disputes"
+)
+
+// RedFlag is one automatic warning shown to the admin reviewing a listing.
+type RedFlag struct {
+	Code    RedFlagCode
+	Message string // for the admin: what is off, with the numbers
+}
+
+// Red-flag thresholds, documented here because admins read them on the
+// review page:
+//
+//   - Figures: a BF16 TFLOPS or memory bandwidth figure above the
+//     catalogue's published (vendor peak) figure for the model, or a
+//     relative throughput more than FigureToleranceBP above the published
+//     ratio to the reference part. Stated figures are measurements; a
+//     measurement above the vendor's peak is a typo or a claim to check.
+//   - Price: the on-demand price below PriceLowPermille or above
+//     PriceHighPermille of the median of the other listed offers of the same
+//     model — only when there are at least MinPriceComparables of them, so
+//     one odd listing does not make a market.
+//   - Capacity: more devices than NewProviderDevices for a provider with no
+//     delivery, else more than CapacityMultiple times the most devices the
+//     provider has delivered in one booking.
+//   - Incidents: ManyIncidents or more incidents in the trailing window.
+//   - Disputes: any dispute upheld against the provider.
+const (
+	FigureToleranceBP   = 1000 // 10 %
+	PriceLowPermille    = 500  // 0.5 × median
+	PriceHighPermille   = 2000 // 2 × median
+	MinPriceComparables = 3
+	NewProviderDevices  = 16
+	CapacityMultiple    = 4
+	ManyIncidents       = 3
+)
+
+// ModerationInput is what RedFlags looks at besides the offer itself.
+type ModerationInput struct {
+	Record ProviderRecord
+	// MarketPrices are the on-demand prices per device-hour of the other
+	// listed offers of the same accelerator model.
+	MarketPrices []Cents
+}
+
+// RedFlags returns the automatic warnings on an offer, in a fixed order
+// (figures, price, capacity, incidents, disputes). It is pure: the caller
+// gathers the provider's record and the market's prices.
+func RedFlags(o Offer, in ModerationInput) []RedFlag {
+	var flags []RedFlag
+	add := func(code RedFlagCode, format string, args ...any) {
+		flags = append(flags, RedFlag{Code: code, Message: fmt.Sprintf(format, args...)})
+	}
+	if acc, ok := FindAccelerator(o.AcceleratorID); ok {
+		if f, ok := o.Figure(FigureBF16TFLOPS); ok && f.Value > int64(acc.BF16TFLOPS) {
+			add(FlagFigureAboveCatalogue, "States %d TFLOPS BF16 per device; the %s's published peak is %d.", f.Value, acc.Name, acc.BF16TFLOPS)
+		}
+		if f, ok := o.Figure(FigureMemBandwidth); ok && f.Value > int64(acc.MemBWGBs) {
+			add(FlagFigureAboveCatalogue, "States %d GB/s memory bandwidth per device; the %s's published figure is %d.", f.Value, acc.Name, acc.MemBWGBs)
+		}
+		if f, ok := o.Figure(FigureRelThroughput); ok {
+			published := acc.RelativeThroughputPermille()
+			if f.Value*10000 > published*(10000+FigureToleranceBP) {
+				add(FlagFigureAboveCatalogue, "States training throughput %d‰ of the reference; published figures give %d‰ (more than %s%% above).", f.Value, published, FormatPercentBP(FigureToleranceBP))
+			}
+		}
+	}
+	if len(in.MarketPrices) >= MinPriceComparables {
+		med := MedianCents(in.MarketPrices)
+		p := int64(o.PriceCentsPerDeviceHour)
+		switch {
+		case p*1000 < int64(med)*PriceLowPermille:
+			add(FlagPriceLow, "Price %s per device-hour is below half the median %s of %d other listed offers of this model.", o.PriceCentsPerDeviceHour, med, len(in.MarketPrices))
+		case p*1000 > int64(med)*PriceHighPermille:
+			add(FlagPriceHigh, "Price %s per device-hour is above twice the median %s of %d other listed offers of this model.", o.PriceCentsPerDeviceHour, med, len(in.MarketPrices))
+		}
+	}
+	limit := NewProviderDevices
+	if in.Record.MaxDeliveredDevices > 0 {
+		limit = max(in.Record.MaxDeliveredDevices*CapacityMultiple, in.Record.MaxDeliveredDevices)
+	}
+	if o.Devices() > limit {
+		if in.Record.MaxDeliveredDevices == 0 {
+			add(FlagCapacityAboveHistory, "Lists %d devices; the provider has delivered no booking yet (new providers: up to %d without a flag).", o.Devices(), NewProviderDevices)
+		} else {
+			add(FlagCapacityAboveHistory, "Lists %d devices; the most the provider has delivered in one booking is %d.", o.Devices(), in.Record.MaxDeliveredDevices)
+		}
+	}
+	if in.Record.RecentIncidents >= ManyIncidents {
+		add(FlagManyIncidents, "%d incidents on the provider's bookings in the last %d days.", in.Record.RecentIncidents, int(ReliabilityWindow/(24*time.Hour)))
+	}
+	if in.Record.UpheldDisputes > 0 {
+		add(FlagUpheldDisputes, "%d dispute(s) decided against the provider.", in.Record.UpheldDisputes)
+	}
+	return flags
+}
+
+// MedianCents returns the median of amounts (the mean of the middle two,
+// rounded half up, for an even count); zero for none. amounts is not changed.
+func MedianCents(amounts []Cents) Cents {
+	if len(amounts) == 0 {
+		return 0
+	}
+	s := append([]Cents(nil), amounts...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return Cents(MulDivRound(int64(s[n/2-1])+int64(s[n/2]), 1, 2))
+}
