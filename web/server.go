@@ -85,6 +85,9 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	h.idx.Store(idx)
 
 	e := echo.New()
+	// The client address (for throttling and logs) is the TCP peer: headers
+	// such as X-Forwarded-For are not trusted, so they cannot dodge a limit.
+	e.IPExtractor = echo.ExtractIPDirect()
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = h.handleError
