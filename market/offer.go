@@ -305,7 +305,7 @@ func ValidateOffer(o *Offer, now time.Time) error {
 	}
 	if o.MaxRentalHours < o.MinRentalHours {
 		p.Add("max_rental_hours", "The maximum rental must be at least the minimum.")
-	} else if !o.AvailableFrom.IsZero() && !o.AvailableUntil.IsZero() &&
+	} else if o.AvailableUntil.After(o.AvailableFrom) && !o.AvailableFrom.IsZero() &&
 		time.Duration(o.MinRentalHours)*time.Hour > o.AvailableUntil.Sub(o.AvailableFrom) {
 		p.Add("min_rental_hours", "The minimum rental is longer than the availability window.")
 	}
@@ -344,8 +344,7 @@ func ValidateOffer(o *Offer, now time.Time) error {
 	}
 	if o.UptimeBP < 9000 || o.UptimeBP > 10000 {
 		p.Add("uptime", "The uptime guarantee must be between 90.00% and 100.00%.")
-	}
-	if msg := validateCreditSchedule(o.CreditSchedule, o.UptimeBP); msg != "" {
+	} else if msg := validateCreditSchedule(o.CreditSchedule, o.UptimeBP); msg != "" {
 		p.Add("credit_schedule", msg)
 	}
 	if o.CreditCapBP < 0 || o.CreditCapBP > 10000 {
