@@ -106,6 +106,9 @@ type Preferences struct {
 	// PreferredAcceleratorIDs and PreferredRegionIDs feed PreferredWeight.
 	PreferredAcceleratorIDs []string
 	PreferredRegionIDs      []string
+	// CarbonAwareStart lets a quote start later inside the buyer's window
+	// when its hours are cleaner (see MatchCarbonAware).
+	CarbonAwareStart bool
 }
 
 // Request is what a buyer asks the matcher for.

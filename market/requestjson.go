@@ -69,6 +69,7 @@ type preferencesJSON struct {
 	PreferredWeight         int      `json:"preferred_weight,omitempty"`
 	PreferredAcceleratorIDs []string `json:"preferred_accelerators,omitempty"`
 	PreferredRegionIDs      []string `json:"preferred_regions,omitempty"`
+	CarbonAwareStart        bool     `json:"carbon_aware_start,omitempty"`
 }
 
 // EncodeRequestJSON writes the portable, versioned JSON form of a request
