@@ -74,7 +74,7 @@ func ParseCarbonProfile(s string) (CarbonProfile, error) {
 // to within 1 g. Regions without hourly source data take a flat profile at
 // their DefaultCarbon.
 var regionProfiles = map[string]CarbonProfile{
-	"us-west-or":      {53, 51, 50, 50, 51, 52, 54, 56, 58, 58, 59, 59, 58, 57, 55, 54, 54, 54, 54, 55, 55, 55, 55, 55},                     // BPAT
+	"us-west-or":      {53, 51, 50, 50, 51, 52, 54, 56, 58, 58, 59, 59, 58, 57, 55, 54, 54, 54, 54, 55, 55, 55, 55, 55},                         // BPAT
 	"us-west-ca":      {219, 261, 294, 306, 308, 309, 311, 308, 306, 303, 301, 301, 302, 302, 287, 253, 209, 185, 179, 177, 177, 177, 180, 191}, // CISO
 	"us-southwest-az": {527, 547, 569, 580, 583, 588, 595, 605, 617, 624, 628, 630, 630, 627, 620, 597, 564, 542, 530, 524, 521, 517, 516, 519}, // AZPS
 	"us-south-tx":     {372, 387, 386, 375, 360, 346, 333, 325, 322, 323, 327, 335, 346, 354, 347, 336, 334, 338, 343, 346, 348, 347, 348, 354}, // ERCO
