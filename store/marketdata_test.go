@@ -1,0 +1,144 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gpumarket/gpumarket/market"
+)
+
+func TestTradesHistoryAndWorkReports(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	prov := createUser(t, db, "prov@example.com", true)
+	buyer := createUser(t, db, "buyer@example.com", false)
+	other := createUser(t, db, "other@example.com", false)
+	o := listedOffer(t, db, prov.ID, 8)
+
+	// A held booking is not a trade; a confirmed one is.
+	held := book(t, db, buyer.ID, t0, piece(o, 2, t0.Add(48*time.Hour), 4))
+	paid := book(t, db, other.ID, t0, piece(o, 4, t0.Add(72*time.Hour), 10))
+	if _, err := db.ConfirmReservation(ctx, paid.ID, t0); err != nil {
+		t.Fatal(err)
+	}
+
+	// Ninety days of history before t0, settled.
+	var past []market.Reservation
+	for d := 1; d <= 90; d++ {
+		booked := t0.Add(-time.Duration(d) * 24 * time.Hour)
+		p := piece(o, 1+d%8, booked.Add(time.Hour), 3)
+		p.PriceCents = market.Cents(200 + d)
+		past = append(past, market.Reservation{BuyerID: buyer.ID, State: market.ReservationSettled,
+			Pieces: []market.ReservationPiece{p}, RequestJSON: `{"version":1}`, CreatedAt: booked, UpdatedAt: booked})
+	}
+	if err := db.ImportPastReservations(ctx, past, t0); err != nil {
+		t.Fatal(err)
+	}
+	future := past[0]
+	future.Pieces = []market.ReservationPiece{piece(o, 1, t0, 3)}
+	wantCode(t, db.ImportPastReservations(ctx, []market.Reservation{future}, t0), market.CodeInvalid)
+	heldPast := past[0]
+	heldPast.State = market.ReservationHeld
+	wantCode(t, db.ImportPastReservations(ctx, []market.Reservation{heldPast}, t0), market.CodeInvalid)
+
+	trades, err := db.ListTrades(ctx, t0.AddDate(0, 0, -100), t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(trades) != 91 {
+		t.Fatalf("%d trades, want 90 settled + 1 confirmed", len(trades))
+	}
+	first, last := trades[0], trades[90]
+	if !first.BookedAt.Equal(t0.Add(-90*24*time.Hour)) || first.AcceleratorID != o.AcceleratorID || first.RegionID != o.RegionID ||
+		first.Devices != 1+90%8 || first.PriceCents != 290 || first.End.Sub(first.Start) != 3*time.Hour || first.Interruptible {
+		t.Errorf("first trade %+v", first)
+	}
+	if !last.BookedAt.Equal(t0) || last.Devices != 4 || last.PriceCents != o.PriceCentsPerDeviceHour {
+		t.Errorf("last trade %+v", last)
+	}
+	// Past reservations hold no capacity: the index sees only the live ones.
+	cs, err := db.ListAllCommitments(ctx, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 2 {
+		t.Errorf("%d commitments, want the held and the paid booking only", len(cs))
+	}
+
+	// Work reports: only once started, only the buyer's own, only offers in it.
+	rep := market.WorkReport{ReservationID: held.ID, OfferID: o.ID, ReporterID: buyer.ID, Metric: market.MetricStepsPerHour,
+		Workload: "GPT-2 124M", Value: 9000, ObservedMinutes: 180, LostMinutes: 18}
+	_, err = db.CreateWorkReport(ctx, rep, t0)
+	wantCode(t, err, market.CodeConflict)
+	var settled market.Reservation
+	list, err := db.ListBuyerReservations(ctx, buyer.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range list {
+		if r.State == market.ReservationSettled {
+			settled = r
+			break
+		}
+	}
+	rep.ReservationID = settled.ID
+	rep.ReporterID = other.ID
+	_, err = db.CreateWorkReport(ctx, rep, t0)
+	wantCode(t, err, market.CodeNotFound)
+	rep.ReporterID = buyer.ID
+	bad := rep
+	bad.OfferID = o.ID + 1000
+	_, err = db.CreateWorkReport(ctx, bad, t0)
+	wantCode(t, err, market.CodeInvalid)
+	got, err := db.CreateWorkReport(ctx, rep, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID == 0 || got.Devices != settled.Devices() || got.AcceleratorID != o.AcceleratorID {
+		t.Errorf("report %+v", got)
+	}
+	for _, f := range []WorkReportFilter{{OfferIDs: []int64{o.ID}}, {AcceleratorID: o.AcceleratorID}, {ReservationID: settled.ID}} {
+		rs, err := db.ListWorkReports(ctx, f)
+		if err != nil || len(rs) != 1 || rs[0] != got {
+			t.Errorf("filter %+v: %+v %v", f, rs, err)
+		}
+	}
+	if rs, err := db.ListWorkReports(ctx, WorkReportFilter{AcceleratorID: "amd-mi300x-192gb-oam"}); err != nil || len(rs) != 0 {
+		t.Errorf("other model: %+v %v", rs, err)
+	}
+}
+
+func TestOfferCarbonProfile(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	prov := createUser(t, db, "prov@example.com", true)
+	stranger := createUser(t, db, "stranger@example.com", true)
+	o := listedOffer(t, db, prov.ID, 8)
+
+	_, err := db.FindOfferCarbonProfile(ctx, o.ID)
+	wantCode(t, err, market.CodeNotFound)
+	p := market.FlatProfile(40)
+	p[12] = 10
+	wantCode(t, db.SetOfferCarbonProfile(ctx, stranger.ID, o.ID, p, "PPA", t0), market.CodeNotFound)
+	if err := db.SetOfferCarbonProfile(ctx, prov.ID, o.ID, market.FlatProfile(1), "first", t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetOfferCarbonProfile(ctx, prov.ID, o.ID, p, "Site meter 2025", t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.FindOfferCarbonProfile(ctx, o.ID)
+	if err != nil || got.Profile != p || got.Source != "Site meter 2025" || !got.UpdatedAt.Equal(t0.Add(time.Hour)) || got.OfferID != o.ID {
+		t.Errorf("profile %+v %v", got, err)
+	}
+	all, err := db.ListOfferCarbonProfiles(ctx)
+	if err != nil || len(all) != 1 || all[o.ID] != p {
+		t.Errorf("all %+v %v", all, err)
+	}
+	wantCode(t, db.DeleteOfferCarbonProfile(ctx, stranger.ID, o.ID), market.CodeNotFound)
+	if err := db.DeleteOfferCarbonProfile(ctx, prov.ID, o.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.FindOfferCarbonProfile(ctx, o.ID)
+	wantCode(t, err, market.CodeNotFound)
+}
