@@ -17,6 +17,9 @@ type OfferListing struct {
 	Offer        market.Offer
 	ProviderName string
 	ProviderOrg  string
+	// ProviderSuspended: the provider is suspended, so the offer is not
+	// listed whatever its review and state.
+	ProviderSuspended bool
 }
 
 // offerFields returns the provider-editable columns of an offer and their
@@ -54,7 +57,7 @@ const (
 		o.price_cents_per_device_hour, o.interruptible, o.interruptible_cents_per_dh, o.storage_cents_per_gb_month, o.egress_cents_per_gb,
 		o.billing_basis, o.uptime_bp, o.credit_cap_bp, o.free_cancel_hours, o.cancel_fee_bp,
 		o.review, o.review_note, o.state, o.created_at, o.updated_at`
-	listingColumns = offerColumns + `, u.display_name, u.organisation`
+	listingColumns = offerColumns + `, u.display_name, u.organisation, u.suspended`
 	listingFrom    = ` FROM offers o JOIN users u ON u.id = o.provider_id`
 )
 
@@ -91,7 +94,7 @@ func scanOffer(s scanner, extra ...any) (market.Offer, error) {
 
 func scanListing(s scanner) (OfferListing, error) {
 	var l OfferListing
-	o, err := scanOffer(s, &l.ProviderName, &l.ProviderOrg)
+	o, err := scanOffer(s, &l.ProviderName, &l.ProviderOrg, &l.ProviderSuspended)
 	l.Offer = o
 	return l, err
 }
@@ -602,8 +605,10 @@ var offerOrder = map[string]string{
 }
 
 // listedWhere is the condition for an offer to appear in the catalogue,
-// matching market.Offer.Listed plus the end of the availability window.
-const listedWhere = `o.review = ? AND o.state = ? AND o.available_until > ?`
+// matching market.Offer.Listed plus the end of the availability window and
+// a provider who is not suspended.
+const listedWhere = `o.review = ? AND o.state = ? AND o.available_until > ?
+	AND NOT EXISTS (SELECT 1 FROM users su WHERE su.id = o.provider_id AND su.suspended = 1)`
 
 func listedArgs(now time.Time) []any {
 	return []any{string(market.ReviewApproved), string(market.OfferActive), unix(now)}

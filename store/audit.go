@@ -1,0 +1,174 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// AuditEntry is one row of the append-only audit trail: who (ActorID, 0 for
+// the system) did what (Action) to which subject, when, with the subject's
+// state before and after as JSON. The table's triggers refuse any UPDATE
+// or DELETE.
+type AuditEntry struct {
+	ID          int64
+	At          time.Time
+	ActorID     int64  // 0: the system (auto-approval, webhooks, sweeps)
+	ActorName   string // filled when read
+	Action      string // e.g. AuditOfferApprove
+	SubjectKind string // e.g. AuditSubjectOffer
+	SubjectID   int64
+	Before      string // JSON, "" when there was nothing before
+	After       string // JSON
+	Note        string // the admin's reason or evidence
+}
+
+// Audit actions. Money movements use the ledger entry kind after "money.",
+// e.g. "money.refund".
+const (
+	AuditOfferApprove          = "offer.approve"
+	AuditOfferAutoApprove      = "offer.auto_approve"
+	AuditOfferReject           = "offer.reject"
+	AuditOfferRequestChanges   = "offer.request_changes"
+	AuditFigureVerify          = "offer.verify_figure"
+	AuditProviderSuspend       = "provider.suspend"
+	AuditProviderReinstate     = "provider.reinstate"
+	AuditReservationFlagClear  = "reservation.flag_clear"
+	AuditDisputeDecide         = "dispute.decide"
+	AuditMoneyPrefix           = "money."
+	AuditSubjectOffer          = "offer"
+	AuditSubjectUser           = "user"
+	AuditSubjectReservation    = "reservation"
+	AuditSubjectDispute        = "dispute"
+	AuditSubjectReservationFlg = "reservation_flag"
+)
+
+// AuditJSON renders a before or after value for an AuditEntry. Values that
+// cannot be encoded become "" (an audit row is never lost for its detail).
+func AuditJSON(v any) string {
+	if v == nil {
+		return ""
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// insertAudit appends e inside the caller's transaction, so the action and
+// its record commit or fail together.
+func insertAudit(ctx context.Context, tx querier, e AuditEntry) error {
+	var actor any
+	if e.ActorID != 0 {
+		actor = e.ActorID
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO audit_log (at, actor_id, action, subject_kind, subject_id, before_json, after_json, note)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		unix(e.At), actor, e.Action, e.SubjectKind, e.SubjectID, e.Before, e.After, e.Note)
+	return err
+}
+
+// RecordAudit appends one entry to the audit trail in its own transaction,
+// for actions whose store method does not record it itself (money movements
+// made through billing). Prefer recording inside the action's transaction.
+func (db *DB) RecordAudit(ctx context.Context, e AuditEntry) error {
+	const op = "record audit"
+	if e.Action == "" || e.SubjectKind == "" {
+		return invalid("An audit entry needs an action and a subject.")
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	if err := insertAudit(ctx, tx, e); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// AuditFilter selects audit entries; zero values mean "any".
+type AuditFilter struct {
+	ActorID     int64
+	Action      string // exact, or a prefix ending in "." (e.g. "money.")
+	SubjectKind string
+	SubjectID   int64
+	From, To    time.Time // half-open [From, To)
+	Limit       int       // 0: 200
+	Offset      int
+}
+
+// ListAudit returns the audit entries matching f, newest first, and how
+// many match in all.
+func (db *DB) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEntry, int, error) {
+	const op = "list audit"
+	var where []string
+	var args []any
+	if f.ActorID != 0 {
+		where, args = append(where, "a.actor_id = ?"), append(args, f.ActorID)
+	}
+	if f.Action != "" {
+		if strings.HasSuffix(f.Action, ".") {
+			where, args = append(where, "substr(a.action, 1, ?) = ?"), append(args, len(f.Action), f.Action)
+		} else {
+			where, args = append(where, "a.action = ?"), append(args, f.Action)
+		}
+	}
+	if f.SubjectKind != "" {
+		where, args = append(where, "a.subject_kind = ?"), append(args, f.SubjectKind)
+	}
+	if f.SubjectID != 0 {
+		where, args = append(where, "a.subject_id = ?"), append(args, f.SubjectID)
+	}
+	if !f.From.IsZero() {
+		where, args = append(where, "a.at >= ?"), append(args, unix(f.From))
+	}
+	if !f.To.IsZero() {
+		where, args = append(where, "a.at < ?"), append(args, unix(f.To))
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 200
+	}
+
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, 0, fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	var total int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM audit_log a`+cond, args...).Scan(&total); err != nil {
+		return nil, 0, fail(op, err, "")
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT a.id, a.at, a.actor_id, COALESCE(u.display_name, ''), a.action, a.subject_kind,
+			a.subject_id, a.before_json, a.after_json, a.note
+		FROM audit_log a LEFT JOIN users u ON u.id = a.actor_id`+cond+` ORDER BY a.at DESC, a.id DESC LIMIT ? OFFSET ?`,
+		append(args, limit, max(f.Offset, 0))...)
+	if err != nil {
+		return nil, 0, fail(op, err, "")
+	}
+	var out []AuditEntry
+	for rows.Next() {
+		var e AuditEntry
+		var at int64
+		var actor sql.NullInt64
+		if err := rows.Scan(&e.ID, &at, &actor, &e.ActorName, &e.Action, &e.SubjectKind, &e.SubjectID, &e.Before, &e.After, &e.Note); err != nil {
+			rows.Close()
+			return nil, 0, fail(op, err, "")
+		}
+		e.At, e.ActorID = fromUnix(at), actor.Int64
+		out = append(out, e)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, 0, fail(op, err, "")
+	}
+	return out, total, nil
+}
