@@ -49,6 +49,12 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/login", h.handleLogin)
 	b.POST("/logout", h.handleLogout)
 
+	// Market data: the public price index, its methodology and downloads.
+	b.GET("/market", h.handleMarket)
+	b.GET("/market/index.json", h.handleMarketJSON)
+	b.GET("/market/index.csv", h.handleMarketCSV)
+	b.GET("/market/methodology", h.handleMethodology)
+
 	// Buyers: the request builder and quotes are public; booking needs an account.
 	b.GET("/requests", h.handleRequestBuilder)
 	b.GET("/requests/export", h.handleRequestExport)
