@@ -48,7 +48,9 @@ type svgChart struct {
 		Volume string `xml:"data-volume,attr"`
 		Height string `xml:"height,attr"`
 	} `xml:"g>rect"`
-	Path   struct{ D string `xml:"d,attr"` } `xml:"path"`
+	Path struct {
+		D string `xml:"d,attr"`
+	} `xml:"path"`
 	Points []struct {
 		Day        string `xml:"data-day,attr"`
 		IndexCents string `xml:"data-index-cents,attr"`
