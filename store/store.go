@@ -21,9 +21,10 @@ import (
 // DB is the application's database: one writer connection and a pool of
 // readers on the same file. It is safe for concurrent use.
 type DB struct {
-	writer *sql.DB
-	reader *sql.DB
-	stmts  stmtCache // prepared on the writer, for the booking path
+	writer   *sql.DB
+	reader   *sql.DB
+	stmts    stmtCache    // prepared on the writer, for the booking path
+	bookings bookingQueue // concurrent bookings waiting to share a transaction
 }
 
 // Open opens (creating if needed) the database at path, creating its parent

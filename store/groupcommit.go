@@ -1,0 +1,167 @@
+package store
+
+import (
+	"context"
+	"sync"
+)
+
+// Group commit for bookings.
+//
+// This is the package's one deliberate exception to "one exported method is
+// one transaction": concurrent CreateReservation calls on the same handle
+// share one immediate write transaction, each booking inside its own
+// SAVEPOINT, and the batch commits once. With SQLite the cost of a booking
+// is dominated by writing its pages to the WAL at commit; bookings arriving
+// together dirty the same table and index pages, so one commit for the batch
+// writes each page once instead of once per booking.
+//
+// Every booking keeps its own all-or-nothing semantics and its own
+// capacity re-check: a booking that fails (conflict, hold limit, anything)
+// is rolled back to its savepoint and only it is refused; later bookings in
+// the batch see the earlier ones' rows, exactly as if they had committed
+// first; and when the batch's commit fails, every booking in it fails and
+// nothing of any is stored. A caller returns only after the commit that
+// holds its booking, so durability is unchanged.
+//
+// Batching needs no timer: while one batch runs, new bookings queue; when
+// it ends the first queued caller becomes the leader and runs the next
+// batch with whatever has queued by then. A lone booker runs a batch of one,
+// without savepoints.
+
+// maxBookingBatch bounds a batch, so one commit (and the latency of the
+// batch's first caller) stays small.
+const maxBookingBatch = 64
+
+// bookingJob is one CreateReservation call in the queue.
+type bookingJob struct {
+	ctx  context.Context
+	run  func(ctx context.Context, tx preparedTx) error // the booking's statements
+	done chan bookingResult                             // buffered: a lead signal, then the result
+}
+
+type bookingResult struct {
+	lead bool // this caller now leads the next batch
+	err  error
+}
+
+// bookingQueue is the group-commit queue of one DB handle. Invariant: if
+// pending is not empty, leading is true.
+type bookingQueue struct {
+	mu      sync.Mutex
+	pending []*bookingJob
+	leading bool
+}
+
+// book runs job.run inside a write transaction shared with concurrent
+// bookings and returns its error, or the batch's commit error, after the
+// batch has committed or rolled back.
+func (db *DB) book(ctx context.Context, run func(ctx context.Context, tx preparedTx) error) error {
+	job := &bookingJob{ctx: ctx, run: run, done: make(chan bookingResult, 1)}
+	q := &db.bookings
+	q.mu.Lock()
+	q.pending = append(q.pending, job)
+	if q.leading {
+		q.mu.Unlock()
+		if res := <-job.done; !res.lead {
+			return res.err
+		}
+	} else {
+		q.leading = true
+		q.mu.Unlock()
+	}
+
+	// This caller leads: its job is first in the queue.
+	q.mu.Lock()
+	n := min(len(q.pending), maxBookingBatch)
+	batch := make([]*bookingJob, n)
+	copy(batch, q.pending)
+	q.pending = append(q.pending[:0], q.pending[n:]...)
+	q.mu.Unlock()
+
+	db.runBookingBatch(batch)
+
+	q.mu.Lock()
+	if len(q.pending) > 0 {
+		q.pending[0].done <- bookingResult{lead: true}
+	} else {
+		q.leading = false
+	}
+	q.mu.Unlock()
+	return (<-job.done).err
+}
+
+// runBookingBatch runs the jobs in one immediate transaction and sends each
+// its result. The transaction does not follow any one caller's
+// cancellation (it serves them all); a caller whose context has ended
+// before its turn is skipped.
+func (db *DB) runBookingBatch(batch []*bookingJob) {
+	ctx := context.WithoutCancel(batch[0].ctx)
+	tx, err := db.beginPrepared(ctx, bookingQueries)
+	if err != nil {
+		for _, j := range batch {
+			j.done <- bookingResult{err: err}
+		}
+		return
+	}
+	defer tx.Rollback()
+
+	single := len(batch) == 1
+	var booked []*bookingJob
+	failAll := func(err error, rest []*bookingJob) {
+		for _, j := range append(booked, rest...) {
+			j.done <- bookingResult{err: err}
+		}
+	}
+	for i, j := range batch {
+		if err := j.ctx.Err(); err != nil {
+			j.done <- bookingResult{err: err}
+			continue
+		}
+		if !single {
+			if _, err := tx.ExecContext(ctx, savepointQuery); err != nil {
+				failAll(err, batch[i:])
+				return
+			}
+		}
+		if err := j.run(ctx, tx); err != nil {
+			if !single {
+				// Undo this booking only; if that fails the transaction is
+				// unusable and nothing of the batch may commit.
+				if _, rbErr := tx.ExecContext(ctx, rollbackToSavepointQuery); rbErr != nil {
+					failAll(rbErr, batch[i:])
+					return
+				}
+				if _, relErr := tx.ExecContext(ctx, releaseSavepointQuery); relErr != nil {
+					failAll(relErr, batch[i:])
+					return
+				}
+			}
+			j.done <- bookingResult{err: err}
+			continue
+		}
+		if !single {
+			if _, err := tx.ExecContext(ctx, releaseSavepointQuery); err != nil {
+				failAll(err, batch[i:])
+				return
+			}
+		}
+		booked = append(booked, j)
+	}
+	if len(booked) == 0 {
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		failAll(err, nil)
+		return
+	}
+	for _, j := range booked {
+		j.done <- bookingResult{}
+	}
+}
+
+// The savepoint around each booking of a batch.
+const (
+	savepointQuery           = `SAVEPOINT booking`
+	rollbackToSavepointQuery = `ROLLBACK TO booking`
+	releaseSavepointQuery    = `RELEASE booking`
+)
