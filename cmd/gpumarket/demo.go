@@ -87,6 +87,9 @@ func seedDemo(ctx context.Context, db *store.DB, now time.Time) ([]demoCredentia
 			}
 		}
 	}
+	if err := seedDemoHistory(ctx, db, now); err != nil {
+		return nil, err
+	}
 	b, err := json.Marshal(creds)
 	if err != nil {
 		return nil, err
