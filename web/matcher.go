@@ -73,7 +73,7 @@ func pieceCommitment(p market.ReservationPiece) market.Commitment {
 
 // RunBackground does the periodic work until ctx ends: it expires unpaid
 // holds (freeing their capacity), moves reservations through their
-// lifecycle, and every few minutes rebuilds the index from the database so
+// lifecycle, settles completed ones (billingTick), and every few minutes rebuilds the index from the database so
 // that bookings made by other replicas are seen. Each step is a conditional
 // update in the database, so several replicas may run it at once.
 func (h *Handler) RunBackground(ctx context.Context, every time.Duration) {
@@ -98,6 +98,7 @@ func (h *Handler) RunBackground(ctx context.Context, every time.Duration) {
 		if _, err := h.db.AdvanceReservations(ctx, now); err != nil {
 			h.log.Error("background: advance reservations", "err", err)
 		}
+		h.billingTick(ctx, now)
 		if now.Sub(lastReload) >= indexReloadEvery {
 			idx, err := loadIndex(ctx, h.db, now)
 			if err != nil {

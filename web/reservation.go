@@ -148,6 +148,9 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 			Cancellation: market.CancellationPolicyText(p.FreeCancelHours, p.CancelFeeBP),
 		})
 	}
+	if v.Billing, err = h.reservationBilling(ctx, r); err != nil {
+		return err
+	}
 	return render(c, http.StatusOK, views.Reservation(h.page(c, fmt.Sprintf("Reservation %d", r.ID)), v))
 }
 
@@ -209,6 +212,9 @@ func (h *Handler) handleProviderReservations(c echo.Context) error {
 			return err
 		}
 		v.Timelines = append(v.Timelines, utilisation(o, commitments, day0))
+	}
+	if v.Payouts, err = h.providerPayouts(ctx, u.ID, pieces); err != nil {
+		return err
 	}
 	return render(c, http.StatusOK, views.ProviderReservations(h.page(c, "Bookings"), v))
 }

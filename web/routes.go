@@ -88,7 +88,29 @@ func (h *Handler) routes(e *echo.Echo) {
 	a := b.Group("/admin", requireUser, requireAdmin)
 	a.GET("/offers", h.handleAdminOffers)
 	a.POST("/offers/:id/review", h.handleAdminReview)
-}
+
+	// Billing (issue 5): payment, payouts, incidents, settlement and
+	// reconciliation. The processor's webhook is outside CSRF and sessions,
+	// verified by its signature instead, with its own small body limit.
+	e.POST("/webhooks/stripe", h.handleStripeWebhook, middleware.BodyLimit(webhookBodyLimit))
+	b.POST("/reservations/:id/pay", h.handlePay, requireUser)
+	b.GET("/pay/local/:id", h.handleLocalPayPage, requireUser)
+	b.POST("/pay/local/:id", h.handleLocalPay, requireUser)
+	b.GET("/reservations/:id/incidents/new", h.handleBuyerIncidentForm, requireUser)
+	b.POST("/reservations/:id/incidents", h.handleBuyerIncident, requireUser)
+	b.GET("/reservations/:id/statement", h.handleBuyerStatement, requireUser)
+	b.GET("/connect/local/:id", h.handleLocalOnboardPage, requireUser, requireProvider)
+	b.POST("/connect/local/:id", h.handleLocalOnboard, requireUser, requireProvider)
+	p.POST("/payouts/connect", h.handlePayoutConnect)
+	p.GET("/payouts/refresh", h.handlePayoutConnect)
+	p.GET("/payouts/return", h.handlePayoutReturn)
+	p.GET("/bookings/:id", h.handleProviderBooking)
+	p.GET("/bookings/:id/incidents/new", h.handleProviderIncidentForm)
+	p.POST("/bookings/:id/incidents", h.handleProviderIncident)
+	p.GET("/bookings/:id/statement", h.handleProviderStatement)
+	p.POST("/incidents/:id/acknowledge", h.handleIncidentAcknowledge)
+	a.GET("/reconciliation", h.handleAdminReconciliation)
+	a.POST("/settlements/:id/retry", h.handleAdminSettlementRetry)}
 
 // cacheForever marks versioned static assets as immutable.
 func cacheForever(next http.Handler) http.Handler {

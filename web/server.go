@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/sessions"
 	"github.com/labstack/echo/v4"
 
+	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
@@ -29,6 +30,12 @@ type Config struct {
 	APIRatePerSecond float64
 	// Now returns the current time; nil means time.Now in UTC. Tests fix it.
 	Now func() time.Time
+	// Billing is the payment processor; nil means the local test
+	// processor (simulated payments, no money moves).
+	Billing billing.Processor
+	// PlatformFeeBP is the platform's fee in basis points of what a
+	// provider keeps after credits (cmd's default is 1000, 10%).
+	PlatformFeeBP int
 }
 
 // Handler holds what the handlers share. It is created once by New.
@@ -42,6 +49,11 @@ type Handler struct {
 	// at start and periodically, and follows every change this process
 	// makes; it only speeds up search (the store decides what fits).
 	idx atomic.Pointer[market.Index]
+	// pay moves money; local is set when it is the local test processor,
+	// whose simulated payment and onboarding pages this server serves.
+	pay     billing.Processor
+	local   localProcessor
+	baseURL string
 }
 
 // Limits on abuse, kept together.
@@ -69,6 +81,14 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 		cfg.Now = func() time.Time { return time.Now().UTC() }
 	}
 	h := &Handler{cfg: cfg, db: db, log: log, secure: strings.EqualFold(u.Scheme, "https")}
+	if cfg.Billing == nil {
+		cfg.Billing = billing.NewLocal(billing.LocalConfig{})
+	}
+	if cfg.PlatformFeeBP < 0 || cfg.PlatformFeeBP > 10000 {
+		return nil, nil, errors.New("web: platform fee must be between 0 and 10000 basis points")
+	}
+	h.cfg.Billing, h.pay, h.baseURL = cfg.Billing, cfg.Billing, strings.TrimSuffix(cfg.BaseURL, "/")
+	h.local, _ = cfg.Billing.(localProcessor)
 	h.cookies = sessions.NewCookieStore(cfg.SessionKey[:32])
 	h.cookies.Options = &sessions.Options{
 		Path:     "/",

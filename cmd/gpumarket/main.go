@@ -43,13 +43,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, getenv, stdout, stderr)
+	case "reconcile":
+		return reconcile(ctx, args, getenv, stdout, stderr)
 	case "admin":
 		if len(args) == 0 || args[0] != "create" {
 			return errors.New("usage: gpumarket admin create -email EMAIL -name NAME [-db PATH] (password from GPUMARKET_ADMIN_PASSWORD or stdin)")
 		}
 		return adminCreate(ctx, args[1:], getenv, stdin, stdout)
 	default:
-		return fmt.Errorf("unknown command %q (want serve or admin create)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, reconcile or admin create)", cmd)
 	}
 }
 
@@ -75,11 +77,36 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			return fmt.Errorf("GPUMARKET_API_RATE: %w", err)
 		}
 	}
+	bf := billingFlags(fs, getenv)
+	clockOffset := fs.Duration("clock-offset", 0, "TEST ONLY: shift the server's clock by this duration, e.g. 72h (refused with a Stripe key)")
+	tick := fs.Duration("tick", 15*time.Second, "how often the background loop runs: holds, lifecycle, settlement retries (env GPUMARKET_TICK)")
+	if v := getenv("GPUMARKET_TICK"); v != "" {
+		if err := fs.Set("tick", v); err != nil {
+			return fmt.Errorf("GPUMARKET_TICK: %w", err)
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *tick <= 0 {
+		return errors.New("-tick must be positive")
+	}
 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	processor, err := bf.processor()
+	if err != nil {
+		return err
+	}
+	now := func() time.Time { return time.Now().UTC() }
+	if *clockOffset != 0 {
+		// Moving the clock with real money would settle bookings early.
+		if !processor.Simulated() {
+			return errors.New("-clock-offset is for tests and demos only; it is refused when a Stripe key is configured")
+		}
+		offset := *clockOffset
+		now = func() time.Time { return time.Now().UTC().Add(offset) }
+		log.Warn("TEST CLOCK: the server's clock is shifted", "offset", offset.String())
+	}
 
 	key, err := loadSessionKey(*sessionKey, filepath.Dir(*dbPath))
 	if err != nil {
@@ -101,13 +128,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 
-	h, e, err := web.New(ctx, web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo, APIRatePerSecond: *apiRate}, db, log)
+	h, e, err := web.New(ctx, web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo, APIRatePerSecond: *apiRate,
+		Now: now, Billing: processor, PlatformFeeBP: *bf.feeBP}, db, log)
 	if err != nil {
 		return err
 	}
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
-	go h.RunBackground(bgCtx, 15*time.Second)
+	go h.RunBackground(bgCtx, *tick)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", *addr, err)
@@ -120,7 +148,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		IdleTimeout:       120 * time.Second,
 	}
 	fmt.Fprintf(stdout, "gpumarket listening on %s (open %s)\n", ln.Addr(), *baseURL)
-	log.Info("listening", "addr", ln.Addr().String(), "url", *baseURL, "db", *dbPath, "demo", *demo)
+	log.Info("listening", "addr", ln.Addr().String(), "url", *baseURL, "db", *dbPath, "demo", *demo,
+		"simulated_payments", processor.Simulated())
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

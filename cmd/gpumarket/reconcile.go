@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/web"
+)
+
+// reconcile compares the ledger with the Stripe objects it references and
+// prints every difference; it fails when there is any. Without a Stripe key
+// only the ledger's own checks run (simulated payments leave no objects to
+// retrieve from another process).
+func reconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dbPath := fs.String("db", envOr(getenv, "GPUMARKET_DB", "./data/gpumarket.db"), "SQLite database path (env GPUMARKET_DB)")
+	bf := billingFlags(fs, getenv)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	processor, err := bf.processor()
+	if err != nil {
+		return err
+	}
+	db, err := store.Open(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	opts := web.ReconcileOptions{LedgerOnly: processor.Simulated()}
+	if opts.LedgerOnly {
+		fmt.Fprintln(stdout, "no Stripe key: payments are simulated, checking the ledger only")
+	}
+	diffs, err := web.Reconcile(ctx, db, processor, opts)
+	if err != nil {
+		return err
+	}
+	for _, d := range diffs {
+		where := "ledger"
+		if d.ReservationID != 0 {
+			where = fmt.Sprintf("reservation %d", d.ReservationID)
+		}
+		fmt.Fprintf(stdout, "%s: %s (ledger %s, processor %s)\n", where, d.What, orNone(d.Ledger), orNone(d.Processor))
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("%d difference(s) between the ledger and the processor", len(diffs))
+	}
+	fmt.Fprintln(stdout, "reconciled: no differences")
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}

@@ -1,0 +1,748 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpumarket/gpumarket/market"
+)
+
+// PaymentStatus is where a reservation's payment stands.
+type PaymentStatus string
+
+// Payment statuses.
+const (
+	PaymentOpen PaymentStatus = "open" // checkout created, not paid
+	PaymentPaid PaymentStatus = "paid"
+	// PaymentFailed: the last attempt failed; the buyer may try again
+	// while the hold lasts.
+	PaymentFailed PaymentStatus = "failed"
+	// PaymentRefundPending: paid after the hold lapsed or the reservation
+	// was cancelled; the whole amount goes back (the retrier refunds it).
+	PaymentRefundPending PaymentStatus = "refund_pending"
+	PaymentRefunded      PaymentStatus = "refunded"
+)
+
+// Payment is the payment of one reservation.
+type Payment struct {
+	ReservationID   int64
+	CheckoutID      string
+	PaymentIntentID string
+	ChargeID        string
+	Amount          market.Cents
+	Status          PaymentStatus
+	FailureMessage  string
+	RefundedCents   market.Cents // as the processor last reported it
+	Attempts        int
+	NextAttemptAt   time.Time
+	LastError       string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+// PaymentEvent is a processor notification that a reservation was paid
+// (payment succeeded, or a checkout completed as paid).
+type PaymentEvent struct {
+	EventID         string // deduplicated; empty for a call that is not an event
+	EventType       string
+	ReservationID   int64
+	CheckoutID      string
+	PaymentIntentID string
+	ChargeID        string
+	Amount          market.Cents
+}
+
+// PaymentOutcome is what recording a payment did.
+type PaymentOutcome string
+
+// Payment outcomes.
+const (
+	PaymentDuplicate PaymentOutcome = "duplicate" // event already processed: nothing changed
+	PaymentConfirmed PaymentOutcome = "confirmed" // held → confirmed, charge entries written
+	PaymentRecorded  PaymentOutcome = "recorded"  // already confirmed earlier: payment details completed
+	// PaymentLate: the reservation can no longer be confirmed (hold
+	// lapsed, cancelled); the payment is marked refund_pending.
+	PaymentLate    PaymentOutcome = "late"
+	PaymentUnknown PaymentOutcome = "unknown" // no such reservation: event recorded and ignored
+)
+
+// Person-safe messages of billing.
+const (
+	msgPaymentNotFound    = "No payment has been started for this reservation."
+	msgAccountNotFound    = "No payout account is connected yet."
+	msgSettlementNotFound = "This reservation has not been settled yet."
+	msgIncidentNotFound   = "That incident could not be found."
+)
+
+const paymentColumns = `reservation_id, checkout_id, payment_intent_id, charge_id, amount_cents, status, failure_message,
+	refunded_cents, attempts, next_attempt_at, last_error, created_at, updated_at`
+
+func scanPayment(s scanner) (Payment, error) {
+	var p Payment
+	var status string
+	var amount, refunded, next, created, updated int64
+	if err := s.Scan(&p.ReservationID, &p.CheckoutID, &p.PaymentIntentID, &p.ChargeID, &amount, &status, &p.FailureMessage,
+		&refunded, &p.Attempts, &next, &p.LastError, &created, &updated); err != nil {
+		return Payment{}, err
+	}
+	p.Amount, p.RefundedCents, p.Status = market.Cents(amount), market.Cents(refunded), PaymentStatus(status)
+	p.NextAttemptAt, p.CreatedAt, p.UpdatedAt = fromUnix(next), fromUnix(created), fromUnix(updated)
+	return p, nil
+}
+
+func getPayment(ctx context.Context, q querier, reservationID int64) (Payment, error) {
+	p, err := scanPayment(q.QueryRowContext(ctx, `SELECT `+paymentColumns+` FROM payments WHERE reservation_id = ?`, reservationID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Payment{}, notFound(msgPaymentNotFound)
+	}
+	return p, err
+}
+
+// markEvent records an event id as processed; it reports false when the
+// event was processed before (the caller then changes nothing). An empty id
+// (not an event) is never a duplicate.
+func markEvent(ctx context.Context, tx *sql.Tx, eventID, eventType string, now time.Time) (bool, error) {
+	if eventID == "" {
+		return true, nil
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO processed_events (event_id, type, processed_at) VALUES (?, ?, ?)
+		ON CONFLICT (event_id) DO NOTHING`, eventID, eventType, unix(now))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// MarkEventProcessed records an event the marketplace does not act on, so
+// a replay is recognised; it reports false for a replay.
+func (db *DB) MarkEventProcessed(ctx context.Context, eventID, eventType string, now time.Time) (bool, error) {
+	const op = "mark event processed"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return false, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	fresh, err := markEvent(ctx, tx, eventID, eventType, now)
+	if err != nil {
+		return false, fail(op, err, "")
+	}
+	return fresh, fail(op, tx.Commit(), "")
+}
+
+// RecordCheckout remembers the checkout started for a buyer's held
+// reservation. The reservation must be the buyer's and held with an
+// unexpired hold; a reservation already paid is a conflict.
+func (db *DB) RecordCheckout(ctx context.Context, buyerID, reservationID int64, checkoutID string, amount market.Cents, now time.Time) error {
+	const op = "record checkout"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	r, err := getBuyerReservation(ctx, tx, buyerID, reservationID)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if err := payable(r, now); err != nil {
+		return err
+	}
+	p, err := getPayment(ctx, tx, reservationID)
+	switch {
+	case market.ErrorCode(err) == market.CodeNotFound:
+		_, err = tx.ExecContext(ctx, `INSERT INTO payments (reservation_id, checkout_id, amount_cents, status, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?)`, reservationID, checkoutID, int64(amount), string(PaymentOpen), unix(now), unix(now))
+	case err != nil:
+	case p.Status == PaymentOpen || p.Status == PaymentFailed:
+		_, err = tx.ExecContext(ctx, `UPDATE payments SET checkout_id = ?, updated_at = ? WHERE reservation_id = ?`,
+			checkoutID, unix(now), reservationID)
+	default:
+		return conflict("This reservation has already been paid.")
+	}
+	if err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// payable checks that a reservation can still be paid at now.
+func payable(r market.Reservation, now time.Time) error {
+	switch {
+	case r.State == market.ReservationHeld && now.Before(r.HoldExpiresAt):
+		return nil
+	case r.State == market.ReservationHeld || r.State == market.ReservationExpired:
+		return conflict(msgHoldExpired)
+	case r.State == market.ReservationCancelled:
+		return conflict("This reservation was cancelled.")
+	}
+	return conflict("This reservation has already been paid.")
+}
+
+// FindPayment returns the payment of a reservation.
+func (db *DB) FindPayment(ctx context.Context, reservationID int64) (Payment, error) {
+	const op = "find payment"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return Payment{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	p, err := getPayment(ctx, tx, reservationID)
+	return p, fail(op, err, "")
+}
+
+// ListPayments returns every payment, oldest first, for reconciliation.
+func (db *DB) ListPayments(ctx context.Context) ([]Payment, error) {
+	const op = "list payments"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	ps, err := queryPayments(ctx, tx, `SELECT `+paymentColumns+` FROM payments ORDER BY reservation_id`)
+	return ps, fail(op, err, "")
+}
+
+func queryPayments(ctx context.Context, q querier, query string, args ...any) ([]Payment, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []Payment
+	for rows.Next() {
+		p, err := scanPayment(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, closeRows(rows)
+}
+
+// RecordPayment records that a reservation was paid, in one transaction:
+// the event is deduplicated; a held reservation whose hold has not lapsed
+// is confirmed (as ConfirmReservation does) and the charge entries are
+// written to the ledger; one that was already confirmed only gets the
+// payment details the event adds (checkout completed and payment succeeded
+// both arrive, in either order). A payment for a reservation that can no
+// longer be confirmed (the hold lapsed, it was cancelled) is charged to the
+// ledger and credited back to the buyer at once, and the payment is marked
+// refund_pending for the retrier to refund in full.
+func (db *DB) RecordPayment(ctx context.Context, ev PaymentEvent, now time.Time) (PaymentOutcome, error) {
+	const op = "record payment"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return "", fail(op, err, "")
+	}
+	defer tx.Rollback()
+	fresh, err := markEvent(ctx, tx, ev.EventID, ev.EventType, now)
+	if err != nil {
+		return "", fail(op, err, "")
+	}
+	if !fresh {
+		return PaymentDuplicate, nil
+	}
+	r, err := getReservation(ctx, tx, ev.ReservationID)
+	if market.ErrorCode(err) == market.CodeNotFound {
+		return PaymentUnknown, fail(op, tx.Commit(), "")
+	}
+	if err != nil {
+		return "", fail(op, err, "")
+	}
+	p, err := getPayment(ctx, tx, r.ID)
+	if market.ErrorCode(err) == market.CodeNotFound {
+		p = Payment{ReservationID: r.ID, Amount: r.AmountCents, Status: PaymentOpen}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO payments (reservation_id, amount_cents, status, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?)`, r.ID, int64(r.AmountCents), string(PaymentOpen), unix(now), unix(now)); err != nil {
+			return "", fail(op, err, "")
+		}
+	} else if err != nil {
+		return "", fail(op, err, "")
+	}
+	// Keep what each event adds; never blank out what an earlier one said.
+	p.CheckoutID = firstNonEmpty(ev.CheckoutID, p.CheckoutID)
+	p.PaymentIntentID = firstNonEmpty(ev.PaymentIntentID, p.PaymentIntentID)
+	p.ChargeID = firstNonEmpty(ev.ChargeID, p.ChargeID)
+
+	outcome := PaymentRecorded
+	switch {
+	case p.Status == PaymentPaid || p.Status == PaymentRefundPending || p.Status == PaymentRefunded:
+		// A second notice of the same payment.
+	case r.State == market.ReservationHeld && now.Before(r.HoldExpiresAt):
+		if err := setState(ctx, tx, &r, market.ReservationConfirmed, now); err != nil {
+			return "", fail(op, err, "")
+		}
+		p.Status, p.FailureMessage, outcome = PaymentPaid, "", PaymentConfirmed
+	case r.State == market.ReservationHeld || r.State == market.ReservationExpired || r.State == market.ReservationCancelled:
+		p.Status, outcome = PaymentRefundPending, PaymentLate
+		p.NextAttemptAt = now
+	default:
+		// Confirmed by other means (or moved on since): the payment stands.
+		p.Status = PaymentPaid
+	}
+	if p.Status == PaymentPaid || p.Status == PaymentRefundPending {
+		entries, err := market.ChargeEntries(r, p.PaymentIntentID, now)
+		if err != nil {
+			return "", fail(op, err, "")
+		}
+		if p.Status == PaymentRefundPending {
+			entries = append(entries, lateCredits(r, now)...)
+		}
+		if err := insertEntries(ctx, tx, entries); err != nil {
+			return "", fail(op, err, "")
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE payments SET checkout_id = ?, payment_intent_id = ?, charge_id = ?, status = ?,
+		failure_message = ?, next_attempt_at = ?, updated_at = ? WHERE reservation_id = ?`,
+		p.CheckoutID, p.PaymentIntentID, p.ChargeID, string(p.Status), p.FailureMessage, unix(p.NextAttemptAt), unix(now), r.ID); err != nil {
+		return "", fail(op, err, "")
+	}
+	return outcome, fail(op, tx.Commit(), "")
+}
+
+// lateCredits moves a late payment from the providers back to the buyer,
+// ahead of the full refund.
+func lateCredits(r market.Reservation, now time.Time) []market.LedgerEntry {
+	by := map[int64]market.Cents{}
+	var ids []int64
+	for _, p := range r.Pieces {
+		if _, ok := by[p.ProviderID]; !ok {
+			ids = append(ids, p.ProviderID)
+		}
+		by[p.ProviderID] += p.AmountCents
+	}
+	var out []market.LedgerEntry
+	for _, id := range ids {
+		if by[id] > 0 {
+			out = append(out, market.LedgerEntry{ReservationID: r.ID, Kind: market.EntryCredit, Debit: market.ProviderAccount(id),
+				Credit: market.BuyerAccount(r.BuyerID), Amount: by[id], IdempotencyKey: market.EntryKey(r.ID, market.EntryCredit, id), At: now})
+		}
+	}
+	return out
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// RecordPaymentFailed records a failed payment attempt. The reservation
+// stays held, so the buyer may try again until the hold lapses; a failure
+// reported after a success changes nothing. It reports false for a replay.
+func (db *DB) RecordPaymentFailed(ctx context.Context, eventID, eventType string, reservationID int64, paymentIntentID, message string, now time.Time) (bool, error) {
+	const op = "record payment failure"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return false, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	fresh, err := markEvent(ctx, tx, eventID, eventType, now)
+	if err != nil || !fresh {
+		return false, fail(op, err, "")
+	}
+	if message == "" {
+		message = "The payment did not go through."
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE payments SET status = ?, failure_message = ?,
+		payment_intent_id = CASE WHEN payment_intent_id = '' THEN ? ELSE payment_intent_id END, updated_at = ?
+		WHERE reservation_id = ? AND status IN (?, ?)`,
+		string(PaymentFailed), message, paymentIntentID, unix(now), reservationID, string(PaymentOpen), string(PaymentFailed)); err != nil {
+		return false, fail(op, err, "")
+	}
+	return true, fail(op, tx.Commit(), "")
+}
+
+// RecordChargeRefunded keeps the processor's total refunded for a payment,
+// for reconciliation. It reports false for a replay.
+func (db *DB) RecordChargeRefunded(ctx context.Context, eventID, eventType string, reservationID int64, paymentIntentID string, refundedTotal market.Cents, now time.Time) (bool, error) {
+	const op = "record charge refunded"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return false, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	fresh, err := markEvent(ctx, tx, eventID, eventType, now)
+	if err != nil || !fresh {
+		return false, fail(op, err, "")
+	}
+	// Totals only grow: an older event delivered late cannot lower it.
+	if _, err := tx.ExecContext(ctx, `UPDATE payments SET refunded_cents = MAX(refunded_cents, ?), updated_at = ?
+		WHERE (reservation_id = ? OR (payment_intent_id = ? AND payment_intent_id <> ''))`,
+		int64(refundedTotal), unix(now), reservationID, paymentIntentID); err != nil {
+		return false, fail(op, err, "")
+	}
+	return true, fail(op, tx.Commit(), "")
+}
+
+// ListDuePaymentRefunds returns late payments whose full refund is due at now.
+func (db *DB) ListDuePaymentRefunds(ctx context.Context, now time.Time) ([]Payment, error) {
+	const op = "list due payment refunds"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	ps, err := queryPayments(ctx, tx, `SELECT `+paymentColumns+` FROM payments WHERE status = ? AND next_attempt_at <= ?
+		ORDER BY reservation_id`, string(PaymentRefundPending), unix(now))
+	return ps, fail(op, err, "")
+}
+
+// RecordPaymentRefund records the full refund of a late payment: the
+// refund ledger entry and the payment marked refunded.
+func (db *DB) RecordPaymentRefund(ctx context.Context, reservationID int64, refundID string, now time.Time) error {
+	const op = "record payment refund"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	r, err := getReservation(ctx, tx, reservationID)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	p, err := getPayment(ctx, tx, reservationID)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if p.Status != PaymentRefundPending {
+		return nil
+	}
+	e := market.LedgerEntry{ReservationID: r.ID, Kind: market.EntryRefund, Debit: market.BuyerAccount(r.BuyerID),
+		Credit: market.AccountPlatformCash, Amount: r.AmountCents, StripeRef: refundID,
+		IdempotencyKey: market.EntryKey(r.ID, market.EntryRefund, 0), At: now}
+	if err := insertEntries(ctx, tx, []market.LedgerEntry{e}); err != nil {
+		return fail(op, err, "")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE payments SET status = ?, last_error = '', updated_at = ? WHERE reservation_id = ?`,
+		string(PaymentRefunded), unix(now), reservationID); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// RecordPaymentRefundFailure records a failed attempt to refund a late
+// payment: the next attempt is at next.
+func (db *DB) RecordPaymentRefundFailure(ctx context.Context, reservationID int64, msg string, next, now time.Time) error {
+	const op = "record payment refund failure"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE payments SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?, updated_at = ?
+		WHERE reservation_id = ? AND status = ?`, msg, unix(next), unix(now), reservationID, string(PaymentRefundPending)); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// insertEntries appends ledger entries; an entry whose idempotency key is
+// already in the ledger is the same movement recorded before and is skipped.
+func insertEntries(ctx context.Context, tx *sql.Tx, entries []market.LedgerEntry) error {
+	for _, e := range entries {
+		if e.Amount <= 0 || e.IdempotencyKey == "" {
+			return fmt.Errorf("ledger entry %q of %d: needs a key and a positive amount", e.IdempotencyKey, e.Amount)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO ledger_entries (reservation_id, kind, debit_account, credit_account,
+			amount_cents, stripe_ref, idempotency_key, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (idempotency_key) DO NOTHING`,
+			e.ReservationID, e.Kind, e.Debit, e.Credit, int64(e.Amount), e.StripeRef, e.IdempotencyKey, unix(e.At)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func queryLedger(ctx context.Context, q querier, where string, args ...any) ([]market.LedgerEntry, error) {
+	rows, err := q.QueryContext(ctx, `SELECT reservation_id, kind, debit_account, credit_account, amount_cents, stripe_ref,
+		idempotency_key, at FROM ledger_entries `+where+` ORDER BY id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []market.LedgerEntry
+	for rows.Next() {
+		var e market.LedgerEntry
+		var amount, at int64
+		if err := rows.Scan(&e.ReservationID, &e.Kind, &e.Debit, &e.Credit, &amount, &e.StripeRef, &e.IdempotencyKey, &at); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		e.Amount, e.At = market.Cents(amount), fromUnix(at)
+		out = append(out, e)
+	}
+	return out, closeRows(rows)
+}
+
+// ListLedger returns a reservation's ledger entries in the order written.
+func (db *DB) ListLedger(ctx context.Context, reservationID int64) ([]market.LedgerEntry, error) {
+	const op = "list ledger"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	es, err := queryLedger(ctx, tx, `WHERE reservation_id = ?`, reservationID)
+	return es, fail(op, err, "")
+}
+
+// ListAllLedger returns the whole ledger in the order written.
+func (db *DB) ListAllLedger(ctx context.Context) ([]market.LedgerEntry, error) {
+	const op = "list all ledger"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	es, err := queryLedger(ctx, tx, ``)
+	return es, fail(op, err, "")
+}
+
+// PayoutAccount is a provider's connected account.
+type PayoutAccount struct {
+	ProviderID       int64
+	AccountID        string
+	DetailsSubmitted bool
+	ChargesEnabled   bool
+	PayoutsEnabled   bool
+	UpdatedAt        time.Time
+}
+
+// Onboarded reports whether the account can take transfers.
+func (a PayoutAccount) Onboarded() bool { return a.DetailsSubmitted && a.PayoutsEnabled }
+
+const payoutAccountColumns = `provider_id, account_id, details_submitted, charges_enabled, payouts_enabled, updated_at`
+
+func scanPayoutAccount(s scanner) (PayoutAccount, error) {
+	var a PayoutAccount
+	var updated int64
+	err := s.Scan(&a.ProviderID, &a.AccountID, &a.DetailsSubmitted, &a.ChargesEnabled, &a.PayoutsEnabled, &updated)
+	a.UpdatedAt = fromUnix(updated)
+	return a, err
+}
+
+func getPayoutAccount(ctx context.Context, q querier, providerID int64) (PayoutAccount, error) {
+	a, err := scanPayoutAccount(q.QueryRowContext(ctx, `SELECT `+payoutAccountColumns+` FROM payout_accounts WHERE provider_id = ?`, providerID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return PayoutAccount{}, notFound(msgAccountNotFound)
+	}
+	return a, err
+}
+
+// FindPayoutAccount returns a provider's connected account.
+func (db *DB) FindPayoutAccount(ctx context.Context, providerID int64) (PayoutAccount, error) {
+	const op = "find payout account"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return PayoutAccount{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	a, err := getPayoutAccount(ctx, tx, providerID)
+	return a, fail(op, err, "")
+}
+
+// CreatePayoutAccount records a provider's new connected account. A
+// provider who already has one keeps it, and it is returned.
+func (db *DB) CreatePayoutAccount(ctx context.Context, providerID int64, accountID string, now time.Time) (PayoutAccount, error) {
+	const op = "create payout account"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return PayoutAccount{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO payout_accounts (provider_id, account_id, created_at, updated_at)
+		VALUES (?, ?, ?, ?) ON CONFLICT (provider_id) DO NOTHING`, providerID, accountID, unix(now), unix(now)); err != nil {
+		return PayoutAccount{}, fail(op, err, "That payout account belongs to someone else.")
+	}
+	a, err := getPayoutAccount(ctx, tx, providerID)
+	if err != nil {
+		return PayoutAccount{}, fail(op, err, "")
+	}
+	return a, fail(op, tx.Commit(), "")
+}
+
+// AccountUpdate is the onboarding state of a connected account as the
+// processor reported it at At.
+type AccountUpdate struct {
+	EventID          string // empty when read from the processor directly
+	EventType        string
+	AccountID        string
+	DetailsSubmitted bool
+	ChargesEnabled   bool
+	PayoutsEnabled   bool
+	At               time.Time
+}
+
+// UpdatePayoutAccount applies an account's onboarding state, unless a
+// newer state was applied already (events may arrive out of order). When
+// the account can take transfers, the provider's held payouts are released
+// to the settlement retrier in the same transaction. It returns how many
+// payouts were released; an unknown account changes nothing.
+func (db *DB) UpdatePayoutAccount(ctx context.Context, u AccountUpdate, now time.Time) (int, error) {
+	const op = "update payout account"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return 0, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	fresh, err := markEvent(ctx, tx, u.EventID, u.EventType, now)
+	if err != nil || !fresh {
+		return 0, fail(op, err, "")
+	}
+	var providerID int64
+	err = tx.QueryRowContext(ctx, `SELECT provider_id FROM payout_accounts WHERE account_id = ?`, u.AccountID).Scan(&providerID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fail(op, tx.Commit(), "")
+	}
+	if err != nil {
+		return 0, fail(op, err, "")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE payout_accounts SET details_submitted = ?, charges_enabled = ?, payouts_enabled = ?,
+		event_at = ?, updated_at = ? WHERE provider_id = ? AND event_at <= ?`,
+		boolInt(u.DetailsSubmitted), boolInt(u.ChargesEnabled), boolInt(u.PayoutsEnabled), unix(u.At), unix(now),
+		providerID, unix(u.At)); err != nil {
+		return 0, fail(op, err, "")
+	}
+	a, err := getPayoutAccount(ctx, tx, providerID)
+	if err != nil {
+		return 0, fail(op, err, "")
+	}
+	released := 0
+	if a.Onboarded() {
+		if released, err = releaseHeld(ctx, tx, providerID, now); err != nil {
+			return 0, fail(op, err, "")
+		}
+	}
+	return released, fail(op, tx.Commit(), "")
+}
+
+// releaseHeld turns a provider's held transfers into pending ones and
+// makes their settlements due at now.
+func releaseHeld(ctx context.Context, tx *sql.Tx, providerID int64, now time.Time) (int, error) {
+	res, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET state = ? WHERE provider_id = ? AND state = ?`,
+		string(TransferPending), providerID, string(TransferHeld))
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE settlements SET state = ?, next_attempt_at = ?, updated_at = ?
+		WHERE state IN (?, ?) AND reservation_id IN (SELECT reservation_id FROM settlement_transfers WHERE provider_id = ? AND state = ?)`,
+		string(SettlementPending), unix(now), unix(now), string(SettlementWaiting), string(SettlementPending), providerID, string(TransferPending))
+	return int(n), err
+}
+
+// Dispute is a case for admins.
+type Dispute struct {
+	ID              int64
+	ReservationID   int64
+	Source          string // DisputeSourceStripe or DisputeSourceIncident
+	StripeDisputeID string
+	IncidentID      int64
+	Status          string // "open" until an admin decides
+	Statement       string
+	CreatedAt       time.Time
+}
+
+// Dispute sources and the open status.
+const (
+	DisputeSourceStripe   = "stripe"
+	DisputeSourceIncident = "incident"
+	DisputeOpen           = "open"
+)
+
+// OpenStripeDispute records a chargeback: an open dispute on the
+// reservation, and every provider payout of it not yet made frozen until an
+// admin decides. It reports false for a replay (by event or dispute id).
+//
+// When the event names no reservation, the payment intent or charge finds it.
+func (db *DB) OpenStripeDispute(ctx context.Context, eventID, eventType string, reservationID int64, paymentIntentID, chargeID, disputeID string, amount market.Cents, now time.Time) (bool, error) {
+	const op = "open stripe dispute"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return false, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	fresh, err := markEvent(ctx, tx, eventID, eventType, now)
+	if err != nil || !fresh {
+		return false, fail(op, err, "")
+	}
+	if reservationID == 0 {
+		err := tx.QueryRowContext(ctx, `SELECT reservation_id FROM payments WHERE (payment_intent_id = ? AND ? <> '')
+			OR (charge_id = ? AND ? <> '')`, paymentIntentID, paymentIntentID, chargeID, chargeID).Scan(&reservationID)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return false, fail(op, err, "")
+		}
+	}
+	if _, err := getReservation(ctx, tx, reservationID); err != nil {
+		if market.ErrorCode(err) == market.CodeNotFound {
+			return false, fail(op, tx.Commit(), "")
+		}
+		return false, fail(op, err, "")
+	}
+	statement := fmt.Sprintf("The buyer's bank disputed %s of the payment (processor dispute %s). Provider payouts are frozen until an admin decides.", amount, disputeID)
+	res, err := tx.ExecContext(ctx, `INSERT INTO disputes (reservation_id, source, stripe_dispute_id, status, statement, created_at)
+		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, reservationID, DisputeSourceStripe, disputeID, DisputeOpen, statement, unix(now))
+	if err != nil {
+		return false, fail(op, err, "")
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return false, fail(op, tx.Commit(), "")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET state = ? WHERE reservation_id = ? AND state IN (?, ?)`,
+		string(TransferFrozen), reservationID, string(TransferPending), string(TransferHeld)); err != nil {
+		return false, fail(op, err, "")
+	}
+	return true, fail(op, tx.Commit(), "")
+}
+
+const disputeColumns = `id, reservation_id, source, COALESCE(stripe_dispute_id, ''), COALESCE(incident_id, 0), status, statement, created_at`
+
+func queryDisputes(ctx context.Context, q querier, where string, args ...any) ([]Dispute, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+disputeColumns+` FROM disputes `+where+` ORDER BY id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []Dispute
+	for rows.Next() {
+		var d Dispute
+		var created int64
+		if err := rows.Scan(&d.ID, &d.ReservationID, &d.Source, &d.StripeDisputeID, &d.IncidentID, &d.Status, &d.Statement, &created); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		d.CreatedAt = fromUnix(created)
+		out = append(out, d)
+	}
+	return out, closeRows(rows)
+}
+
+// ListReservationDisputes returns a reservation's disputes, oldest first.
+func (db *DB) ListReservationDisputes(ctx context.Context, reservationID int64) ([]Dispute, error) {
+	const op = "list reservation disputes"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	ds, err := queryDisputes(ctx, tx, `WHERE reservation_id = ?`, reservationID)
+	return ds, fail(op, err, "")
+}
+
+// ListOpenDisputes returns every open dispute, oldest first.
+func (db *DB) ListOpenDisputes(ctx context.Context) ([]Dispute, error) {
+	const op = "list open disputes"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	ds, err := queryDisputes(ctx, tx, `WHERE status = ?`, DisputeOpen)
+	return ds, fail(op, err, "")
+}
