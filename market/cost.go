@@ -1,5 +1,6 @@
 package market
 
+
 // Priors used when a provider's record is unknown.
 const (
 	// DefaultReliabilityBP is the reliability assumed for a provider with no
@@ -65,13 +66,26 @@ func pieceCost(s *slot, q *query, devices, hours int64, intr bool) CostBreakdown
 	var c CostBreakdown
 	dp := devices * price
 	c.Instance = Cents(dp * hours)
+	// Every factor below is ≥ 0. When both factors of a product are under
+	// 2³¹ (nearly always) it fits in 63 bits and divRound, inlined with a
+	// constant divisor, divides by multiplication; else MulDivRound. Both
+	// round half up, the documented rule.
 	if q.datasetGB > 0 {
-		c.Storage = Cents(MulDivRound(q.datasetGB*int64(s.storageC), hours, hoursPerMonth))
+		a, b := q.datasetGB*int64(s.storageC), hours
+		if uint64(a|b) < 1<<31 {
+			c.Storage = Cents(divRound(a*b, hoursPerMonth))
+		} else {
+			c.Storage = Cents(MulDivRound(a, b, hoursPerMonth))
+		}
 		if q.dataRegion >= 0 && int(s.region) != q.dataRegion {
 			c.Egress = Cents(q.datasetGB * int64(s.egressC))
 		}
 	}
-	c.Orchestration = Cents(MulDivRound(dp, int64(s.provMins), 60))
+	if pm := int64(s.provMins); uint64(dp|pm) < 1<<31 {
+		c.Orchestration = Cents(divRound(dp*pm, 60))
+	} else {
+		c.Orchestration = Cents(MulDivRound(dp, pm, 60))
+	}
 	events := int64(10000-int64(s.reliability)) * 100 * hours
 	if intr {
 		events += 24 * int64(s.interruptPPM) * hours
@@ -79,8 +93,14 @@ func pieceCost(s *slot, q *query, devices, hours int64, intr bool) CostBreakdown
 	if events > 0 {
 		// lost minutes per event = checkpoint/2 + restart, counted in half-minutes.
 		lostHalfMins := q.checkpointMins + 2*q.restartMins
-		c.FailedWork = Cents(MulDivRound(dp, events*lostHalfMins, expectedEventsDenom*120))
-		c.Restart = Cents(MulDivRound(dp, events*2*int64(s.provMins), expectedEventsDenom*120))
+		const den = expectedEventsDenom * 120
+		if a, b := events*lostHalfMins, events*2*int64(s.provMins); uint64(dp|a|b) < 1<<31 {
+			c.FailedWork = Cents(divRound(dp*a, den))
+			c.Restart = Cents(divRound(dp*b, den))
+		} else {
+			c.FailedWork = Cents(MulDivRound(dp, a, den))
+			c.Restart = Cents(MulDivRound(dp, b, den))
+		}
 	}
 	c.Total = c.Instance + c.Storage + c.Egress + c.Orchestration + c.FailedWork + c.Restart
 	return c
@@ -89,8 +109,11 @@ func pieceCost(s *slot, q *query, devices, hours int64, intr bool) CostBreakdown
 // pieceEmissions estimates grams of CO2e: board power × devices × hours ×
 // the offer's carbon intensity.
 func pieceEmissions(s *slot, devices, hours int64) int64 {
-	w := int64(accelerators[s.acc].TDPWatts)
-	return MulDivRound(w*devices*hours, int64(s.carbon), 1000)
+	a, b := int64(accelerators[s.acc].TDPWatts)*devices*hours, int64(s.carbon)
+	if uint64(a|b) < 1<<31 {
+		return divRound(a*b, 1000)
+	}
+	return MulDivRound(a, b, 1000)
 }
 
 // EstimateCost prices devices of a candidate for hours as the matcher
@@ -106,5 +129,15 @@ func EstimateCost(c Candidate, req Request, devices, hours int) (CostBreakdown, 
 	if err != nil {
 		return CostBreakdown{}, err
 	}
+	defer putQuery(q)
 	return pieceCost(&s, q, int64(devices), int64(hours), q.allowIntr && s.flags&flagInterruptible != 0), nil
+}
+
+// divRound is p / c rounded half up, for p ≥ 0 and c > 0.
+func divRound(p, c int64) int64 {
+	q := uint64(p) / uint64(c)
+	if r := uint64(p) - q*uint64(c); r >= uint64(c)-r {
+		q++
+	}
+	return int64(q)
 }

@@ -21,10 +21,15 @@ const (
 // Offers are bucketed by accelerator and region, each bucket sorted by
 // lowest price, so a request that names models, regions or a maximum price
 // skips whole buckets and the tail of each, while counting what it skipped
-// exactly as a scan would.
+// exactly as a scan would. Slots hold no pointers: every offer's
+// commitments live in one span arena (laid out in bucket order on Load and
+// on compaction), so a query reads memory in order and the garbage
+// collector has nothing in the index to scan.
 type Index struct {
 	mu      sync.RWMutex
 	buckets [bucketCount][]slot
+	spans   []span // the arena; a slot's spans are spans[spanOff:spanOff+spanN]
+	dead    int    // arena entries no slot refers to any more
 	where   map[int64]uint16 // offer id → bucket key
 	// pending holds commitments of offers not (or no longer) listed, so a
 	// paused offer listed again keeps its reservations.
@@ -60,9 +65,9 @@ func (x *Index) Upsert(c Candidate) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if old, ok := x.take(c.Offer.ID); ok {
-		s.spans = old.spans
-	} else {
-		s.spans = x.pending[s.id]
+		s.spanOff, s.spanN, s.committed = old.spanOff, old.spanN, old.committed
+	} else if p := x.pending[s.id]; len(p) > 0 {
+		x.setSpans(&s, p)
 		delete(x.pending, s.id)
 	}
 	x.put(s)
@@ -74,9 +79,11 @@ func (x *Index) Upsert(c Candidate) error {
 // skipped; an offer outside the catalogue is an invalid *Error and leaves
 // the index unchanged.
 func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
-	fresh := NewIndex()
+	pending := map[int64][]span{}
 	for _, c := range commitments {
-		fresh.AddCommitment(c)
+		if c.Devices >= 1 && c.End.After(c.Start) {
+			pending[c.OfferID] = append(pending[c.OfferID], newSpan(c))
+		}
 	}
 	// Size every bucket exactly first: append's doubling would leave up to
 	// half of each bucket unused.
@@ -93,38 +100,52 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 		sizes[bucketKey(&s)]++
 		slots = append(slots, s)
 	}
+	var buckets [bucketCount][]slot
 	for k, n := range sizes {
 		if n > 0 {
-			fresh.buckets[k] = make([]slot, 0, n)
+			buckets[k] = make([]slot, 0, n)
 		}
 	}
-	fresh.where = make(map[int64]uint16, len(slots))
+	where := make(map[int64]uint16, len(slots))
 	for _, s := range slots {
-		if _, dup := fresh.where[s.id]; dup {
+		if _, dup := where[s.id]; dup {
 			return Errorf(CodeInvalid, "Offer %d is listed twice.", s.id)
 		}
-		if p := fresh.pending[s.id]; len(p) > 0 {
-			s.spans = append(make([]span, 0, len(p)), p...)
-		}
-		delete(fresh.pending, s.id)
 		k := bucketKey(&s)
-		fresh.buckets[k] = append(fresh.buckets[k], s)
-		fresh.where[s.id] = k
-		fresh.n++
+		buckets[k] = append(buckets[k], s)
+		where[s.id] = k
 	}
-	for k := range fresh.buckets {
-		b := fresh.buckets[k]
+	slots = nil
+	for k := range buckets {
+		b := buckets[k]
 		sort.Slice(b, func(i, j int) bool { return less(&b[i], &b[j]) })
-		fresh.buckets[k] = b
+	}
+	// The arena in bucket order, sized exactly.
+	live := 0
+	for id, p := range pending {
+		if _, ok := where[id]; ok {
+			live += len(p)
+		}
+	}
+	arena := make([]span, 0, live)
+	for k := range buckets {
+		b := buckets[k]
+		for i := range b {
+			s := &b[i]
+			p := pending[s.id]
+			s.spanOff, s.spanN, s.committed = uint32(len(arena)), uint32(len(p)), sumDevices(p)
+			arena = append(arena, p...)
+			delete(pending, s.id)
+		}
 	}
 	// Go maps never shrink: copy what is left of pending into a small one.
-	pending := make(map[int64][]span, len(fresh.pending))
-	for id, p := range fresh.pending {
-		pending[id] = p
+	rest := make(map[int64][]span, len(pending))
+	for id, p := range pending {
+		rest[id] = p
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.buckets, x.where, x.pending, x.n = fresh.buckets, fresh.where, pending, fresh.n
+	x.buckets, x.spans, x.dead, x.where, x.pending, x.n = buckets, arena, 0, where, rest, len(where)
 	return nil
 }
 
@@ -133,8 +154,10 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 func (x *Index) Remove(offerID int64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if old, ok := x.take(offerID); ok && len(old.spans) > 0 {
-		x.pending[offerID] = old.spans
+	if old, ok := x.take(offerID); ok && old.spanN > 0 {
+		x.pending[offerID] = append([]span(nil), x.spansOf(&old)...)
+		x.dead += int(old.spanN)
+		x.maybeCompact()
 	}
 }
 
@@ -148,8 +171,15 @@ func (x *Index) AddCommitment(c Commitment) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if s := x.find(c.OfferID); s != nil {
-		// A new backing array: readers never share one being written.
-		s.spans = append(append(make([]span, 0, len(s.spans)+1), s.spans...), sp)
+		// Move the offer's spans to the end of the arena with the new one;
+		// their old place is dead until the next compaction.
+		off := len(x.spans)
+		x.spans = append(x.spans, x.spansOf(s)...)
+		x.spans = append(x.spans, sp)
+		x.dead += int(s.spanN)
+		s.spanOff, s.spanN = uint32(off), s.spanN+1
+		s.committed = sumDevices(x.spansOf(s))
+		x.maybeCompact()
 		return
 	}
 	x.pending[c.OfferID] = append(x.pending[c.OfferID], sp)
@@ -162,30 +192,36 @@ func (x *Index) RemoveCommitment(c Commitment) bool {
 	sp := newSpan(c)
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	without := func(spans []span) ([]span, bool) {
-		for i, s := range spans {
-			if s == sp {
-				out := make([]span, 0, len(spans)-1)
-				return append(append(out, spans[:i]...), spans[i+1:]...), true
+	if s := x.find(c.OfferID); s != nil {
+		spans := x.spansOf(s)
+		for i := range spans {
+			if spans[i] == sp {
+				// In place: the write lock keeps readers out.
+				copy(spans[i:], spans[i+1:])
+				s.spanN--
+				x.dead++
+				s.committed = sumDevices(x.spansOf(s))
+				if s.spanN == 0 {
+					s.spanOff = 0
+				}
+				x.maybeCompact()
+				return true
 			}
 		}
-		return spans, false
+		return false
 	}
-	if s := x.find(c.OfferID); s != nil {
-		var ok bool
-		s.spans, ok = without(s.spans)
-		if len(s.spans) == 0 {
-			s.spans = nil
+	spans := x.pending[c.OfferID]
+	for i, s := range spans {
+		if s == sp {
+			if len(spans) == 1 {
+				delete(x.pending, c.OfferID)
+			} else {
+				x.pending[c.OfferID] = append(append(make([]span, 0, len(spans)-1), spans[:i]...), spans[i+1:]...)
+			}
+			return true
 		}
-		return ok
 	}
-	spans, ok := without(x.pending[c.OfferID])
-	if len(spans) == 0 {
-		delete(x.pending, c.OfferID)
-	} else {
-		x.pending[c.OfferID] = spans
-	}
-	return ok
+	return false
 }
 
 // Match ranks quotes for req at now over the indexed offers. It returns an
@@ -212,6 +248,50 @@ func less(a, b *slot) bool {
 }
 
 func bucketKey(s *slot) uint16 { return uint16(s.acc)*regionSlots + uint16(s.region) }
+
+// spansOf returns the commitments of s. Callers hold the lock.
+func (x *Index) spansOf(s *slot) []span {
+	if s.spanN == 0 {
+		return nil
+	}
+	return x.spans[s.spanOff : s.spanOff+s.spanN : s.spanOff+s.spanN]
+}
+
+// setSpans appends spans to the arena as s's commitments. Callers hold the
+// write lock.
+func (x *Index) setSpans(s *slot, spans []span) {
+	s.spanOff, s.spanN, s.committed = uint32(len(x.spans)), uint32(len(spans)), sumDevices(spans)
+	x.spans = append(x.spans, spans...)
+}
+
+// sumDevices is Σ devices over spans, saturating at the int32 maximum.
+func sumDevices(spans []span) int32 {
+	var n int64
+	for _, s := range spans {
+		n += int64(s.devices)
+	}
+	return int32(min(n, 1<<31-1))
+}
+
+// maybeCompact rewrites the arena in bucket order once at least half of
+// it is dead, so updates cost amortised O(1) space and queries keep
+// reading spans in order. Callers hold the write lock.
+func (x *Index) maybeCompact() {
+	if x.dead < 4096 || x.dead < len(x.spans)/2 {
+		return
+	}
+	arena := make([]span, 0, len(x.spans)-x.dead)
+	for k := range x.buckets {
+		b := x.buckets[k]
+		for i := range b {
+			s := &b[i]
+			off := uint32(len(arena))
+			arena = append(arena, x.spansOf(s)...)
+			s.spanOff = off
+		}
+	}
+	x.spans, x.dead = arena, 0
+}
 
 // find returns the offer's slot, or nil. Callers hold the lock.
 func (x *Index) find(id int64) *slot {
@@ -264,9 +344,10 @@ func (x *Index) put(s slot) {
 // rules out and the over-price tail of the rest.
 type pruned struct{ x *Index }
 
-func (p pruned) size() int { return p.x.n }
+func (p pruned) size() int     { return p.x.n }
+func (p pruned) spans() []span { return p.x.spans }
 
-func (p pruned) visit(q *query, counts *[numReasons]int, each func(s *slot)) {
+func (p pruned) runs(q *query, counts *[numReasons]int, out [][]slot) [][]slot {
 	for k := range p.x.buckets {
 		b := p.x.buckets[k]
 		if len(b) == 0 {
@@ -283,24 +364,26 @@ func (p pruned) visit(q *query, counts *[numReasons]int, each func(s *slot)) {
 			end = sort.Search(len(b), func(i int) bool { return b[i].intrPrice > q.maxPrice })
 			counts[rPrice] += len(b) - end
 		}
-		for i := 0; i < end; i++ {
-			each(&b[i])
+		if end > 0 {
+			out = append(out, b[:end])
 		}
 	}
+	return out
 }
 
 // flat visits every offer, the plain scan.
 type flat struct{ x *Index }
 
-func (f flat) size() int { return f.x.n }
+func (f flat) size() int     { return f.x.n }
+func (f flat) spans() []span { return f.x.spans }
 
-func (f flat) visit(q *query, counts *[numReasons]int, each func(s *slot)) {
+func (f flat) runs(q *query, counts *[numReasons]int, out [][]slot) [][]slot {
 	for k := range f.x.buckets {
-		b := f.x.buckets[k]
-		for i := range b {
-			each(&b[i])
+		if b := f.x.buckets[k]; len(b) > 0 {
+			out = append(out, b)
 		}
 	}
+	return out
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -310,6 +393,7 @@ func getScratch() *scratch { return scratchPool.Get().(*scratch) }
 func putScratch(s *scratch) {
 	// Drop pointers so the pool does not keep slots alive, and do not keep
 	// huge buffers from a rare broad query forever.
+	clear(s.runs)
 	clear(s.fits)
 	clear(s.cands)
 	if cap(s.fits) > 1<<20 {
@@ -318,5 +402,6 @@ func putScratch(s *scratch) {
 	if cap(s.cands) > 1<<20 {
 		s.cands = nil
 	}
+	s.runs = s.runs[:0]
 	scratchPool.Put(s)
 }

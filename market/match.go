@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -228,11 +229,14 @@ const (
 )
 
 // slot is an offer in the matcher's compact form. Prices in cents, times in
-// unix seconds.
+// compact seconds (see span). It holds no pointers: its commitments live in
+// the index's span arena at [spanOff, spanOff+spanN), so the garbage
+// collector never scans the index, and a bucket's spans lie together.
 type slot struct {
 	id, provider   int64
 	from, until    uint32 // compact times, see span
-	spans          []span
+	spanOff, spanN uint32
+	committed      int32 // Σ devices over the spans, saturating: a cheap "never full" test
 	price          int32
 	intrPrice      int32 // the interruptible price, or price: its lowest; buckets sort by it
 	devices        int32
@@ -384,6 +388,15 @@ type query struct {
 	restartMins      int64
 	prefAcc, prefReg uint64
 	weights          [numMetrics]int64
+	arena            []span // the index's span arena while the query runs
+}
+
+// spansOf returns the commitments of s.
+func (q *query) spansOf(s *slot) []span {
+	if s.spanN == 0 {
+		return nil
+	}
+	return q.arena[s.spanOff : s.spanOff+s.spanN : s.spanOff+s.spanN]
 }
 
 func compile(req Request, now time.Time) (*query, error) {
@@ -391,7 +404,8 @@ func compile(req Request, now time.Time) (*query, error) {
 		return nil, err
 	}
 	w, c, p := req.Workload, req.Constraints, req.Preferences
-	q := &query{
+	q := queryPool.Get().(*query)
+	*q = query{
 		req: req, split: w.Kind != WorkTraining,
 		devices: int64(w.Devices), minPiece: int64(w.MinPieceDevices),
 		hours:    int64(w.Hours),
@@ -462,6 +476,15 @@ func compile(req Request, now time.Time) (*query, error) {
 		q.weights[mCost] = 1
 	}
 	return q, nil
+}
+
+var queryPool = sync.Pool{New: func() any { return new(query) }}
+
+// putQuery returns a compiled query for reuse; the caller must not use it
+// again.
+func putQuery(q *query) {
+	*q = query{} // keep neither the request's slices nor the arena alive
+	queryPool.Put(q)
 }
 
 func inList(list []string, s string) bool {
@@ -544,9 +567,14 @@ func (q *query) eval(s *slot) (int, fit) {
 	}
 	f := fit{s: s, lo: lo, hi: hi, hours: hours, intr: intr}
 	if !q.split {
-		start, ok := earliestStart(s.spans, s.devices, int32(q.devices), lo, hi, hours*3600)
-		if !ok {
-			return rBooked, fit{}
+		// committed ≤ devices − wanted: free at lo whatever the spans' times.
+		start := lo
+		if int64(s.committed) > int64(s.devices)-q.devices {
+			var ok bool
+			start, ok = earliestStart(q.spansOf(s), s.devices, int32(q.devices), lo, hi, hours*3600)
+			if !ok {
+				return rBooked, fit{}
+			}
 		}
 		f.start = start
 		f.avail = q.devices
@@ -556,7 +584,10 @@ func (q *query) eval(s *slot) (int, fit) {
 		}
 		return rFit, f
 	}
-	free, at := maxFree(s.spans, s.devices, lo, hi, hours*3600)
+	free, at := s.devices, lo
+	if s.committed > 0 {
+		free, at = maxFree(q.spansOf(s), s.devices, lo, hi, hours*3600)
+	}
 	if int64(free) < q.minPiece {
 		return rBooked, fit{}
 	}
@@ -570,9 +601,11 @@ func (q *query) eval(s *slot) (int, fit) {
 // source is what the engine runs over: the index's buckets, or all of its
 // offers one by one (the plain scan).
 type source interface {
-	// visit calls each for every listed offer that may fit, and adds to
+	// runs appends to out the runs of slots that may fit, and adds to
 	// counts the offers it skipped wholesale, by reason.
-	visit(q *query, counts *[numReasons]int, each func(s *slot))
+	runs(q *query, counts *[numReasons]int, out [][]slot) [][]slot
+	// spans is the arena the slots' commitments live in.
+	spans() []span
 	size() int
 }
 
@@ -596,6 +629,7 @@ func (e *engine) run(src source, req Request, now time.Time, explain bool) (Resu
 	if err != nil {
 		return Result{}, err
 	}
+	defer putQuery(q)
 	res, _ := e.runQuery(src, q)
 	if explain && len(res.Quotes) == 0 {
 		res.Explanation.Relaxations = e.relax(src, q, now)
@@ -605,34 +639,58 @@ func (e *engine) run(src source, req Request, now time.Time, explain bool) (Resu
 
 // scratch buffers reused across queries.
 type scratch struct {
+	runs  [][]slot
 	fits  []fit
 	cands []quoteCand
+	top   []scored
 }
 
 // runQuery evaluates every offer and builds the ranked quotes. It also
 // returns the cheapest and earliest-ending feasible quotes' figures, which
-// relaxations use.
+// relaxations use. In steady state it allocates only the result: the
+// quotes, their pieces (one array) and the eliminations.
 func (e *engine) runQuery(src source, q *query) (Result, extremes) {
 	var counts [numReasons]int
 	sc := getScratch()
 	defer putScratch(sc)
+	q.arena = src.spans()
+	sc.runs = src.runs(q, &counts, sc.runs[:0])
 	fits := sc.fits[:0]
-	src.visit(q, &counts, func(s *slot) {
-		r, f := q.eval(s)
-		if r != rFit {
-			counts[r]++
-			return
-		}
-		fits = append(fits, f)
-	})
-	sc.fits = fits
-	ex := Explanation{Considered: src.size(), Fit: len(fits)}
-	for i, n := range counts {
-		if n > 0 {
-			ex.Eliminated = append(ex.Eliminated, Elimination{Constraint: reasons[i].c, Label: reasons[i].label, Count: n})
+	for _, run := range sc.runs {
+		for i := range run {
+			r, f := q.eval(&run[i])
+			if r != rFit {
+				counts[r]++
+				continue
+			}
+			fits = append(fits, f)
 		}
 	}
-	sort.SliceStable(ex.Eliminated, func(i, j int) bool { return ex.Eliminated[i].Count > ex.Eliminated[j].Count })
+	sc.fits = fits
+	ex := Explanation{Considered: src.size(), Fit: len(fits)}
+	n := 0
+	for _, c := range counts {
+		if c > 0 {
+			n++
+		}
+	}
+	if n > 0 {
+		ex.Eliminated = make([]Elimination, 0, n)
+	}
+	for i, c := range counts {
+		if c == 0 {
+			continue
+		}
+		// Most first, ties in constraint order (a stable insertion).
+		el := Elimination{Constraint: reasons[i].c, Label: reasons[i].label, Count: c}
+		k := len(ex.Eliminated)
+		ex.Eliminated = append(ex.Eliminated, el)
+		for k > 0 && ex.Eliminated[k-1].Count < c {
+			ex.Eliminated[k] = ex.Eliminated[k-1]
+			k--
+		}
+		ex.Eliminated[k] = el
+	}
 
 	cands := sc.cands[:0]
 	if !q.split {
@@ -655,7 +713,7 @@ func (e *engine) runQuery(src source, q *query) (Result, extremes) {
 		}
 		xt.ok = true
 	}
-	res.Quotes = rank(q, cands)
+	res.Quotes, sc.top = rank(q, cands, sc.top[:0])
 	return res, xt
 }
 
@@ -767,7 +825,7 @@ func (e *engine) splitCands(q *query, fits []fit, cands []quoteCand) ([]quoteCan
 		if f.avail < q.devices {
 			continue
 		}
-		start, ok := earliestStart(f.s.spans, f.s.devices, int32(q.devices), f.lo, f.hi, f.hours*3600)
+		start, ok := earliestStart(q.spansOf(f.s), f.s.devices, int32(q.devices), f.lo, f.hi, f.hours*3600)
 		if !ok {
 			continue
 		}
@@ -1024,7 +1082,7 @@ func dpSplit(q *query, fits []*fit) ([]pieceRef, bool) {
 			continue
 		}
 		f := fits[i]
-		start, ok := earliestStart(f.s.spans, f.s.devices, int32(d), f.lo, f.hi, f.hours*3600)
+		start, ok := earliestStart(q.spansOf(f.s), f.s.devices, int32(d), f.lo, f.hi, f.hours*3600)
 		if !ok {
 			return nil, false // cannot happen: d ≤ avail
 		}
@@ -1060,7 +1118,7 @@ func greedySplit(q *query, fits []*fit, lower int64) ([]pieceRef, bool, int64, b
 		if take < q.minPiece {
 			continue
 		}
-		start, ok := earliestStart(u.f.s.spans, u.f.s.devices, int32(take), u.f.lo, u.f.hi, u.f.hours*3600)
+		start, ok := earliestStart(q.spansOf(u.f.s), u.f.s.devices, int32(take), u.f.lo, u.f.hi, u.f.hours*3600)
 		if !ok {
 			continue
 		}
@@ -1074,12 +1132,19 @@ func greedySplit(q *query, fits []*fit, lower int64) ([]pieceRef, bool, int64, b
 	return ps, false, lower, true
 }
 
+// scored is a candidate with its weighted score.
+type scored struct {
+	c *quoteCand
+	s int64
+}
+
 // rank scores candidates by the weighted, normalised metrics and returns
 // the best Limit as quotes. Ties: score, cost, start, providers, then the
-// pieces' offer ids and devices — a total order, so output is stable.
-func rank(q *query, cands []quoteCand) []Quote {
+// pieces' offer ids and devices — a total order, so output is stable. top
+// is scratch space, returned for reuse.
+func rank(q *query, cands []quoteCand, top []scored) ([]Quote, []scored) {
 	if len(cands) == 0 {
-		return nil
+		return nil, top
 	}
 	var lo, hi [numMetrics]int64
 	lo, hi = cands[0].metrics, cands[0].metrics
@@ -1098,31 +1163,59 @@ func rank(q *query, cands []quoteCand) []Quote {
 		}
 		return s
 	}
-	type scored struct {
-		c *quoteCand
-		s int64
+	// A float lower bound on each score skips the exact integer divisions
+	// for candidates that cannot enter the top: a term is round(x) ≥ x − ½
+	// with x = (v − lo)·10⁶/(hi − lo), and the float error is far below the
+	// margin, so lb > the current last score proves the exact score is
+	// greater, and such a candidate can never rank.
+	var inv [numMetrics]float64
+	var margin float64 = 1
+	for m := range inv {
+		if q.weights[m] != 0 && hi[m] != lo[m] {
+			inv[m] = 1_000_000 / float64(hi[m]-lo[m])
+			margin += (0.5 + 1e-3) * float64(q.weights[m])
+		}
 	}
 	limit := q.req.Limit
-	top := make([]scored, 0, limit+1)
 	for i := range cands {
-		sc := scored{&cands[i], score(&cands[i])}
+		c := &cands[i]
+		if len(top) == limit {
+			var lb float64
+			for m, v := range c.metrics {
+				if inv[m] != 0 {
+					lb += float64(q.weights[m]) * float64(v-lo[m]) * inv[m]
+				}
+			}
+			if lb-margin > float64(top[limit-1].s) {
+				continue
+			}
+		}
+		sc := scored{c, score(c)}
 		if len(top) == limit && !candLess(sc.c, sc.s, top[limit-1].c, top[limit-1].s) {
 			continue
 		}
 		k := sort.Search(len(top), func(k int) bool { return candLess(sc.c, sc.s, top[k].c, top[k].s) })
-		top = append(top, scored{})
+		if len(top) < limit {
+			top = append(top, scored{})
+		}
 		copy(top[k+1:], top[k:])
 		top[k] = sc
-		if len(top) > limit {
-			top = top[:limit]
-		}
 	}
+	// One array for every quote's pieces: two allocations for the quotes.
+	npieces := 0
+	for _, t := range top {
+		npieces += t.c.npieces()
+	}
+	pieces := make([]Piece, npieces)
 	out := make([]Quote, len(top))
 	for i, t := range top {
-		out[i] = buildQuote(q, t.c, t.s)
+		n := t.c.npieces()
+		out[i] = buildQuote(q, t.c, t.s, pieces[:n:n])
 		out[i].Rank = i + 1
+		pieces = pieces[n:]
 	}
-	return out
+	clear(top)
+	return out, top[:0]
 }
 
 func candLess(a *quoteCand, sa int64, b *quoteCand, sb int64) bool {
@@ -1151,9 +1244,10 @@ func candLess(a *quoteCand, sa int64, b *quoteCand, sb int64) bool {
 	return na < nb
 }
 
-func buildQuote(q *query, c *quoteCand, score int64) Quote {
+// buildQuote fills pieces (one per candidate piece) and returns the quote.
+func buildQuote(q *query, c *quoteCand, score int64, pieces []Piece) Quote {
 	qt := Quote{Score: score, Exact: c.exact, LowerBound: Cents(c.lower), EmissionsG: c.metrics[mCarbon],
-		ReliabilityBP: int(10000 - c.metrics[mUnreliability]), Providers: int(c.metrics[mProviders])}
+		ReliabilityBP: int(10000 - c.metrics[mUnreliability]), Providers: int(c.metrics[mProviders]), Pieces: pieces}
 	var delivered int64
 	for i := 0; i < c.npieces(); i++ {
 		p := c.piece(i)
@@ -1171,7 +1265,7 @@ func buildQuote(q *query, c *quoteCand, score int64) Quote {
 			Interruptible: p.f.intr, PriceCents: Cents(price), Cost: cost,
 			EmissionsG: pieceEmissions(s, p.devices, p.f.hours),
 		}
-		qt.Pieces = append(qt.Pieces, pc)
+		qt.Pieces[i] = pc
 		qt.Cost.add(cost)
 		delivered += p.devices * p.f.hours * int64(s.relThroughput)
 		if qt.Start.IsZero() || pc.Start.Before(qt.Start) {
