@@ -194,8 +194,8 @@ func (db *DB) ListDueSettlements(ctx context.Context, now time.Time) ([]Settleme
 // buyer report neither acknowledged nor turned into a dispute.
 const pendingIncidentsWhere = `EXISTS (SELECT 1 FROM incidents i WHERE i.reservation_id = r.id AND i.acknowledged = 0 AND i.disputed_at IS NULL)`
 
-// ListSettleable returns the completed reservations ready to settle: not
-// yet settling, and with no buyer report still awaiting the provider.
+// ListSettleable returns the completed reservations ready to settle: paid,
+// not yet settling, and with no buyer report still awaiting the provider.
 func (db *DB) ListSettleable(ctx context.Context) ([]int64, error) {
 	const op = "list settleable"
 	tx, err := db.read(ctx)
@@ -204,8 +204,9 @@ func (db *DB) ListSettleable(ctx context.Context) ([]int64, error) {
 	}
 	defer tx.Rollback()
 	rows, err := tx.QueryContext(ctx, `SELECT r.id FROM reservations r WHERE r.state = ?
+		AND EXISTS (SELECT 1 FROM payments pay WHERE pay.reservation_id = r.id AND pay.status = ?)
 		AND NOT EXISTS (SELECT 1 FROM settlements s WHERE s.reservation_id = r.id) AND NOT `+pendingIncidentsWhere+` ORDER BY r.id`,
-		string(market.ReservationCompleted))
+		string(market.ReservationCompleted), string(PaymentPaid))
 	if err != nil {
 		return nil, fail(op, err, "")
 	}
