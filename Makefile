@@ -21,7 +21,7 @@ BENCH ?= .
 
 .DEFAULT_GOAL := build
 .NOTPARALLEL:
-.PHONY: run build generate check-generated test-deps test vet test-unit test-e2e bench clean
+.PHONY: run build generate check-generated test-deps test vet test-unit test-e2e bench loadtest clean
 
 ## run: build, then serve on :8080 with demo data in ./data (ARGS="-addr :9090" to add flags)
 run: build
@@ -65,6 +65,11 @@ test-e2e:
 ## bench: run the benchmarks of every package but e2e, with allocations
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem $(UNIT_PKGS)
+
+## loadtest: seed 100,000 offers, serve them on loopback, measure quotes and a yardstick with cmd/loadgen
+loadtest: build
+	$(BUILD) -o bin/loadgen ./cmd/loadgen
+	bash scripts/loadtest.sh
 
 ## clean: remove build outputs and screenshots (keeps ./data, tools/ and the installed driver)
 clean:

@@ -118,6 +118,16 @@ func jsonProblemField(err error) map[string]string {
 	return nil
 }
 
+// handleAPIPing answers 200 once the token is accepted: a client's check
+// of its token, and the load test's yardstick for the API's fixed cost.
+func (h *Handler) handleAPIPing(c echo.Context) error {
+	return c.JSON(http.StatusOK, apiPing{Status: "ok"})
+}
+
+type apiPing struct {
+	Status string `json:"status"`
+}
+
 // apiOffer is an offer in API responses: ids and state around the
 // portable contract document.
 type apiOffer struct {

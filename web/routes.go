@@ -26,6 +26,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	// JSON API for programmatic buyers and providers: bearer tokens, no
 	// cookies, so no CSRF; rate limited per token.
 	api := e.Group("/api/v1", middleware.BodyLimit("1M"), h.apiAuth, h.apiRateLimit())
+	api.GET("/ping", h.handleAPIPing)
 	api.GET("/offers", h.handleAPIOffers)
 	api.POST("/quotes", h.handleAPIQuotes)
 	api.GET("/reservations", h.handleAPIReservations)

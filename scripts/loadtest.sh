@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Load run on loopback (issue 4): seed a database with LOAD_OFFERS listed
+# offers shaped by the Alibaba GPU trace, serve it with a per-token rate
+# limit high enough not to interfere, and measure with cmd/loadgen, in one
+# run: the yardsticks (a static file, and an authenticated API call that
+# does no matching), then narrow quotes, then a mix with broad ones.
+# Run it with `make loadtest`; it stops the server it started.
+set -euo pipefail
+
+BIN=${BIN:-bin/gpumarket}
+LOADGEN=${LOADGEN:-bin/loadgen}
+DIR=${LOAD_DIR:-$(mktemp -d /tmp/gpumarket-load.XXXXXX)}
+ADDR=${LOAD_ADDR:-127.0.0.1:8090}
+OFFERS=${LOAD_OFFERS:-100000}
+CLIENTS=${LOAD_CLIENTS:-32}
+DURATION=${LOAD_DURATION:-15s}
+TRACE=${LOAD_TRACE:-../shared/data/alibaba-gpu-v2023/csv}
+
+mkdir -p "$DIR"
+rm -f "$DIR"/load.db*
+"$LOADGEN" -seed -db "$DIR/load.db" -offers "$OFFERS" -trace "$TRACE" -token-out "$DIR/token" | grep -v '^token:'
+token=$(cat "$DIR/token")
+
+"$BIN" serve -addr "$ADDR" -db "$DIR/load.db" -api-rate 1000000 >"$DIR/server.out" 2>"$DIR/server.log" &
+server=$!
+trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
+for _ in $(seq 1 600); do
+	grep -q listening "$DIR/server.out" 2>/dev/null && break
+	kill -0 "$server" 2>/dev/null || { cat "$DIR/server.log"; exit 1; }
+	sleep 0.1
+done
+grep -q listening "$DIR/server.out" || { echo "server did not start"; exit 1; }
+
+run() {
+	echo
+	echo "== $1"
+	"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$CLIENTS" -d "$DURATION" -mix "$2"
+}
+run "yardstick: GET /static/app.css (no database)" static=1
+run "yardstick: GET /api/v1/ping (token check, rate limit, JSON)" ping=1
+run "POST /api/v1/quotes, narrow requests" narrow=1
+run "POST /api/v1/quotes, 9 narrow : 1 broad" narrow=9,broad=1
+echo
+echo "server log and database in $DIR"
