@@ -1,6 +1,5 @@
 package market
 
-
 // Priors used when a provider's record is unknown.
 const (
 	// DefaultReliabilityBP is the reliability assumed for a provider with no

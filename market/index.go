@@ -30,7 +30,10 @@ type Index struct {
 	buckets [bucketCount][]slot
 	spans   []span // the arena; a slot's spans are spans[spanOff:spanOff+spanN]
 	dead    int    // arena entries no slot refers to any more
-	where   map[int64]uint16 // offer id → bucket key
+	// compactMin is the fewest dead entries worth a compaction (tests
+	// lower it).
+	compactMin int
+	where      map[int64]uint16 // offer id → bucket key
 	// pending holds commitments of offers not (or no longer) listed, so a
 	// paused offer listed again keeps its reservations.
 	pending map[int64][]span
@@ -40,7 +43,7 @@ type Index struct {
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{where: map[int64]uint16{}, pending: map[int64][]span{}, eng: newEngine()}
+	return &Index{where: map[int64]uint16{}, pending: map[int64][]span{}, eng: newEngine(), compactMin: 4096}
 }
 
 // Len is the number of listed offers in the index.
@@ -65,7 +68,7 @@ func (x *Index) Upsert(c Candidate) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if old, ok := x.take(c.Offer.ID); ok {
-		s.spanOff, s.spanN, s.committed = old.spanOff, old.spanN, old.committed
+		s.spanOff, s.spanN, s.committed, s.spansEnd = old.spanOff, old.spanN, old.committed, old.spansEnd
 	} else if p := x.pending[s.id]; len(p) > 0 {
 		x.setSpans(&s, p)
 		delete(x.pending, s.id)
@@ -133,7 +136,8 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 		for i := range b {
 			s := &b[i]
 			p := pending[s.id]
-			s.spanOff, s.spanN, s.committed = uint32(len(arena)), uint32(len(p)), sumDevices(p)
+			s.spanOff, s.spanN = uint32(len(arena)), uint32(len(p))
+			s.committed, s.spansEnd = spanSummary(p)
 			arena = append(arena, p...)
 			delete(pending, s.id)
 		}
@@ -178,7 +182,7 @@ func (x *Index) AddCommitment(c Commitment) {
 		x.spans = append(x.spans, sp)
 		x.dead += int(s.spanN)
 		s.spanOff, s.spanN = uint32(off), s.spanN+1
-		s.committed = sumDevices(x.spansOf(s))
+		s.committed, s.spansEnd = spanSummary(x.spansOf(s))
 		x.maybeCompact()
 		return
 	}
@@ -200,7 +204,7 @@ func (x *Index) RemoveCommitment(c Commitment) bool {
 				copy(spans[i:], spans[i+1:])
 				s.spanN--
 				x.dead++
-				s.committed = sumDevices(x.spansOf(s))
+				s.committed, s.spansEnd = spanSummary(x.spansOf(s))
 				if s.spanN == 0 {
 					s.spanOff = 0
 				}
@@ -260,24 +264,28 @@ func (x *Index) spansOf(s *slot) []span {
 // setSpans appends spans to the arena as s's commitments. Callers hold the
 // write lock.
 func (x *Index) setSpans(s *slot, spans []span) {
-	s.spanOff, s.spanN, s.committed = uint32(len(x.spans)), uint32(len(spans)), sumDevices(spans)
+	s.spanOff, s.spanN = uint32(len(x.spans)), uint32(len(spans))
+	s.committed, s.spansEnd = spanSummary(spans)
 	x.spans = append(x.spans, spans...)
 }
 
-// sumDevices is Σ devices over spans, saturating at the int32 maximum.
-func sumDevices(spans []span) int32 {
+// spanSummary is Σ devices over spans, saturating at the int32 maximum,
+// and the latest end (compact; 0 without spans). A window [t, …) with t at
+// or after that end overlaps no span.
+func spanSummary(spans []span) (committed int32, end uint32) {
 	var n int64
 	for _, s := range spans {
 		n += int64(s.devices)
+		end = max(end, s.end)
 	}
-	return int32(min(n, 1<<31-1))
+	return int32(min(n, 1<<31-1)), end
 }
 
 // maybeCompact rewrites the arena in bucket order once at least half of
 // it is dead, so updates cost amortised O(1) space and queries keep
 // reading spans in order. Callers hold the write lock.
 func (x *Index) maybeCompact() {
-	if x.dead < 4096 || x.dead < len(x.spans)/2 {
+	if x.dead < x.compactMin || x.dead < len(x.spans)/2 {
 		return
 	}
 	arena := make([]span, 0, len(x.spans)-x.dead)

@@ -236,7 +236,8 @@ type slot struct {
 	id, provider   int64
 	from, until    uint32 // compact times, see span
 	spanOff, spanN uint32
-	committed      int32 // Σ devices over the spans, saturating: a cheap "never full" test
+	committed      int32  // Σ devices over the spans, saturating: a cheap "never full" test
+	spansEnd       uint32 // the latest span end (compact), 0 without spans: "all over by then"
 	price          int32
 	intrPrice      int32 // the interruptible price, or price: its lowest; buckets sort by it
 	devices        int32
@@ -522,10 +523,10 @@ type fit struct {
 }
 
 // eval checks one offer against every constraint in order and returns the
-// first it fails, or rFit with the offer's fit.
-func (q *query) eval(s *slot) (int, fit) {
+// first it fails, or rFit having filled f with the offer's fit.
+func (q *query) eval(s *slot, f *fit) int {
 	if r := q.bucketReason(s.acc, s.region); r != rFit {
-		return r, fit{}
+		return r
 	}
 	intr := q.allowIntr && s.flags&flagInterruptible != 0
 	price := s.price
@@ -534,23 +535,23 @@ func (q *query) eval(s *slot) (int, fit) {
 	}
 	switch {
 	case q.maxPrice > 0 && price > q.maxPrice:
-		return rPrice, fit{}
+		return rPrice
 	case s.interconnectRk < q.minInterconnect:
-		return rInterconnect, fit{}
+		return rInterconnect
 	case s.netGbps < q.minNet:
-		return rNetwork, fit{}
+		return rNetwork
 	case s.driver < q.minDriver || s.cuda < q.minCUDA:
-		return rSoftware, fit{}
+		return rSoftware
 	case q.verified && s.flags&flagVerified == 0:
-		return rVerified, fit{}
+		return rVerified
 	case s.reliability < q.minReliability:
-		return rReliability, fit{}
+		return rReliability
 	case q.maxCarbon > 0 && s.carbon > q.maxCarbon:
-		return rCarbon, fit{}
+		return rCarbon
 	case int64(s.devices) < q.minPiece:
-		return rDevices, fit{}
+		return rDevices
 	case !q.split && q.devices > int64(s.dpn) && s.flags&flagPlacement == 0:
-		return rDevices, fit{}
+		return rDevices
 	}
 	hours := q.hours
 	if hours == 0 {
@@ -563,39 +564,39 @@ func (q *query) eval(s *slot) (int, fit) {
 	}
 	hi := end - hours*3600
 	if hours < int64(s.minRent) || hours > int64(s.maxRent) || lo > hi {
-		return rWindow, fit{}
+		return rWindow
 	}
-	f := fit{s: s, lo: lo, hi: hi, hours: hours, intr: intr}
+	*f = fit{s: s, lo: lo, hi: hi, hours: hours, intr: intr}
 	if !q.split {
 		// committed ≤ devices − wanted: free at lo whatever the spans' times.
 		start := lo
-		if int64(s.committed) > int64(s.devices)-q.devices {
+		if int64(s.committed) > int64(s.devices)-q.devices && int64(s.spansEnd)+compactEpoch > lo {
 			var ok bool
 			start, ok = earliestStart(q.spansOf(s), s.devices, int32(q.devices), lo, hi, hours*3600)
 			if !ok {
-				return rBooked, fit{}
+				return rBooked
 			}
 		}
 		f.start = start
 		f.avail = q.devices
 		f.cost = int64(pieceCost(s, q, q.devices, hours, intr).Total)
 		if q.budget > 0 && f.cost > q.budget {
-			return rBudget, fit{}
+			return rBudget
 		}
-		return rFit, f
+		return rFit
 	}
 	free, at := s.devices, lo
-	if s.committed > 0 {
+	if s.committed > 0 && int64(s.spansEnd)+compactEpoch > lo {
 		free, at = maxFree(q.spansOf(s), s.devices, lo, hi, hours*3600)
 	}
 	if int64(free) < q.minPiece {
-		return rBooked, fit{}
+		return rBooked
 	}
 	f.avail, f.start = min(int64(free), q.devices), at
 	if q.budget > 0 && int64(pieceCost(s, q, q.minPiece, hours, intr).Total) > q.budget {
-		return rBudget, fit{}
+		return rBudget
 	}
-	return rFit, f
+	return rFit
 }
 
 // source is what the engine runs over: the index's buckets, or all of its
@@ -655,15 +656,31 @@ func (e *engine) runQuery(src source, q *query) (Result, extremes) {
 	defer putScratch(sc)
 	q.arena = src.spans()
 	sc.runs = src.runs(q, &counts, sc.runs[:0])
+	visit := 0
+	for _, run := range sc.runs {
+		visit += len(run)
+	}
+	// Room for every offer up front: fits never move, so gang candidates
+	// can point at them as they are found.
 	fits := sc.fits[:0]
+	if cap(fits) < visit {
+		fits = make([]fit, 0, visit)
+	}
+	cands := sc.cands[:0]
+	if !q.split && cap(cands) < visit {
+		cands = make([]quoteCand, 0, visit)
+	}
 	for _, run := range sc.runs {
 		for i := range run {
-			r, f := q.eval(&run[i])
-			if r != rFit {
+			f := fits[len(fits) : len(fits)+1]
+			if r := q.eval(&run[i], &f[0]); r != rFit {
 				counts[r]++
 				continue
 			}
-			fits = append(fits, f)
+			fits = fits[:len(fits)+1]
+			if !q.split {
+				cands = append(cands, gangCand(q, &fits[len(fits)-1]))
+			}
 		}
 	}
 	sc.fits = fits
@@ -692,12 +709,7 @@ func (e *engine) runQuery(src source, q *query) (Result, extremes) {
 		ex.Eliminated[k] = el
 	}
 
-	cands := sc.cands[:0]
-	if !q.split {
-		for i := range fits {
-			cands = append(cands, gangCand(q, &fits[i]))
-		}
-	} else {
+	if q.split {
 		cands, ex.Shortfall = e.splitCands(q, fits, cands)
 	}
 	sc.cands = cands

@@ -476,4 +476,86 @@ func TestIndexEqualsScan(t *testing.T) {
 	}
 }
 
+// TestIndexUpdatesEqualFresh applies random offer and commitment changes to
+// one index, compacting its span arena at every chance, and checks every
+// query against an index built afresh from the same data.
+func TestIndexUpdatesEqualFresh(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for i := range 300 {
+		kind := []WorkloadKind{WorkTraining, WorkBatch, WorkInference}[i%3]
+		in := randomInstance(rng, kind)
+		idx := NewIndex()
+		idx.compactMin = 1
+		if i%2 == 0 {
+			if err := idx.Load(in.cands, in.commits); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			for _, c := range in.commits {
+				idx.AddCommitment(c)
+			}
+			for _, c := range in.cands {
+				if err := idx.Upsert(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		listed := map[int64]bool{}
+		for _, c := range in.cands {
+			listed[c.Offer.ID] = true
+		}
+		for step := range 12 {
+			switch op := rng.IntN(5); {
+			case op == 0 && len(in.commits) > 0: // release a commitment
+				k := rng.IntN(len(in.commits))
+				if !idx.RemoveCommitment(in.commits[k]) {
+					t.Fatalf("instance %d step %d: commitment %+v not found", i, step, in.commits[k])
+				}
+				in.commits = append(in.commits[:k], in.commits[k+1:]...)
+			case op == 1: // withdraw or list again
+				c := in.cands[rng.IntN(len(in.cands))]
+				if listed[c.Offer.ID] {
+					idx.Remove(c.Offer.ID)
+				} else if err := idx.Upsert(c); err != nil {
+					t.Fatal(err)
+				}
+				listed[c.Offer.ID] = !listed[c.Offer.ID]
+			case op == 2: // change an offer's price and region
+				k := rng.IntN(len(in.cands))
+				o := randomOffer(rng, in.cands[k].Offer.ID)
+				o.AvailableFrom, o.AvailableUntil = in.cands[k].Offer.AvailableFrom, in.cands[k].Offer.AvailableUntil
+				in.cands[k].Offer = o
+				if listed[o.ID] {
+					if err := idx.Upsert(in.cands[k]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			default: // book
+				o := in.cands[rng.IntN(len(in.cands))].Offer
+				s := o.AvailableFrom.Add(time.Duration(rng.IntN(30)) * time.Hour)
+				c := Commitment{OfferID: o.ID, Devices: 1 + rng.IntN(o.Devices()), Start: s, End: s.Add(time.Duration(1+rng.IntN(12)) * time.Hour)}
+				idx.AddCommitment(c)
+				in.commits = append(in.commits, c)
+			}
+			var cands []Candidate
+			for _, c := range in.cands {
+				if listed[c.Offer.ID] {
+					cands = append(cands, c)
+				}
+			}
+			want, err := Match(cands, in.commits, in.req, in.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := idx.Match(in.req, in.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmtResult(got) != fmtResult(want) {
+				t.Fatalf("instance %d step %d: updated index and a fresh one differ:\n%+v\n%+v", i, step, got, want)
+			}
+		}
+	}
+}
+
 func fmtResult(r Result) string { return fmt.Sprintf("%+v", r) }
