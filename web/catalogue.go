@@ -214,6 +214,9 @@ func (h *Handler) handleOfferShow(c echo.Context) error {
 	if owner && o.State != market.OfferWithdrawn {
 		v.CanEdit, v.EditURL = true, fmt.Sprintf("/provider/offers/%d/edit", o.ID)
 	}
+	if v.Market, err = h.offerMarketView(c.Request().Context(), o, owner); err != nil {
+		return err
+	}
 	return render(c, http.StatusOK, views.OfferDetail(h.page(c, o.Title), v))
 }
 

@@ -96,7 +96,7 @@ func (h *Handler) builderView(c echo.Context, values views.RequestFormValues) vi
 
 // quotes runs the matcher and turns its answer into the quotes view.
 func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, error) {
-	res, err := h.index().Match(req, h.now())
+	res, shifts, err := h.matchCarbonAware(c.Request().Context(), req, h.now())
 	if err != nil {
 		return views.QuotesView{}, err
 	}
@@ -128,6 +128,7 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 			return v, err
 		}
 		card.RequestJSON = string(reqJSON)
+		card.Market = h.quoteMarketNotes(c.Request().Context(), q, shifts)
 		v.Quotes = append(v.Quotes, card)
 	}
 	return v, nil

@@ -46,6 +46,7 @@ func readRequestForm(q url.Values, now time.Time) views.RequestFormValues {
 		ReliabilityWeight: get("preferences.reliability_weight"), StartWeight: get("preferences.start_weight"),
 		ProvidersWeight: get("preferences.providers_weight"), PreferredWeight: get("preferences.preferred_weight"),
 		PreferredAccelerators: q["preferences.preferred_accelerators"], PreferredRegions: q["preferences.preferred_regions"],
+		CarbonAwareStart: q.Get("preferences.carbon_aware_start") != "",
 	}
 }
 
@@ -151,6 +152,7 @@ func requestFromValues(v views.RequestFormValues) (market.Request, map[string]st
 	num("preferences.preferred_weight", v.PreferredWeight, &pr.PreferredWeight)
 	pr.PreferredAcceleratorIDs = nonEmpty(v.PreferredAccelerators)
 	pr.PreferredRegionIDs = nonEmpty(v.PreferredRegions)
+	pr.CarbonAwareStart = v.CarbonAwareStart
 	r.Limit = 5
 
 	if err := market.ValidateRequest(&r); err != nil {
@@ -188,6 +190,7 @@ func requestValues(r market.Request) views.RequestFormValues {
 		CostWeight: itoa(pr.CostWeight), CarbonWeight: itoa(pr.CarbonWeight), ReliabilityWeight: itoa(pr.ReliabilityWeight),
 		StartWeight: itoa(pr.StartWeight), ProvidersWeight: itoa(pr.ProvidersWeight), PreferredWeight: itoa(pr.PreferredWeight),
 		PreferredAccelerators: pr.PreferredAcceleratorIDs, PreferredRegions: pr.PreferredRegionIDs,
+		CarbonAwareStart: pr.CarbonAwareStart,
 	}
 	if w.WorkDeviceHours > 0 {
 		v.WorkDeviceHours = strconv.FormatInt(w.WorkDeviceHours, 10)
@@ -261,6 +264,7 @@ func requestQuery(v views.RequestFormValues) string {
 	set("preferences.preferred_weight", v.PreferredWeight)
 	q["preferences.preferred_accelerators"] = v.PreferredAccelerators
 	q["preferences.preferred_regions"] = v.PreferredRegions
+	flag("preferences.carbon_aware_start", v.CarbonAwareStart)
 	for k, vals := range q {
 		if len(nonEmpty(vals)) == 0 {
 			delete(q, k)

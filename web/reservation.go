@@ -18,7 +18,7 @@ import (
 func (h *Handler) book(c echo.Context, buyerID int64, req market.Request, sig string) (market.Reservation, error) {
 	ctx := c.Request().Context()
 	now := h.now()
-	res, err := h.index().Match(req, now)
+	res, _, err := h.matchCarbonAware(ctx, req, now)
 	if err != nil {
 		return market.Reservation{}, err
 	}
@@ -149,6 +149,9 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 		})
 	}
 	if v.Billing, err = h.reservationBilling(ctx, r); err != nil {
+		return err
+	}
+	if v.Work, err = h.workReportView(c, r, views.WorkReportValues{}, nil); err != nil {
 		return err
 	}
 	return render(c, http.StatusOK, views.Reservation(h.page(c, fmt.Sprintf("Reservation %d", r.ID)), v))

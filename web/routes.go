@@ -50,11 +50,16 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/login", h.handleLogin)
 	b.POST("/logout", h.handleLogout)
 
-	// Market data: the public price index, its methodology and downloads.
+	// Market data: the public price index, its methodology and downloads;
+	// buyers' measured-work reports; providers' hourly carbon profiles.
 	b.GET("/market", h.handleMarket)
 	b.GET("/market/index.json", h.handleMarketJSON)
 	b.GET("/market/index.csv", h.handleMarketCSV)
 	b.GET("/market/methodology", h.handleMethodology)
+	b.POST("/reservations/:id/work", h.handleWorkReport, requireUser)
+	b.GET("/provider/offers/:id/carbon", h.handleCarbonProfileForm, requireUser, requireProvider)
+	b.POST("/provider/offers/:id/carbon", h.handleCarbonProfileSave, requireUser, requireProvider)
+	b.POST("/provider/offers/:id/carbon/delete", h.handleCarbonProfileDelete, requireUser, requireProvider)
 
 	// Buyers: the request builder and quotes are public; booking needs an account.
 	b.GET("/requests", h.handleRequestBuilder)
