@@ -186,11 +186,18 @@ type serverOption func(*serverConfig)
 type serverConfig struct {
 	demo bool
 	args []string
+	db   string
 }
 
 // withDemo starts the server with -demo, so it loads the demo data.
 func withDemo() serverOption {
 	return func(c *serverConfig) { c.demo = true }
+}
+
+// withDB runs the server on an existing database file (e.g. the DB of a server stopped earlier in
+// the test, to restart it with other flags) instead of a fresh one.
+func withDB(path string) serverOption {
+	return func(c *serverConfig) { c.db = path }
 }
 
 // withArgs appends extra arguments to `gpumarket serve`.
@@ -214,6 +221,9 @@ func startServer(t *testing.T, opts ...serverOption) *server {
 		DB:     filepath.Join(t.TempDir(), "m.db"),
 		output: &syncBuffer{},
 		done:   make(chan struct{}),
+	}
+	if cfg.db != "" {
+		s.DB = cfg.db
 	}
 	args := []string{"serve", "-addr", addr, "-db", s.DB, "-base-url", s.URL}
 	if cfg.demo {
