@@ -116,7 +116,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	p.GET("/bookings/:id/statement", h.handleProviderStatement)
 	p.POST("/incidents/:id/acknowledge", h.handleIncidentAcknowledge)
 	a.GET("/reconciliation", h.handleAdminReconciliation)
-	a.POST("/settlements/:id/retry", h.handleAdminSettlementRetry)}
+	a.POST("/settlements/:id/retry", h.handleAdminSettlementRetry)
+}
 
 // cacheForever marks versioned static assets as immutable.
 func cacheForever(next http.Handler) http.Handler {
