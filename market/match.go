@@ -666,10 +666,10 @@ func (e *engine) runQuery(src source, q *query) (Result, extremes) {
 	if cap(fits) < visit {
 		fits = make([]fit, 0, visit)
 	}
-	cands := sc.cands[:0]
-	if !q.split && cap(cands) < visit {
-		cands = make([]quoteCand, 0, visit)
-	}
+	// A gang's candidates are its fits: their metrics' extent is taken
+	// as they are found, and a quote candidate is only built for a fit
+	// that may rank (see ranker), not for all of them.
+	var lo, hi [numMetrics]int64
 	for _, run := range sc.runs {
 		for i := range run {
 			f := fits[len(fits) : len(fits)+1]
@@ -677,10 +677,16 @@ func (e *engine) runQuery(src source, q *query) (Result, extremes) {
 				counts[r]++
 				continue
 			}
-			fits = fits[:len(fits)+1]
 			if !q.split {
-				cands = append(cands, gangCand(q, &fits[len(fits)-1]))
+				m := gangMetrics(q, &f[0])
+				if len(fits) == 0 {
+					lo, hi = m, m
+				}
+				for k, v := range m {
+					lo[k], hi[k] = min(lo[k], v), max(hi[k], v)
+				}
 			}
+			fits = fits[:len(fits)+1]
 		}
 	}
 	sc.fits = fits
@@ -709,23 +715,59 @@ func (e *engine) runQuery(src source, q *query) (Result, extremes) {
 		ex.Eliminated[k] = el
 	}
 
-	if q.split {
+	var xt extremes
+	rk := ranker{q: q, top: sc.top[:0]}
+	cands := sc.cands[:0]
+	if !q.split {
+		for i := range fits {
+			f := &fits[i]
+			if end := f.start + f.hours*3600; !xt.ok || end < xt.minEnd {
+				xt.minEnd = end
+			}
+			if !xt.ok || f.cost < xt.minCost {
+				xt.minCost = f.cost
+			}
+			xt.ok = true
+		}
+		rk.init(lo, hi)
+		for i := range fits {
+			if m := gangMetrics(q, &fits[i]); rk.mayEnter(&m) {
+				cands = append(cands, gangCand(q, &fits[i]))
+				rk.add(cands, len(cands)-1)
+			}
+		}
+	} else {
 		cands, ex.Shortfall = e.splitCands(q, fits, cands)
+		for i := range cands {
+			c := &cands[i]
+			if !xt.ok || c.cost < xt.minCost {
+				xt.minCost = c.cost
+			}
+			if !xt.ok || c.end < xt.minEnd {
+				xt.minEnd = c.end
+			}
+			if !xt.ok {
+				lo, hi = c.metrics, c.metrics
+			}
+			for k, v := range c.metrics {
+				lo[k], hi[k] = min(lo[k], v), max(hi[k], v)
+			}
+			xt.ok = true
+		}
+		rk.init(lo, hi)
+		for i := range cands {
+			if rk.mayEnter(&cands[i].metrics) {
+				rk.add(cands, i)
+			}
+		}
 	}
 	sc.cands = cands
-	res := Result{Total: len(cands), Explanation: ex}
-	var xt extremes
-	for i := range cands {
-		c := &cands[i]
-		if !xt.ok || c.cost < xt.minCost {
-			xt.minCost = c.cost
-		}
-		if !xt.ok || c.end < xt.minEnd {
-			xt.minEnd = c.end
-		}
-		xt.ok = true
+	res := Result{Total: len(fits), Explanation: ex}
+	if q.split {
+		res.Total = len(cands)
 	}
-	res.Quotes, sc.top = rank(q, cands, sc.top[:0])
+	res.Quotes = rk.quotes(cands)
+	sc.top = rk.top[:0]
 	return res, xt
 }
 
@@ -779,10 +821,9 @@ const (
 	numMetrics
 )
 
-func gangCand(q *query, f *fit) quoteCand {
-	c := quoteCand{one: pieceRef{f: f, devices: q.devices, start: f.start}, cost: f.cost, exact: true}
-	c.end = f.start + f.hours*3600
-	c.metrics = [numMetrics]int64{
+// gangMetrics are the ranking metrics of a gang quote on fit f.
+func gangMetrics(q *query, f *fit) [numMetrics]int64 {
+	return [numMetrics]int64{
 		mCost:          f.cost,
 		mCarbon:        pieceEmissions(f.s, q.devices, f.hours),
 		mUnreliability: 10000 - int64(f.s.reliability),
@@ -790,7 +831,11 @@ func gangCand(q *query, f *fit) quoteCand {
 		mProviders:     1,
 		mNotPreferred:  notPreferred(q, f.s) * 1000,
 	}
-	return c
+}
+
+func gangCand(q *query, f *fit) quoteCand {
+	return quoteCand{one: pieceRef{f: f, devices: q.devices, start: f.start}, cost: f.cost, exact: true,
+		end: f.start + f.hours*3600, metrics: gangMetrics(q, f)}
 }
 
 func notPreferred(q *query, s *slot) int64 {
@@ -1144,90 +1189,104 @@ func greedySplit(q *query, fits []*fit, lower int64) ([]pieceRef, bool, int64, b
 	return ps, false, lower, true
 }
 
-// scored is a candidate with its weighted score.
+// scored is a candidate (an index into the candidates) with its score.
 type scored struct {
-	c *quoteCand
+	i int
 	s int64
 }
 
-// rank scores candidates by the weighted, normalised metrics and returns
-// the best Limit as quotes. Ties: score, cost, start, providers, then the
-// pieces' offer ids and devices — a total order, so output is stable. top
-// is scratch space, returned for reuse.
-func rank(q *query, cands []quoteCand, top []scored) ([]Quote, []scored) {
-	if len(cands) == 0 {
-		return nil, top
-	}
-	var lo, hi [numMetrics]int64
-	lo, hi = cands[0].metrics, cands[0].metrics
-	for i := range cands {
-		for m, v := range cands[i].metrics {
-			lo[m], hi[m] = min(lo[m], v), max(hi[m], v)
+// ranker keeps the best Limit candidates by the weighted, normalised
+// metrics. Ties: score, cost, start, providers, then the pieces' offer ids
+// and devices — a total order, so output is stable.
+//
+// Each metric is normalised over the extent [lo, hi] it takes in the whole
+// feasible set, so the extent is taken first. Then mayEnter, a float lower
+// bound on a score, rules out most candidates without the exact integer
+// score: a term is round(x) ≥ x − ½ with x = (v − lo)·10⁶/(hi − lo), and
+// the float error is far below the margin, so a bound over the current
+// last score proves the exact score is over it too, and such a candidate
+// can never rank (the last score only falls).
+type ranker struct {
+	q      *query
+	lo, hi [numMetrics]int64
+	inv    [numMetrics]float64
+	margin float64
+	top    []scored
+}
+
+func (r *ranker) init(lo, hi [numMetrics]int64) {
+	r.lo, r.hi, r.margin = lo, hi, 1
+	for m := range r.inv {
+		r.inv[m] = 0
+		if r.q.weights[m] != 0 && hi[m] != lo[m] {
+			r.inv[m] = 1_000_000 / float64(hi[m]-lo[m])
+			r.margin += (0.5 + 1e-3) * float64(r.q.weights[m])
 		}
 	}
-	score := func(c *quoteCand) int64 {
-		var s int64
-		for m, v := range c.metrics {
-			if q.weights[m] == 0 || hi[m] == lo[m] {
-				continue
-			}
-			s += q.weights[m] * MulDivRound(v-lo[m], 1_000_000, hi[m]-lo[m])
-		}
-		return s
-	}
-	// A float lower bound on each score skips the exact integer divisions
-	// for candidates that cannot enter the top: a term is round(x) ≥ x − ½
-	// with x = (v − lo)·10⁶/(hi − lo), and the float error is far below the
-	// margin, so lb > the current last score proves the exact score is
-	// greater, and such a candidate can never rank.
-	var inv [numMetrics]float64
-	var margin float64 = 1
-	for m := range inv {
-		if q.weights[m] != 0 && hi[m] != lo[m] {
-			inv[m] = 1_000_000 / float64(hi[m]-lo[m])
-			margin += (0.5 + 1e-3) * float64(q.weights[m])
-		}
-	}
-	limit := q.req.Limit
-	for i := range cands {
-		c := &cands[i]
-		if len(top) == limit {
-			var lb float64
-			for m, v := range c.metrics {
-				if inv[m] != 0 {
-					lb += float64(q.weights[m]) * float64(v-lo[m]) * inv[m]
-				}
-			}
-			if lb-margin > float64(top[limit-1].s) {
-				continue
-			}
-		}
-		sc := scored{c, score(c)}
-		if len(top) == limit && !candLess(sc.c, sc.s, top[limit-1].c, top[limit-1].s) {
+}
+
+func (r *ranker) score(metrics *[numMetrics]int64) int64 {
+	var s int64
+	for m, v := range metrics {
+		if r.q.weights[m] == 0 || r.hi[m] == r.lo[m] {
 			continue
 		}
-		k := sort.Search(len(top), func(k int) bool { return candLess(sc.c, sc.s, top[k].c, top[k].s) })
-		if len(top) < limit {
-			top = append(top, scored{})
-		}
-		copy(top[k+1:], top[k:])
-		top[k] = sc
+		s += r.q.weights[m] * MulDivRound(v-r.lo[m], 1_000_000, r.hi[m]-r.lo[m])
 	}
-	// One array for every quote's pieces: two allocations for the quotes.
+	return s
+}
+
+// mayEnter reports whether a candidate with these metrics may still rank.
+func (r *ranker) mayEnter(metrics *[numMetrics]int64) bool {
+	limit := r.q.req.Limit
+	if len(r.top) < limit {
+		return true
+	}
+	var lb float64
+	for m, v := range metrics {
+		if r.inv[m] != 0 {
+			lb += float64(r.q.weights[m]) * float64(v-r.lo[m]) * r.inv[m]
+		}
+	}
+	return lb-r.margin <= float64(r.top[limit-1].s)
+}
+
+// add scores cands[i] exactly and keeps it if it ranks.
+func (r *ranker) add(cands []quoteCand, i int) {
+	limit := r.q.req.Limit
+	c := &cands[i]
+	sc := scored{i, r.score(&c.metrics)}
+	if len(r.top) == limit && !candLess(c, sc.s, &cands[r.top[limit-1].i], r.top[limit-1].s) {
+		return
+	}
+	k := sort.Search(len(r.top), func(k int) bool { return candLess(c, sc.s, &cands[r.top[k].i], r.top[k].s) })
+	if len(r.top) < limit {
+		r.top = append(r.top, scored{})
+	}
+	copy(r.top[k+1:], r.top[k:])
+	r.top[k] = sc
+}
+
+// quotes builds the kept candidates' quotes, best first: two allocations,
+// the quotes and one array for all their pieces.
+func (r *ranker) quotes(cands []quoteCand) []Quote {
+	if len(r.top) == 0 {
+		return nil
+	}
 	npieces := 0
-	for _, t := range top {
-		npieces += t.c.npieces()
+	for _, t := range r.top {
+		npieces += cands[t.i].npieces()
 	}
 	pieces := make([]Piece, npieces)
-	out := make([]Quote, len(top))
-	for i, t := range top {
-		n := t.c.npieces()
-		out[i] = buildQuote(q, t.c, t.s, pieces[:n:n])
+	out := make([]Quote, len(r.top))
+	for i, t := range r.top {
+		c := &cands[t.i]
+		n := c.npieces()
+		out[i] = buildQuote(r.q, c, t.s, pieces[:n:n])
 		out[i].Rank = i + 1
 		pieces = pieces[n:]
 	}
-	clear(top)
-	return out, top[:0]
+	return out
 }
 
 func candLess(a *quoteCand, sa int64, b *quoteCand, sb int64) bool {
