@@ -1,19 +1,82 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/views"
 )
 
+// moderationInput gathers what market.RedFlags needs for one offer from the
+// provider records and listed prices the caller loaded: the provider's
+// record and the prices of the other listed offers of the same model.
+func moderationInput(o market.Offer, rec market.ProviderRecord, prices map[string][]store.ListedPrice) market.ModerationInput {
+	in := market.ModerationInput{Record: rec}
+	for _, p := range prices[o.AcceleratorID] {
+		if p.OfferID != o.ID {
+			in.MarketPrices = append(in.MarketPrices, p.Price)
+		}
+	}
+	return in
+}
+
+// moderate runs after a provider creates or edits an offer: when the
+// provider has a clean track record and the offer raises no red flag, it
+// is approved at once (recorded in the audit trail with the system as the
+// actor) and indexed; otherwise it waits in the review queue. It reports
+// whether the offer was approved. A failure here only leaves the offer in
+// the queue, so it is logged, not returned.
+func (h *Handler) moderate(ctx context.Context, o market.Offer) bool {
+	now := h.now()
+	rec, err := h.db.ProviderRecord(ctx, o.ProviderID, now)
+	if err != nil {
+		h.log.Warn("moderation: provider record", "offer_id", o.ID, "err", err)
+		return false
+	}
+	if !rec.CleanTrackRecord() {
+		return false
+	}
+	prices, err := h.db.ListedPrices(ctx, o.AcceleratorID, now)
+	if err != nil {
+		h.log.Warn("moderation: listed prices", "offer_id", o.ID, "err", err)
+		return false
+	}
+	if !market.AutoApprove(rec, market.RedFlags(o, moderationInput(o, rec, prices))) {
+		return false
+	}
+	ok, err := h.db.AutoApproveOffer(ctx, o.ID, now)
+	if err != nil {
+		h.log.Warn("moderation: auto-approve", "offer_id", o.ID, "err", err)
+		return false
+	}
+	if ok {
+		h.refreshOffer(ctx, o.ID)
+		h.log.Info("offer auto-approved", "offer_id", o.ID, "provider_id", o.ProviderID)
+	}
+	return ok
+}
+
 func (h *Handler) handleAdminOffers(c echo.Context) error {
-	rows, err := h.db.ListOffersForReview(c.Request().Context())
+	ctx := c.Request().Context()
+	now := h.now()
+	rows, err := h.db.ListOffersForReview(ctx)
+	if err != nil {
+		return err
+	}
+	records, err := h.db.ProviderRecords(ctx, now)
+	if err != nil {
+		return err
+	}
+	prices, err := h.db.ListedPrices(ctx, "", now)
 	if err != nil {
 		return err
 	}
@@ -21,10 +84,26 @@ func (h *Handler) handleAdminOffers(c echo.Context) error {
 	for _, l := range rows {
 		o := l.Offer
 		id := strconv.FormatInt(o.ID, 10)
-		v.Rows = append(v.Rows, views.ReviewRow{
+		rec := records[o.ProviderID]
+		row := views.ReviewRow{
 			ID: id, Title: o.Title, URL: "/offers/" + id, Provider: providerName(l), Summary: offerSummary(o),
 			Price: o.PriceCentsPerDeviceHour.String(), Submitted: formatTime(o.UpdatedAt), Action: "/admin/offers/" + id + "/review",
-		})
+			VerifyAction: "/admin/offers/" + id + "/verify",
+			Record: fmt.Sprintf("%d approved offers · %d delivered bookings · %d incidents in %d days · reliability %s%%",
+				rec.ApprovedOffers, rec.DeliveredReservations, rec.RecentIncidents, int(market.ReliabilityWindow/(24*time.Hour)),
+				market.FormatPercentBP(market.ReliabilityBP(rec))),
+		}
+		for _, f := range market.RedFlags(o, moderationInput(o, rec, prices)) {
+			row.Flags = append(row.Flags, views.RedFlag{Code: string(f.Code), Message: f.Message})
+		}
+		for _, fk := range market.FigureKinds {
+			if f, ok := o.Figure(fk.Kind); ok {
+				row.Figures = append(row.Figures, views.ReviewFigure{Kind: string(fk.Kind), Label: fk.Label,
+					Value: fmt.Sprintf("%d %s", f.Value, fk.Unit), Basis: string(f.Basis), Method: orDash(f.Method),
+					Verified: f.Basis == market.FigureVerified})
+			}
+		}
+		v.Rows = append(v.Rows, row)
 	}
 	return render(c, http.StatusOK, views.AdminReview(h.page(c, "Review queue"), v))
 }
@@ -35,22 +114,239 @@ func (h *Handler) handleAdminReview(c echo.Context) error {
 		return err
 	}
 	decision := market.ReviewState(c.FormValue("decision"))
-	note := strings.TrimSpace(c.FormValue("note"))
 	switch decision {
-	case market.ReviewApproved:
-	case market.ReviewRejected:
-		if note == "" {
-			h.setFlash(c, "error", "Give the provider a reason when rejecting an offer.")
-			return c.Redirect(http.StatusSeeOther, "/admin/offers")
-		}
+	case market.ReviewApproved, market.ReviewRejected, market.ReviewChangesRequested:
 	default:
-		return market.Errorf(market.CodeInvalid, "Choose approve or reject.")
+		return market.Errorf(market.CodeInvalid, "Choose approve, reject or ask for changes.")
 	}
-	if err := h.db.ReviewOffer(c.Request().Context(), id, decision, note, h.now()); err != nil {
+	ctx := c.Request().Context()
+	o, err := h.db.DecideOffer(ctx, currentUser(c).ID, id, decision, c.FormValue("note"), h.now())
+	if market.ErrorCode(err) == market.CodeInvalid {
+		h.setFlash(c, "error", market.ErrorMessage(err))
+		return c.Redirect(http.StatusSeeOther, "/admin/offers")
+	}
+	if err != nil {
 		return err
 	}
-	h.refreshOffer(c.Request().Context(), id)
+	h.refreshOffer(ctx, id)
 	logger(c).Info("offer reviewed", "offer_id", id, "decision", decision, "admin_id", currentUser(c).ID)
-	h.setFlash(c, "ok", fmt.Sprintf("Offer %d %s.", id, decision))
+	h.setFlash(c, "ok", fmt.Sprintf("“%s” %s.", o.Title, map[market.ReviewState]string{
+		market.ReviewApproved:         "approved",
+		market.ReviewRejected:         "rejected",
+		market.ReviewChangesRequested: "sent back with a request for changes",
+	}[decision]))
 	return c.Redirect(http.StatusSeeOther, "/admin/offers")
+}
+
+func (h *Handler) handleAdminVerifyFigure(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	kind := market.FigureKind(c.FormValue("kind"))
+	err = h.db.VerifyFigure(ctx, currentUser(c).ID, id, kind, c.FormValue("note"), h.now())
+	if market.ErrorCode(err) == market.CodeInvalid {
+		h.setFlash(c, "error", market.ErrorMessage(err))
+		return c.Redirect(http.StatusSeeOther, safeBack(c, "/admin/offers"))
+	}
+	if err != nil {
+		return err
+	}
+	h.refreshOffer(ctx, id)
+	logger(c).Info("figure verified", "offer_id", id, "kind", kind, "admin_id", currentUser(c).ID)
+	h.setFlash(c, "ok", "Figure marked verified.")
+	return c.Redirect(http.StatusSeeOther, safeBack(c, "/admin/offers"))
+}
+
+// safeBack is where a form posted from several pages returns: its "back"
+// field when that is a path on this site, else fallback.
+func safeBack(c echo.Context, fallback string) string {
+	if b := c.FormValue("back"); b != "" && safeNext(b) == b {
+		return b
+	}
+	return fallback
+}
+
+func (h *Handler) handleAdminProviders(c echo.Context) error {
+	ctx := c.Request().Context()
+	ps, err := h.db.ListProviders(ctx, h.now())
+	if err != nil {
+		return err
+	}
+	flags, err := h.db.ListOpenReservationFlags(ctx)
+	if err != nil {
+		return err
+	}
+	v := views.AdminProvidersView{}
+	for _, p := range ps {
+		id := strconv.FormatInt(p.User.ID, 10)
+		r := p.Record
+		row := views.AdminProviderRow{
+			ID: id, Name: p.User.DisplayName, Email: p.User.Email, Org: p.User.Organisation,
+			Offers: strconv.Itoa(p.Offers), Approved: strconv.Itoa(r.ApprovedOffers), Delivered: strconv.Itoa(r.DeliveredReservations),
+			Incidents: strconv.Itoa(r.RecentIncidents), Disputes: strconv.Itoa(r.UpheldDisputes),
+			Reliability: market.FormatPercentBP(market.ReliabilityBP(r)) + "%", Clean: r.CleanTrackRecord(),
+			Suspended: p.User.Suspended, SuspensionReason: p.SuspensionReason, SuspendedAt: formatTime(p.SuspendedAt),
+			SuspendAction: "/admin/providers/" + id + "/suspend", ReinstateAction: "/admin/providers/" + id + "/reinstate",
+		}
+		v.Providers = append(v.Providers, row)
+	}
+	for _, f := range flags {
+		id := strconv.FormatInt(f.ID, 10)
+		v.Flags = append(v.Flags, views.AdminFlagRow{
+			ID: id, Reservation: fmt.Sprintf("#%d", f.ReservationID), URL: fmt.Sprintf("/admin/reservations/%d", f.ReservationID),
+			Buyer: f.BuyerName, State: f.State.Label(), Amount: f.AmountCents.String(), Reason: f.Reason, Flagged: formatTime(f.CreatedAt),
+			ClearAction: "/admin/flags/" + id + "/clear",
+		})
+	}
+	return render(c, http.StatusOK, views.AdminProviders(h.page(c, "Providers"), v))
+}
+
+func (h *Handler) handleAdminSuspend(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	s, err := h.db.SuspendProvider(ctx, currentUser(c).ID, id, c.FormValue("reason"), h.now())
+	if market.ErrorCode(err) == market.CodeInvalid {
+		h.setFlash(c, "error", market.ErrorMessage(err))
+		return c.Redirect(http.StatusSeeOther, "/admin/providers")
+	}
+	if err != nil {
+		return err
+	}
+	// Out of the matcher at once; the catalogue and the booking
+	// transaction already refuse a suspended provider's offers.
+	for _, offerID := range s.OfferIDs {
+		h.index().Remove(offerID)
+	}
+	logger(c).Info("provider suspended", "provider_id", id, "admin_id", currentUser(c).ID, "flagged", s.Flagged)
+	h.setFlash(c, "ok", fmt.Sprintf("Provider suspended: %d offer(s) unlisted, %d open reservation(s) flagged for review.", len(s.OfferIDs), s.Flagged))
+	return c.Redirect(http.StatusSeeOther, "/admin/providers")
+}
+
+func (h *Handler) handleAdminReinstate(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	s, err := h.db.ReinstateProvider(ctx, currentUser(c).ID, id, c.FormValue("note"), h.now())
+	if err != nil {
+		return err
+	}
+	for _, offerID := range s.OfferIDs {
+		h.refreshOffer(ctx, offerID)
+	}
+	logger(c).Info("provider reinstated", "provider_id", id, "admin_id", currentUser(c).ID)
+	h.setFlash(c, "ok", "Provider reinstated; their approved offers are listed again.")
+	return c.Redirect(http.StatusSeeOther, "/admin/providers")
+}
+
+func (h *Handler) handleAdminClearFlag(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	if err := h.db.ClearReservationFlag(c.Request().Context(), currentUser(c).ID, id, c.FormValue("note"), h.now()); err != nil {
+		return err
+	}
+	h.setFlash(c, "ok", "Flag cleared.")
+	return c.Redirect(http.StatusSeeOther, "/admin/providers")
+}
+
+// auditPageSize is how many audit entries one page shows.
+const auditPageSize = 100
+
+func (h *Handler) handleAdminAudit(c echo.Context) error {
+	q := c.QueryParams()
+	fv := views.AuditFilter{Actor: q.Get("actor"), Action: q.Get("action"), Subject: q.Get("subject"),
+		SubjectID: q.Get("subject_id"), From: q.Get("from"), To: q.Get("to")}
+	f := store.AuditFilter{Action: strings.TrimSpace(fv.Action), SubjectKind: strings.TrimSpace(fv.Subject), Limit: auditPageSize}
+	errs := map[string]string{}
+	parseID := func(field, s string, dst *int64) {
+		if s = strings.TrimSpace(s); s == "" {
+			return
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			errs[field] = "Enter a number."
+			return
+		}
+		*dst = n
+	}
+	parseID("actor", fv.Actor, &f.ActorID)
+	parseID("subject_id", fv.SubjectID, &f.SubjectID)
+	parseDate := func(field, s string, dst *time.Time, endOfDay bool) {
+		if s = strings.TrimSpace(s); s == "" {
+			return
+		}
+		t, err := time.Parse("2006-01-02", s)
+		if err != nil {
+			errs[field] = "Enter a date as YYYY-MM-DD."
+			return
+		}
+		if endOfDay {
+			t = t.AddDate(0, 0, 1) // the To day is included: [From, To+1d)
+		}
+		*dst = t
+	}
+	parseDate("from", fv.From, &f.From, false)
+	parseDate("to", fv.To, &f.To, true)
+	page, _ := strconv.Atoi(q.Get("page"))
+	page = max(page, 1)
+	f.Offset = (page - 1) * auditPageSize
+
+	v := views.AuditView{Filter: fv, Errors: errs, Actions: auditActionOptions()}
+	status := http.StatusOK
+	if len(errs) > 0 {
+		status = http.StatusUnprocessableEntity
+		return render(c, status, views.AdminAudit(h.page(c, "Audit trail"), v))
+	}
+	entries, total, err := h.db.ListAudit(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		actor := "system"
+		if e.ActorID != 0 {
+			actor = fmt.Sprintf("%s (#%d)", e.ActorName, e.ActorID)
+		}
+		v.Entries = append(v.Entries, views.AuditRow{
+			At: formatTime(e.At), Actor: actor, Action: e.Action, Subject: fmt.Sprintf("%s #%d", e.SubjectKind, e.SubjectID),
+			Before: orDash(e.Before), After: orDash(e.After), Note: e.Note,
+		})
+	}
+	v.Total = fmt.Sprintf("%d entries", total)
+	pageURL := func(n int) string {
+		q2 := url.Values{}
+		for k, vals := range q {
+			if k != "page" && len(vals) > 0 && vals[0] != "" {
+				q2.Set(k, vals[0])
+			}
+		}
+		q2.Set("page", strconv.Itoa(n))
+		return "/admin/audit?" + q2.Encode()
+	}
+	if page > 1 {
+		v.PrevURL = pageURL(page - 1)
+	}
+	if f.Offset+len(entries) < total {
+		v.NextURL = pageURL(page + 1)
+	}
+	return render(c, status, views.AdminAudit(h.page(c, "Audit trail"), v))
+}
+
+func auditActionOptions() []views.Option {
+	opts := []views.Option{{Value: "", Label: "Any action"}}
+	for _, a := range []string{
+		store.AuditOfferApprove, store.AuditOfferAutoApprove, store.AuditOfferReject, store.AuditOfferRequestChanges,
+		store.AuditFigureVerify, store.AuditProviderSuspend, store.AuditProviderReinstate, store.AuditReservationFlagClear,
+		store.AuditDisputeDecide,
+	} {
+		opts = append(opts, views.Option{Value: a, Label: a})
+	}
+	return append(opts, views.Option{Value: store.AuditMoneyPrefix, Label: "money movements (money.*)"})
 }

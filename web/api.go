@@ -448,6 +448,9 @@ func (h *Handler) handleAPIOfferCreate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if h.moderate(c.Request().Context(), created) {
+		created.Review = market.ReviewApproved
+	}
 	ao, err := toAPIOffer(created, "")
 	if err != nil {
 		return err
@@ -474,6 +477,9 @@ func (h *Handler) handleAPIOfferUpdate(c echo.Context) error {
 		return err
 	}
 	h.refreshOffer(c.Request().Context(), id)
+	if h.moderate(c.Request().Context(), updated) {
+		updated.Review = market.ReviewApproved
+	}
 	ao, err := toAPIOffer(updated, "")
 	if err != nil {
 		return err

@@ -84,7 +84,9 @@ func (h *Handler) handleCatalogue(c echo.Context) error {
 	v.Filtered = fv != (views.CatalogueFilter{Sort: store.SortPriceAsc})
 	catalogueOptions(&v)
 	for _, l := range listings {
-		v.Offers = append(v.Offers, offerCard(l))
+		card := offerCard(l)
+		card.Reliability = market.FormatPercentBP(h.reliability(l.Offer.ProviderID)) + "%"
+		v.Offers = append(v.Offers, card)
 	}
 	switch total {
 	case 0:
@@ -201,11 +203,15 @@ func (h *Handler) handleOfferShow(c echo.Context) error {
 	u := currentUser(c)
 	owner := u != nil && u.ID == o.ProviderID
 	admin := u != nil && u.IsAdmin
-	if !o.Listed() && !owner && !admin {
+	listed := o.Listed() && !l.ProviderSuspended
+	if !listed && !owner && !admin {
 		return market.Errorf(market.CodeNotFound, "There is no such offer.")
 	}
 	v := offerDetail(l)
-	if !o.Listed() {
+	v.Reliability = market.FormatPercentBP(h.reliability(o.ProviderID)) + "%"
+	if l.ProviderSuspended {
+		v.Status = "Not listed in the catalogue: the provider is suspended."
+	} else if !o.Listed() {
 		v.Status = fmt.Sprintf("Not listed in the catalogue: review %s, state %s.", reviewLabel(o.Review), o.State)
 		if o.ReviewNote != "" {
 			v.Status += " Reviewer's note: " + o.ReviewNote

@@ -13,30 +13,53 @@ import (
 // listed offer and every commitment that holds capacity. The index only
 // speeds up the search; the store re-checks capacity inside the booking
 // transaction, so a stale index can cost a retry, never a double booking.
-func loadIndex(ctx context.Context, db *store.DB, now time.Time) (*market.Index, error) {
+// It also returns every provider's reliability score (providers absent
+// have none yet and score the prior), which pages show.
+func loadIndex(ctx context.Context, db *store.DB, now time.Time) (*market.Index, map[int64]int, error) {
 	listings, err := db.ListAllListedOffers(ctx, now)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	commitments, err := db.ListAllCommitments(ctx, now)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	records, err := db.ProviderRecords(ctx, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	scores := make(map[int64]int, len(records))
+	for id, r := range records {
+		scores[id] = market.ReliabilityBP(r)
 	}
 	cands := make([]market.Candidate, 0, len(listings))
 	for _, l := range listings {
-		cands = append(cands, candidate(l.Offer))
+		cands = append(cands, candidate(l.Offer, records[l.Offer.ProviderID]))
 	}
 	idx := market.NewIndex()
 	if err := idx.Load(cands, commitments); err != nil {
-		return nil, fmt.Errorf("web: load matcher index: %w", err)
+		return nil, nil, fmt.Errorf("web: load matcher index: %w", err)
 	}
-	return idx, nil
+	return idx, scores, nil
 }
 
-// candidate is an offer as the matcher sees it. Provider reliability uses
-// the matcher's documented prior until providers have a record.
-func candidate(o market.Offer) market.Candidate {
-	return market.Candidate{Offer: o}
+// reliability returns a provider's reliability score as of the last index
+// load (at most indexReloadEvery old), or the prior for a provider with no
+// record.
+func (h *Handler) reliability(providerID int64) int {
+	if m := h.scores.Load(); m != nil {
+		if s, ok := (*m)[providerID]; ok {
+			return s
+		}
+	}
+	return market.DefaultReliabilityBP
+}
+
+// candidate is an offer as the matcher sees it, with its provider's
+// reliability score from their record (a provider with no record scores
+// the prior, market.DefaultReliabilityBP).
+func candidate(o market.Offer, rec market.ProviderRecord) market.Candidate {
+	return market.Candidate{Offer: o, ReliabilityBP: market.ReliabilityBP(rec)}
 }
 
 // refreshOffer makes the index follow a change to one offer (created,
@@ -48,7 +71,15 @@ func (h *Handler) refreshOffer(ctx context.Context, offerID int64) {
 		h.index().Remove(offerID)
 		return
 	}
-	if err := h.index().Upsert(candidate(l.Offer)); err != nil {
+	if l.ProviderSuspended {
+		h.index().Remove(offerID)
+		return
+	}
+	rec, err := h.db.ProviderRecord(ctx, l.Offer.ProviderID, h.now())
+	if err != nil {
+		h.log.Warn("index: provider record", "offer_id", offerID, "err", err)
+	}
+	if err := h.index().Upsert(candidate(l.Offer, rec)); err != nil {
 		h.log.Warn("index: offer not indexed", "offer_id", offerID, "err", err)
 	}
 }
@@ -100,12 +131,13 @@ func (h *Handler) RunBackground(ctx context.Context, every time.Duration) {
 		}
 		h.billingTick(ctx, now)
 		if now.Sub(lastReload) >= indexReloadEvery {
-			idx, err := loadIndex(ctx, h.db, now)
+			idx, scores, err := loadIndex(ctx, h.db, now)
 			if err != nil {
 				h.log.Error("background: reload index", "err", err)
 				continue
 			}
 			h.idx.Store(idx)
+			h.scores.Store(&scores)
 			lastReload = now
 		}
 	}

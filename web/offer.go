@@ -49,7 +49,9 @@ func reviewLabel(r market.ReviewState) string {
 	case market.ReviewApproved:
 		return "approved"
 	case market.ReviewRejected:
-		return "changes needed"
+		return "rejected"
+	case market.ReviewChangesRequested:
+		return "changes requested"
 	}
 	return string(r)
 }
@@ -77,6 +79,10 @@ func (h *Handler) handleOfferCreate(c echo.Context) error {
 		return err
 	}
 	logger(c).Info("offer created", "offer_id", created.ID, "provider_id", u.ID)
+	if h.moderate(c.Request().Context(), created) {
+		h.setFlash(c, "ok", fmt.Sprintf("“%s” is listed: approved automatically on your track record.", created.Title))
+		return c.Redirect(http.StatusSeeOther, "/provider/offers")
+	}
 	h.setFlash(c, "ok", fmt.Sprintf("“%s” is submitted and pending review. It will be listed once an administrator approves it.", created.Title))
 	return c.Redirect(http.StatusSeeOther, "/provider/offers")
 }
@@ -139,6 +145,10 @@ func (h *Handler) handleOfferUpdate(c echo.Context) error {
 	}
 	h.refreshOffer(ctx, id) // back in review: out of the matcher until approved
 	logger(c).Info("offer updated", "offer_id", id, "provider_id", u.ID)
+	if h.moderate(ctx, updated) {
+		h.setFlash(c, "ok", fmt.Sprintf("“%s” is saved and listed: approved automatically on your track record.", updated.Title))
+		return c.Redirect(http.StatusSeeOther, "/provider/offers")
+	}
 	h.setFlash(c, "ok", fmt.Sprintf("“%s” is saved and back in review.", updated.Title))
 	return c.Redirect(http.StatusSeeOther, "/provider/offers")
 }

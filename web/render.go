@@ -32,6 +32,10 @@ func (h *Handler) page(c echo.Context, title string) views.Page {
 	}
 	if u := currentUser(c); u != nil {
 		p.User = &views.NavUser{Name: u.DisplayName, IsBuyer: u.IsBuyer, IsProvider: u.IsProvider, IsAdmin: u.IsAdmin}
+		// One indexed COUNT per page view; a failure only hides the badge.
+		if n, err := h.db.CountUnreadNotifications(c.Request().Context(), u.ID); err == nil {
+			p.User.Unread = n
+		}
 	}
 	p.FlashKind, p.Flash = h.takeFlash(c)
 	return p

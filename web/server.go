@@ -49,6 +49,9 @@ type Handler struct {
 	// at start and periodically, and follows every change this process
 	// makes; it only speeds up search (the store decides what fits).
 	idx atomic.Pointer[market.Index]
+	// scores are the providers' reliability scores (basis points) as of
+	// the last index load, for pages; see reliability.
+	scores atomic.Pointer[map[int64]int]
 	// pay moves money; local is set when it is the local test processor,
 	// whose simulated payment and onboarding pages this server serves.
 	pay     billing.Processor
@@ -98,11 +101,12 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 		SameSite: http.SameSiteLaxMode,
 	}
 
-	idx, err := loadIndex(ctx, db, cfg.Now())
+	idx, scores, err := loadIndex(ctx, db, cfg.Now())
 	if err != nil {
 		return nil, nil, err
 	}
 	h.idx.Store(idx)
+	h.scores.Store(&scores)
 
 	e := echo.New()
 	// The client address (for throttling and logs) is the TCP peer: headers

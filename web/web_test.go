@@ -510,7 +510,7 @@ func TestAdminApproveAndReject(t *testing.T) {
 	if r := admin.post("/admin/offers", "/admin/offers/"+itoa(drop)+"/review", url.Values{"decision": {"rejected"}, "note": {"Price inconsistent with the hardware."}}); r.status != http.StatusSeeOther {
 		t.Fatalf("reject: %d", r.status)
 	}
-	mustContain(t, prov.get("/provider/offers").body, "Price inconsistent with the hardware.", "changes needed")
+	mustContain(t, prov.get("/provider/offers").body, "Price inconsistent with the hardware.", "rejected")
 	body := app.client().get("/").body
 	mustContain(t, body, "8× H100 SXM, Oregon")
 	mustNotContain(t, body, "Too good to be true")
