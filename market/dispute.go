@@ -1,0 +1,141 @@
+package market
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DisputeReason is why a buyer opens a dispute; chargebacks from the
+// buyer's bank arrive with DisputeChargeback.
+type DisputeReason string
+
+// Dispute reasons.
+const (
+	DisputeUnacknowledgedIncident DisputeReason = "incident_unacknowledged"
+	DisputeNotAsListed            DisputeReason = "not_as_listed"
+	DisputeCharge                 DisputeReason = "charge"
+	DisputeChargeback             DisputeReason = "chargeback"
+)
+
+// DisputeReasons are the reasons a buyer may choose, in form order.
+var DisputeReasons = []DisputeReason{DisputeUnacknowledgedIncident, DisputeNotAsListed, DisputeCharge}
+
+// Label is the display name of the reason.
+func (r DisputeReason) Label() string {
+	switch r {
+	case DisputeUnacknowledgedIncident:
+		return "An incident the provider did not acknowledge"
+	case DisputeNotAsListed:
+		return "Hardware not as listed"
+	case DisputeCharge:
+		return "A charge I disagree with"
+	case DisputeChargeback:
+		return "Chargeback from the buyer's bank"
+	}
+	return string(r)
+}
+
+// MaxDisputeStatement is the longest statement a party may make at once.
+const MaxDisputeStatement = 4000
+
+// ValidateDisputeStatement trims a statement and checks its length.
+func ValidateDisputeStatement(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "":
+		return "", &Error{Code: CodeInvalid, Message: "Please correct the highlighted fields.",
+			Fields: map[string]string{"statement": "Say what happened, with what evidence you have."}}
+	case len(s) > MaxDisputeStatement:
+		return "", &Error{Code: CodeInvalid, Message: "Please correct the highlighted fields.",
+			Fields: map[string]string{"statement": "Keep the statement under 4,000 characters."}}
+	}
+	return s, nil
+}
+
+// MaxDisputeCredit is the most a dispute may credit the buyer: what was
+// paid less what has been refunded or credited already (never negative).
+func MaxDisputeCredit(paid, refunded Cents) Cents {
+	return max(paid-refunded, 0)
+}
+
+// SplitCredit divides a credit among the providers of a reservation in
+// proportion to what each was paid (shares), in whole cents: each gets the
+// floor of its exact share and the cents left over go one each to the
+// largest remainders, ties to the lower provider id. The parts add up to
+// credit. With no positive share the whole credit is unallocated (empty).
+func SplitCredit(credit Cents, shares map[int64]Cents) map[int64]Cents {
+	var total int64
+	ids := make([]int64, 0, len(shares))
+	for id, s := range shares {
+		if s > 0 {
+			total += int64(s)
+			ids = append(ids, id)
+		}
+	}
+	out := map[int64]Cents{}
+	if total == 0 || credit <= 0 {
+		return out
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	type rem struct {
+		id int64
+		r  int64
+	}
+	var rems []rem
+	var given int64
+	for _, id := range ids {
+		num := int64(credit) * int64(shares[id])
+		part := num / total
+		out[id] = Cents(part)
+		given += part
+		rems = append(rems, rem{id, num % total})
+	}
+	sort.SliceStable(rems, func(i, j int) bool { return rems[i].r > rems[j].r })
+	for i := 0; given < int64(credit); i++ {
+		out[rems[i%len(rems)].id]++
+		given++
+	}
+	return out
+}
+
+// DisputeKey is the idempotency key of one money movement of a dispute's
+// credit: "dispute_12_refund", "dispute_12_credit_p7". The same key goes on
+// the ledger row and on the processor call, so a retried refund never
+// moves money twice.
+func DisputeKey(disputeID int64, kind string, providerID int64) string {
+	k := "dispute_" + strconv.FormatInt(disputeID, 10) + "_" + kind
+	if providerID != 0 {
+		k += "_p" + strconv.FormatInt(providerID, 10)
+	}
+	return k
+}
+
+// DisputeCreditEntries records a granted credit in the ledger: per provider
+// its part moves from the provider's account to the buyer's (credit), and
+// the whole goes back to the buyer's card (refund, from the platform's
+// cash) — the refund entry carries refundRef, the processor's refund.
+// Parts of zero make no entry.
+func DisputeCreditEntries(reservationID, disputeID, buyerID int64, parts map[int64]Cents, refundRef string, at time.Time) []LedgerEntry {
+	buyer := BuyerAccount(buyerID)
+	ids := make([]int64, 0, len(parts))
+	var total Cents
+	for id, c := range parts {
+		if c > 0 {
+			ids = append(ids, id)
+			total += c
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	var out []LedgerEntry
+	for _, id := range ids {
+		out = append(out, LedgerEntry{ReservationID: reservationID, Kind: EntryCredit, Debit: ProviderAccount(id), Credit: buyer,
+			Amount: parts[id], IdempotencyKey: DisputeKey(disputeID, EntryCredit, id), At: at})
+	}
+	if total > 0 {
+		out = append(out, LedgerEntry{ReservationID: reservationID, Kind: EntryRefund, Debit: buyer, Credit: AccountPlatformCash,
+			Amount: total, StripeRef: refundRef, IdempotencyKey: DisputeKey(disputeID, EntryRefund, 0), At: at})
+	}
+	return out
+}
