@@ -205,11 +205,11 @@ func groupInt(n int64) string {
 
 // Chart geometry, in SVG user units.
 const (
-	chartW, chartH        = 720, 300
-	chartLeft, chartRight = 64, 16
-	chartTop              = 16
-	chartPriceH, chartGap = 170, 14
-	chartVolumeH          = 60
+	chartW, chartH        = 480, 270
+	chartLeft, chartRight = 60, 12
+	chartTop              = 12
+	chartPriceH, chartGap = 150, 12
+	chartVolumeH          = 64
 	chartVolumeTop        = chartTop + chartPriceH + chartGap
 	chartAxisY            = chartVolumeTop + chartVolumeH
 	chartPlotW            = chartW - chartLeft - chartRight
