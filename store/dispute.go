@@ -1,7 +1,622 @@
 package store
 
-// Dispute outcomes an admin decides, beside DisputeOpen.
-const (
-	DisputeGranted  = "granted"  // a credit was granted to the buyer
-	DisputeRejected = "rejected" // no credit
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpumarket/gpumarket/market"
 )
+
+// Dispute outcomes an admin decides, beside DisputeOpen, and the source of
+// a dispute a buyer opens.
+const (
+	DisputeGranted     = "granted"  // a credit was granted to the buyer
+	DisputeRejected    = "rejected" // no credit
+	DisputeSourceBuyer = "buyer"
+)
+
+// Refund states of a granted credit.
+const (
+	DisputeRefundPending = "pending" // granted; the processor has not confirmed the refund yet
+	DisputeRefundDone    = "done"
+)
+
+const msgDisputeNotFound = "That dispute could not be found."
+
+// DisputeCase is a dispute with everything the parties and the admin see:
+// billing's Dispute plus the reason, the decision, the refund and the
+// parties' statements.
+type DisputeCase struct {
+	Dispute
+	Reason         market.DisputeReason
+	OpenedBy       int64
+	CreditCents    market.Cents
+	DecisionReason string
+	DecidedBy      int64
+	DecidedAt      time.Time
+	RefundState    string
+	RefundRef      string
+	BuyerID        int64
+	BuyerName      string
+	ProviderIDs    []int64
+	Messages       []DisputeMessage
+}
+
+// Decided reports whether an admin has decided the dispute.
+func (d DisputeCase) Decided() bool { return d.Status == DisputeGranted || d.Status == DisputeRejected }
+
+// DisputeMessage is a statement of one party after the opening one.
+type DisputeMessage struct {
+	AuthorID   int64
+	AuthorName string
+	Role       string // "buyer" or "provider"
+	Body       string
+	CreatedAt  time.Time
+}
+
+const disputeCaseColumns = `d.id, d.reservation_id, d.source, COALESCE(d.stripe_dispute_id, ''), COALESCE(d.incident_id, 0), d.status,
+	d.statement, d.created_at, d.reason, COALESCE(d.opened_by, 0), d.credit_cents, d.decision_reason, COALESCE(d.decided_by, 0),
+	COALESCE(d.decided_at, 0), d.refund_state, d.refund_ref, r.buyer_id, u.display_name`
+
+const disputeCaseFrom = ` FROM disputes d JOIN reservations r ON r.id = d.reservation_id JOIN users u ON u.id = r.buyer_id `
+
+func queryDisputeCases(ctx context.Context, q querier, where string, args ...any) ([]DisputeCase, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+disputeCaseColumns+disputeCaseFrom+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []DisputeCase
+	for rows.Next() {
+		var d DisputeCase
+		var reason string
+		var created, decided, credit int64
+		if err := rows.Scan(&d.ID, &d.ReservationID, &d.Source, &d.StripeDisputeID, &d.IncidentID, &d.Status, &d.Statement, &created,
+			&reason, &d.OpenedBy, &credit, &d.DecisionReason, &d.DecidedBy, &decided, &d.RefundState, &d.RefundRef, &d.BuyerID, &d.BuyerName); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		d.Reason, d.CreditCents, d.CreatedAt = market.DisputeReason(reason), market.Cents(credit), fromUnix(created)
+		switch {
+		case d.Reason == "" && d.Source == DisputeSourceStripe:
+			d.Reason = market.DisputeChargeback
+		case d.Reason == "" && d.Source == DisputeSourceIncident:
+			d.Reason = market.DisputeUnacknowledgedIncident
+		}
+		if decided != 0 {
+			d.DecidedAt = fromUnix(decided)
+		}
+		out = append(out, d)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if out[i].ProviderIDs, err = reservationProviders(ctx, q, out[i].ReservationID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func reservationProviders(ctx context.Context, q querier, reservationID int64) ([]int64, error) {
+	rows, err := q.QueryContext(ctx, `SELECT DISTINCT provider_id FROM reservation_pieces WHERE reservation_id = ? ORDER BY provider_id`, reservationID)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, closeRows(rows)
+}
+
+// getDisputeCase loads one dispute with its statements.
+func getDisputeCase(ctx context.Context, q querier, id int64) (DisputeCase, error) {
+	ds, err := queryDisputeCases(ctx, q, `WHERE d.id = ?`, id)
+	if err != nil {
+		return DisputeCase{}, err
+	}
+	if len(ds) == 0 {
+		return DisputeCase{}, notFound(msgDisputeNotFound)
+	}
+	d := ds[0]
+	rows, err := q.QueryContext(ctx, `SELECT m.author_id, u.display_name, m.role, m.body, m.created_at
+		FROM dispute_messages m JOIN users u ON u.id = m.author_id WHERE m.dispute_id = ? ORDER BY m.id`, id)
+	if err != nil {
+		return DisputeCase{}, err
+	}
+	for rows.Next() {
+		var m DisputeMessage
+		var at int64
+		if err := rows.Scan(&m.AuthorID, &m.AuthorName, &m.Role, &m.Body, &at); err != nil {
+			rows.Close()
+			return DisputeCase{}, err
+		}
+		m.CreatedAt = fromUnix(at)
+		d.Messages = append(d.Messages, m)
+	}
+	return d, closeRows(rows)
+}
+
+// FindDispute returns a dispute with its statements. Callers decide who
+// may see it (the buyer, a provider of the reservation, an admin).
+func (db *DB) FindDispute(ctx context.Context, id int64) (DisputeCase, error) {
+	const op = "find dispute"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	d, err := getDisputeCase(ctx, tx, id)
+	return d, fail(op, err, "")
+}
+
+// ListDisputes returns every dispute: the open ones oldest first, then the
+// decided ones newest first.
+func (db *DB) ListDisputes(ctx context.Context) ([]DisputeCase, error) {
+	const op = "list disputes"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	ds, err := queryDisputeCases(ctx, tx, `ORDER BY d.status = ? DESC, CASE WHEN d.status = ? THEN d.id ELSE -d.id END`, DisputeOpen, DisputeOpen)
+	return ds, fail(op, err, "")
+}
+
+// ListReservationDisputeCases returns a reservation's disputes, oldest first.
+func (db *DB) ListReservationDisputeCases(ctx context.Context, reservationID int64) ([]DisputeCase, error) {
+	const op = "list reservation dispute cases"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	ds, err := queryDisputeCases(ctx, tx, `WHERE d.reservation_id = ? ORDER BY d.id`, reservationID)
+	return ds, fail(op, err, "")
+}
+
+// OpenDispute opens a buyer's dispute on their paid reservation, with a
+// reason and a statement, in one transaction: provider payouts of the
+// reservation not yet made are frozen until an admin decides, and the
+// providers are notified. Another buyer's reservation is not found; an
+// unpaid one, or one with an open dispute of the buyer already, is a
+// conflict.
+func (db *DB) OpenDispute(ctx context.Context, buyerID, reservationID int64, reason market.DisputeReason, statement string, now time.Time) (DisputeCase, error) {
+	const op = "open dispute"
+	valid := false
+	for _, r := range market.DisputeReasons {
+		valid = valid || r == reason
+	}
+	if !valid {
+		return DisputeCase{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
+			Fields: map[string]string{"reason": "Choose what the dispute is about."}}
+	}
+	statement, err := market.ValidateDisputeStatement(statement)
+	if err != nil {
+		return DisputeCase{}, err
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+
+	r, err := getBuyerReservation(ctx, tx, buyerID, reservationID)
+	if err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	pay, err := getPayment(ctx, tx, r.ID)
+	if market.ErrorCode(err) == market.CodeNotFound || (err == nil && pay.Status != PaymentPaid) {
+		return DisputeCase{}, conflict("Only a paid reservation can be disputed.")
+	}
+	if err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	var open int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM disputes WHERE reservation_id = ? AND source = ? AND status = ?`,
+		r.ID, DisputeSourceBuyer, DisputeOpen).Scan(&open); err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	if open > 0 {
+		return DisputeCase{}, conflict("You already have an open dispute on this reservation; add to it instead.")
+	}
+	var id int64
+	if err := tx.QueryRowContext(ctx, `INSERT INTO disputes (reservation_id, source, status, statement, created_at, opened_by, reason)
+		VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`, r.ID, DisputeSourceBuyer, DisputeOpen, statement, unix(now), buyerID, string(reason)).Scan(&id); err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET state = ? WHERE reservation_id = ? AND state IN (?, ?)`,
+		string(TransferFrozen), r.ID, string(TransferPending), string(TransferHeld)); err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	providers, err := reservationProviders(ctx, tx, r.ID)
+	if err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	for _, p := range providers {
+		if err := insertNotification(ctx, tx, Notification{UserID: p, Kind: NotifyDisputeOpened, CreatedAt: now, URL: fmt.Sprintf("/disputes/%d", id),
+			Message: fmt.Sprintf("The buyer opened a dispute on reservation #%d (%s). Your payout for it is frozen until an admin decides; answer with your side.", r.ID, strings.ToLower(reason.Label()))}); err != nil {
+			return DisputeCase{}, fail(op, err, "")
+		}
+	}
+	d, err := getDisputeCase(ctx, tx, id)
+	if err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	return d, fail(op, tx.Commit(), "")
+}
+
+// AddDisputeStatement adds a statement of a party to an open dispute — the
+// reservation's buyer or one of its providers; anyone else is not found —
+// and notifies the other side.
+func (db *DB) AddDisputeStatement(ctx context.Context, userID, disputeID int64, body string, now time.Time) error {
+	const op = "add dispute statement"
+	body, err := market.ValidateDisputeStatement(body)
+	if err != nil {
+		return err
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	d, err := getDisputeCase(ctx, tx, disputeID)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	role := ""
+	if d.BuyerID == userID {
+		role = "buyer"
+	}
+	for _, p := range d.ProviderIDs {
+		if p == userID {
+			role = "provider"
+		}
+	}
+	if role == "" {
+		return notFound(msgDisputeNotFound)
+	}
+	if d.Status != DisputeOpen {
+		return conflict("This dispute has been decided; statements are closed.")
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO dispute_messages (dispute_id, author_id, role, body, created_at) VALUES (?, ?, ?, ?, ?)`,
+		disputeID, userID, role, body, unix(now)); err != nil {
+		return fail(op, err, "")
+	}
+	notify := []int64{d.BuyerID}
+	msg := fmt.Sprintf("The provider answered your dispute on reservation #%d.", d.ReservationID)
+	if role == "buyer" {
+		notify, msg = d.ProviderIDs, fmt.Sprintf("The buyer added a statement to the dispute on reservation #%d.", d.ReservationID)
+	}
+	for _, u := range notify {
+		if err := insertNotification(ctx, tx, Notification{UserID: u, Kind: NotifyDisputeAnswered, Message: msg,
+			URL: fmt.Sprintf("/disputes/%d", disputeID), CreatedAt: now}); err != nil {
+			return fail(op, err, "")
+		}
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// disputeState is a dispute as the audit trail records it.
+type disputeState struct {
+	Status string       `json:"status"`
+	Credit market.Cents `json:"credit_cents,omitempty"`
+}
+
+// DisputeDecision is what DecideDispute did: the dispute as stored and,
+// for a credit to refund through the processor, the payment to refund.
+type DisputeDecision struct {
+	Case            DisputeCase
+	PaymentIntentID string // "" when no processor refund is due
+}
+
+// DecideDispute records an admin's decision in one transaction: grant a
+// credit (positive, at most what was paid less what was refunded or
+// credited already — market.MaxDisputeCredit) or reject (credit 0), with a
+// reason both parties see. A credit is taken from the providers in
+// proportion to what each was paid (market.SplitCredit): the credit ledger
+// entries are written, and each provider's payout not yet made shrinks by
+// their part. A credit needs the reservation's settlement statement (the
+// settlement runs by itself when the booking ends), so the statement's own
+// refund is known and the two cannot add up to more than was paid. The
+// payouts frozen by the dispute are released when no other dispute of the
+// reservation is open. For a chargeback the money has already gone back
+// through the buyer's bank, so the refund entry is written at once with the
+// processor's dispute id; otherwise the refund is left pending for the
+// caller to make with market.DisputeKey(id, "refund", 0) and record with
+// RecordDisputeRefund. A decided dispute is a conflict.
+func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credit market.Cents, reason string, now time.Time) (DisputeDecision, error) {
+	const op = "decide dispute"
+	reason = strings.TrimSpace(reason)
+	if reason == "" {
+		return DisputeDecision{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
+			Fields: map[string]string{"reason": "Give both parties the reason for the decision."}}
+	}
+	if credit < 0 {
+		return DisputeDecision{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
+			Fields: map[string]string{"credit": "The credit cannot be negative."}}
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return DisputeDecision{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	d, err := getDisputeCase(ctx, tx, disputeID)
+	if err != nil {
+		return DisputeDecision{}, fail(op, err, "")
+	}
+	if d.Status != DisputeOpen {
+		return DisputeDecision{}, conflict("This dispute has already been decided.")
+	}
+	out := DisputeDecision{}
+	status := DisputeRejected
+	if credit > 0 {
+		status = DisputeGranted
+		pay, err := getPayment(ctx, tx, d.ReservationID)
+		if market.ErrorCode(err) == market.CodeNotFound {
+			return DisputeDecision{}, conflict("This reservation was never paid, so there is nothing to credit.")
+		}
+		if err != nil {
+			return DisputeDecision{}, fail(op, err, "")
+		}
+		s, err := getSettlement(ctx, tx, d.ReservationID)
+		if market.ErrorCode(err) == market.CodeNotFound {
+			return DisputeDecision{}, conflict("Grant a credit once the reservation's settlement statement exists (it is computed when the booking ends); until then its payouts stay frozen.")
+		}
+		if err != nil {
+			return DisputeDecision{}, fail(op, err, "")
+		}
+		var credited int64
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(credit_cents), 0) FROM disputes WHERE reservation_id = ? AND status = ?`,
+			d.ReservationID, DisputeGranted).Scan(&credited); err != nil {
+			return DisputeDecision{}, fail(op, err, "")
+		}
+		limit := market.MaxDisputeCredit(pay.Amount, s.RefundCents+market.Cents(credited))
+		if credit > limit {
+			return DisputeDecision{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
+				Fields: map[string]string{"credit": fmt.Sprintf("The credit can be at most %s: %s paid, less %s refunded or credited already.", limit, pay.Amount, s.RefundCents+market.Cents(credited))}}
+		}
+		shares := map[int64]market.Cents{}
+		for _, p := range s.Statement.Pieces {
+			shares[p.ProviderID] += p.Paid
+		}
+		parts := market.SplitCredit(credit, shares)
+		for pid, part := range parts {
+			if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET amount_cents = CASE WHEN amount_cents > ? THEN amount_cents - ? ELSE 0 END
+				WHERE reservation_id = ? AND provider_id = ? AND state <> ?`, int64(part), int64(part), d.ReservationID, pid, string(TransferDone)); err != nil {
+				return DisputeDecision{}, fail(op, err, "")
+			}
+		}
+		entries := market.DisputeCreditEntries(d.ReservationID, d.ID, d.BuyerID, parts, d.StripeDisputeID, now)
+		refundState := DisputeRefundDone
+		if d.Source != DisputeSourceStripe {
+			// The refund entry waits for the processor's refund id.
+			entries = entries[:len(entries)-1]
+			refundState, out.PaymentIntentID = DisputeRefundPending, pay.PaymentIntentID
+		}
+		if err := insertEntries(ctx, tx, entries); err != nil {
+			return DisputeDecision{}, fail(op, err, "")
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE disputes SET refund_state = ?, refund_ref = ? WHERE id = ?`, refundState, d.StripeDisputeID, d.ID); err != nil {
+			return DisputeDecision{}, fail(op, err, "")
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE disputes SET status = ?, credit_cents = ?, decision_reason = ?, decided_by = ?, decided_at = ? WHERE id = ?`,
+		status, int64(credit), reason, adminID, unix(now), d.ID); err != nil {
+		return DisputeDecision{}, fail(op, err, "")
+	}
+	if err := releaseFrozen(ctx, tx, d.ReservationID, now); err != nil {
+		return DisputeDecision{}, fail(op, err, "")
+	}
+	if err := insertAudit(ctx, tx, AuditEntry{At: now, ActorID: adminID, Action: AuditDisputeDecide, SubjectKind: AuditSubjectDispute, SubjectID: d.ID,
+		Before: AuditJSON(disputeState{Status: d.Status}), After: AuditJSON(disputeState{Status: status, Credit: credit}), Note: reason}); err != nil {
+		return DisputeDecision{}, fail(op, err, "")
+	}
+	outcome := "rejected: no credit"
+	if credit > 0 {
+		outcome = fmt.Sprintf("decided with a credit of %s to the buyer", credit)
+	}
+	for _, u := range append([]int64{d.BuyerID}, d.ProviderIDs...) {
+		if err := insertNotification(ctx, tx, Notification{UserID: u, Kind: NotifyDisputeDecided, CreatedAt: now, URL: fmt.Sprintf("/disputes/%d", d.ID),
+			Message: fmt.Sprintf("The dispute on reservation #%d was %s. Reason: %s", d.ReservationID, outcome, reason)}); err != nil {
+			return DisputeDecision{}, fail(op, err, "")
+		}
+	}
+	if out.Case, err = getDisputeCase(ctx, tx, d.ID); err != nil {
+		return DisputeDecision{}, fail(op, err, "")
+	}
+	return out, fail(op, tx.Commit(), "")
+}
+
+// releaseFrozen lets the frozen payouts of a reservation go once no
+// dispute of it is open: to the retrier when the provider can be paid,
+// held otherwise; the settlement's state follows.
+func releaseFrozen(ctx context.Context, tx *sql.Tx, reservationID int64, now time.Time) error {
+	var open int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM disputes WHERE reservation_id = ? AND status = ?`, reservationID, DisputeOpen).Scan(&open); err != nil {
+		return err
+	}
+	if open > 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET state = CASE WHEN EXISTS (SELECT 1 FROM payout_accounts a
+			WHERE a.provider_id = settlement_transfers.provider_id AND a.details_submitted = 1 AND a.payouts_enabled = 1) THEN ? ELSE ? END
+		WHERE reservation_id = ? AND state = ?`, string(TransferPending), string(TransferHeld), reservationID, string(TransferFrozen)); err != nil {
+		return err
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM settlements WHERE reservation_id = ?`, reservationID).Scan(&n); err != nil || n == 0 {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE settlements SET state = ?, next_attempt_at = ? WHERE reservation_id = ? AND state = ?`,
+		string(SettlementPending), unix(now), reservationID, string(SettlementWaiting)); err != nil {
+		return err
+	}
+	return finishSettlement(ctx, tx, reservationID, now)
+}
+
+// RecordDisputeRefund records that a granted credit was refunded through
+// the processor: the refund ledger entry (Dr buyer, Cr platform cash) with
+// the processor's refund id, the refund marked done, an audit entry of the
+// money movement and the buyer's notification, in one transaction.
+// Recording it again changes nothing.
+func (db *DB) RecordDisputeRefund(ctx context.Context, disputeID int64, refundRef string, now time.Time) (DisputeCase, error) {
+	const op = "record dispute refund"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	d, err := getDisputeCase(ctx, tx, disputeID)
+	if err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	if d.RefundState != DisputeRefundPending {
+		return d, nil
+	}
+	e := market.LedgerEntry{ReservationID: d.ReservationID, Kind: market.EntryRefund, Debit: market.BuyerAccount(d.BuyerID),
+		Credit: market.AccountPlatformCash, Amount: d.CreditCents, StripeRef: refundRef, IdempotencyKey: market.DisputeKey(d.ID, market.EntryRefund, 0), At: now}
+	if err := insertEntries(ctx, tx, []market.LedgerEntry{e}); err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE disputes SET refund_state = ?, refund_ref = ? WHERE id = ?`, DisputeRefundDone, refundRef, d.ID); err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	if err := insertAudit(ctx, tx, AuditEntry{At: now, Action: AuditMoneyPrefix + market.EntryRefund, SubjectKind: AuditSubjectReservation, SubjectID: d.ReservationID,
+		Before: AuditJSON(map[string]any{"dispute": d.ID, "refund_state": DisputeRefundPending}),
+		After:  AuditJSON(map[string]any{"dispute": d.ID, "refund_state": DisputeRefundDone, "amount_cents": d.CreditCents, "refund_ref": refundRef, "key": e.IdempotencyKey}),
+		Note:   fmt.Sprintf("dispute %d credit refunded to buyer %d", d.ID, d.BuyerID)}); err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	if err := insertNotification(ctx, tx, Notification{UserID: d.BuyerID, Kind: NotifyDisputeDecided, CreatedAt: now, URL: fmt.Sprintf("/reservations/%d", d.ReservationID),
+		Message: fmt.Sprintf("A refund of %s for the dispute on reservation #%d is on its way to your card.", d.CreditCents, d.ReservationID)}); err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	if d, err = getDisputeCase(ctx, tx, d.ID); err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	return d, fail(op, tx.Commit(), "")
+}
+
+// TimelineEvent is one dated fact about a reservation, for the admin's
+// view of a case.
+type TimelineEvent struct {
+	At   time.Time
+	Kind string // booking, payment, incident, dispute, statement, decision, ledger, settlement, audit
+	Text string
+}
+
+// ReservationTimeline returns everything recorded about a reservation in
+// time order: the booking and its state, the payment, incidents and their
+// acknowledgement, disputes with every statement and decision, ledger
+// entries, the settlement, and audit entries.
+func (db *DB) ReservationTimeline(ctx context.Context, reservationID int64) ([]TimelineEvent, error) {
+	const op = "reservation timeline"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	r, err := getReservation(ctx, tx, reservationID)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	var out []TimelineEvent
+	add := func(at time.Time, kind, format string, args ...any) {
+		out = append(out, TimelineEvent{At: at, Kind: kind, Text: fmt.Sprintf(format, args...)})
+	}
+	add(r.CreatedAt, "booking", "Reserved %d devices in %d piece(s) for %s by buyer #%d.", r.Devices(), len(r.Pieces), r.AmountCents, r.BuyerID)
+	if !r.UpdatedAt.Equal(r.CreatedAt) {
+		add(r.UpdatedAt, "booking", "Now %s.", r.State.Label())
+	}
+	if pay, err := getPayment(ctx, tx, r.ID); err == nil {
+		add(pay.CreatedAt, "payment", "Checkout started for %s.", pay.Amount)
+		add(pay.UpdatedAt, "payment", "Payment %s (payment %s).", pay.Status, orNone(pay.PaymentIntentID))
+	} else if market.ErrorCode(err) != market.CodeNotFound {
+		return nil, fail(op, err, "")
+	}
+	incs, err := queryIncidents(ctx, tx, `WHERE reservation_id = ?`, r.ID)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	for _, i := range incs {
+		add(i.CreatedAt, "incident", "%s reported by the %s: %s – %s, %d device(s). %s", i.Kind.Label(), i.ReportedBy,
+			i.Start.Format(time.DateTime), i.End.Format(time.DateTime), i.DevicesAffected, i.Note)
+		if !i.AcknowledgedAt.IsZero() {
+			add(i.AcknowledgedAt, "incident", "Incident %d acknowledged by the provider.", i.ID)
+		}
+		if !i.DisputedAt.IsZero() {
+			add(i.DisputedAt, "incident", "Incident %d not acknowledged in time: became a dispute.", i.ID)
+		}
+	}
+	ds, err := queryDisputeCases(ctx, tx, `WHERE d.reservation_id = ? ORDER BY d.id`, r.ID)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	for _, d := range ds {
+		full, err := getDisputeCase(ctx, tx, d.ID)
+		if err != nil {
+			return nil, fail(op, err, "")
+		}
+		add(d.CreatedAt, "dispute", "Dispute %d opened (%s): %s", d.ID, d.Reason.Label(), d.Statement)
+		for _, m := range full.Messages {
+			add(m.CreatedAt, "statement", "The %s (%s) on dispute %d: %s", m.Role, m.AuthorName, d.ID, m.Body)
+		}
+		if d.Decided() {
+			add(d.DecidedAt, "decision", "Dispute %d %s, credit %s: %s", d.ID, d.Status, d.CreditCents, d.DecisionReason)
+		}
+	}
+	ledger, err := queryLedger(ctx, tx, `WHERE reservation_id = ?`, r.ID)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	for _, e := range ledger {
+		add(e.At, "ledger", "%s %s: %s → %s (%s)", e.Kind, e.Amount, e.Credit, e.Debit, e.IdempotencyKey)
+	}
+	if s, err := getSettlement(ctx, tx, r.ID); err == nil {
+		add(s.CreatedAt, "settlement", "Settlement computed: refund %s, state %s.", s.RefundCents, s.State)
+		if !s.SettledAt.IsZero() {
+			add(s.SettledAt, "settlement", "Settled.")
+		}
+	} else if market.ErrorCode(err) != market.CodeNotFound {
+		return nil, fail(op, err, "")
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT a.at, a.action, a.note FROM audit_log a WHERE (a.subject_kind = ? AND a.subject_id = ?)
+		OR (a.subject_kind = ? AND a.subject_id IN (SELECT id FROM disputes WHERE reservation_id = ?)) ORDER BY a.id`,
+		AuditSubjectReservation, r.ID, AuditSubjectDispute, r.ID)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	for rows.Next() {
+		var at int64
+		var action, note string
+		if err := rows.Scan(&at, &action, &note); err != nil {
+			rows.Close()
+			return nil, fail(op, err, "")
+		}
+		add(fromUnix(at), "audit", "%s %s", action, note)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, fail(op, err, "")
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none yet"
+	}
+	return s
+}
+

@@ -151,6 +151,9 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 	if v.Billing, err = h.reservationBilling(ctx, r); err != nil {
 		return err
 	}
+	if v.Disputes, v.DisputeURL, err = h.reservationDisputes(ctx, r); err != nil {
+		return err
+	}
 	if v.Work, err = h.workReportView(c, r, views.WorkReportValues{}, nil); err != nil {
 		return err
 	}

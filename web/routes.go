@@ -82,6 +82,13 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/notifications", h.handleNotifications, requireUser)
 	b.POST("/notifications/read", h.handleNotificationsRead, requireUser)
 
+	// Disputes: the buyer opens one on a paid reservation; the buyer and the
+	// reservation's providers add statements (the store checks who is a party).
+	b.GET("/reservations/:id/disputes/new", h.handleDisputeNew, requireUser)
+	b.POST("/reservations/:id/disputes", h.handleDisputeOpen, requireUser)
+	b.GET("/disputes/:id", h.handleDisputeShow, requireUser)
+	b.POST("/disputes/:id/statements", h.handleDisputeStatement, requireUser)
+
 	// Providers: their own offers only.
 	p := b.Group("/provider", requireUser, requireProvider)
 	p.GET("/offers", h.handleProviderOffers)
@@ -103,6 +110,11 @@ func (h *Handler) routes(e *echo.Echo) {
 	a.POST("/providers/:id/reinstate", h.handleAdminReinstate)
 	a.POST("/flags/:id/clear", h.handleAdminClearFlag)
 	a.GET("/audit", h.handleAdminAudit)
+	a.GET("/disputes", h.handleAdminDisputes)
+	a.GET("/disputes/:id", h.handleAdminDispute)
+	a.POST("/disputes/:id/decide", h.handleAdminDisputeDecide)
+	a.POST("/disputes/:id/refund", h.handleAdminDisputeRefund)
+	a.GET("/reservations/:id", h.handleAdminReservation)
 
 	// Billing (issue 5): payment, payouts, incidents, settlement and
 	// reconciliation. The processor's webhook is outside CSRF and sessions,

@@ -162,6 +162,9 @@ func (h *Handler) handleBuyerStatement(c echo.Context) error {
 		return err
 	}
 	v.BackURL = fmt.Sprintf("/reservations/%d", r.ID)
+	if v.Extras, err = h.statementExtras(c.Request().Context(), r); err != nil {
+		return err
+	}
 	return render(c, http.StatusOK, views.Statement(h.page(c, fmt.Sprintf("Statement %d", r.ID)), v))
 }
 

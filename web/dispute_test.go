@@ -1,0 +1,129 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+)
+
+func TestDisputeOpenAnswerDecideRefund(t *testing.T) {
+	app := newBillingApp(t)
+	ctx := context.Background()
+	prov := app.client()
+	prov.signUp("host@example.com", true)
+	app.ownOffer(prov.userID())
+	buyer := app.client()
+	buyer.signUp("buyer@example.com", false)
+	r := app.bookAndPay(buyer)
+	resPath := fmt.Sprintf("/reservations/%d", r.ID)
+
+	// The buyer opens a dispute from the reservation page.
+	mustContain(t, buyer.get(resPath).body, `data-testid="open-dispute-link"`)
+	bad := buyer.post(resPath+"/disputes/new", resPath+"/disputes", url.Values{"reason": {"not_as_listed"}, "statement": {" "}})
+	if bad.status != http.StatusUnprocessableEntity {
+		t.Fatalf("empty statement: %d", bad.status)
+	}
+	res := buyer.post(resPath+"/disputes/new", resPath+"/disputes", url.Values{"reason": {"not_as_listed"},
+		"statement": {"We were given A100s, not H100s: nvidia-smi output attached."}})
+	if res.status != http.StatusSeeOther {
+		t.Fatalf("open dispute: %d\n%s", res.status, res.body)
+	}
+	disputePath := res.location
+	id, _ := strconv.ParseInt(regexp.MustCompile(`\d+$`).FindString(disputePath), 10, 64)
+	mustNotContain(t, buyer.get(resPath).body, `data-testid="open-dispute-link"`)
+
+	// The provider is told and answers; a stranger cannot see the dispute.
+	mustContain(t, prov.get("/notifications").body, `data-kind="dispute_opened"`)
+	if res := prov.post(disputePath, disputePath+"/statements", url.Values{"statement": {"The host had H100s; the buyer's log is from another machine."}}); res.status != http.StatusSeeOther {
+		t.Fatalf("answer: %d", res.status)
+	}
+	stranger := app.client()
+	stranger.signUp("stranger@example.com", true)
+	if res := stranger.get(disputePath); res.status != http.StatusNotFound {
+		t.Errorf("stranger sees the dispute: %d", res.status)
+	}
+	if res := stranger.post("/account", disputePath+"/statements", url.Values{"statement": {"me too"}}); res.status != http.StatusNotFound {
+		t.Errorf("stranger adds a statement: %d", res.status)
+	}
+	mustContain(t, buyer.get(disputePath).body, "another machine", `data-role="provider"`)
+
+	// The admin sees the timeline; a credit waits for the settlement statement.
+	admin := app.adminClient("root@example.com")
+	adminPath := fmt.Sprintf("/admin/disputes/%d", id)
+	mustContain(t, admin.get("/admin/disputes").body, "Hardware not as listed")
+	page := admin.get(adminPath).body
+	mustContain(t, page, `data-kind="booking"`, `data-kind="payment"`, `data-kind="dispute"`, `data-kind="statement"`, `data-kind="ledger"`)
+	if res := admin.post(adminPath, adminPath+"/decide", url.Values{"decision": {"grant"}, "credit": {"10.00"}, "reason": {"x"}}); res.status != http.StatusConflict {
+		t.Errorf("credit before settlement: %d, want 409", res.status)
+	}
+
+	app.tick(r.End().Add(time.Minute))
+	s, err := app.db.FindSettlement(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Transfers[0].State != store.TransferFrozen {
+		t.Fatalf("payout during the dispute: %s, want frozen", s.Transfers[0].State)
+	}
+	payout := s.Transfers[0].Amount
+
+	over := (r.AmountCents + 1).Decimal()
+	if res := admin.post(adminPath, adminPath+"/decide", url.Values{"decision": {"grant"}, "credit": {over}, "reason": {"x"}}); res.status != http.StatusUnprocessableEntity {
+		t.Errorf("credit above what was paid: %d, want 422", res.status)
+	}
+	if res := admin.post(adminPath, adminPath+"/decide", url.Values{"decision": {"grant"}, "credit": {"50.00"}}); res.status != http.StatusUnprocessableEntity {
+		t.Errorf("decision without a reason: %d, want 422", res.status)
+	}
+	res = admin.post(adminPath, adminPath+"/decide", url.Values{"decision": {"grant"}, "credit": {"50.00"}, "reason": {"Partly substantiated: two of eight devices were A100s."}})
+	if res.status != http.StatusSeeOther {
+		t.Fatalf("grant: %d\n%s", res.status, res.body)
+	}
+	mustContain(t, admin.get(adminPath).body, "Credit of $50.00 granted and refunded")
+
+	// Money: refunded once through the processor with the dispute's key; the
+	// ledger balances; the provider's frozen payout shrank by the credit.
+	var refunded market.Cents
+	for _, a := range app.pay.refunds {
+		refunded += a
+	}
+	if refunded != 5000 {
+		t.Errorf("processor refunds = %d, want 5000", refunded)
+	}
+	es := app.ledger(r.ID)
+	if err := market.CheckBalanced(es); err != nil {
+		t.Error(err)
+	}
+	keys := map[string]market.Cents{}
+	for _, e := range es {
+		keys[e.IdempotencyKey] = e.Amount
+	}
+	if keys[market.DisputeKey(id, market.EntryRefund, 0)] != 5000 || keys[market.DisputeKey(id, market.EntryCredit, prov.userID())] != 5000 {
+		t.Errorf("dispute ledger entries: %v", keys)
+	}
+	s, _ = app.db.FindSettlement(ctx, r.ID)
+	if s.Transfers[0].Amount != payout-5000 || s.Transfers[0].State == store.TransferFrozen {
+		t.Errorf("payout after the credit: %s %s, want %s and released", s.Transfers[0].Amount, s.Transfers[0].State, payout-5000)
+	}
+
+	// Both parties see outcome and reason; the buyer sees the refund on the
+	// statement and in the ledger.
+	for _, c := range []*client{buyer, prov} {
+		mustContain(t, c.get(disputePath).body, "a credit of $50.00", "two of eight devices were A100s")
+		mustContain(t, c.get("/notifications").body, `data-kind="dispute_decided"`)
+	}
+	stmt := buyer.get(resPath + "/statement").body
+	mustContain(t, stmt, `data-testid="statement-adjustment"`, "$50.00", "refunded", `data-testid="ledger-row" data-kind="refund"`)
+	audit := admin.get("/admin/audit").body
+	mustContain(t, audit, store.AuditDisputeDecide, "money.refund")
+	if res := admin.post(adminPath, adminPath+"/decide", url.Values{"decision": {"reject"}, "reason": {"again"}}); res.status != http.StatusConflict {
+		t.Errorf("deciding twice: %d, want 409", res.status)
+	}
+}
