@@ -823,13 +823,19 @@ const (
 
 // gangMetrics are the ranking metrics of a gang quote on fit f.
 func gangMetrics(q *query, f *fit) [numMetrics]int64 {
+	return onePieceMetrics(q, f.s, f.hours, f.start, f.cost)
+}
+
+// onePieceMetrics are the ranking metrics of a one-piece quote: all the
+// request's devices on s from start, costing cost.
+func onePieceMetrics(q *query, s *slot, hours, start, cost int64) [numMetrics]int64 {
 	return [numMetrics]int64{
-		mCost:          f.cost,
-		mCarbon:        pieceEmissions(f.s, q.devices, f.hours),
-		mUnreliability: 10000 - int64(f.s.reliability),
-		mStart:         f.start - q.lo,
+		mCost:          cost,
+		mCarbon:        pieceEmissions(s, q.devices, hours),
+		mUnreliability: 10000 - int64(s.reliability),
+		mStart:         start - q.lo,
 		mProviders:     1,
-		mNotPreferred:  notPreferred(q, f.s) * 1000,
+		mNotPreferred:  notPreferred(q, s) * 1000,
 	}
 }
 
@@ -949,13 +955,9 @@ func (e *engine) splitCands(q *query, fits []fit, cands []quoteCand) ([]quoteCan
 }
 
 func multiCandOne(q *query, f *fit, start int64) quoteCand {
-	g := *f
-	g.start = start
-	c := gangCand(q, &g)
-	c.one.f = f
-	c.cost = int64(pieceCost(f.s, q, q.devices, f.hours, f.intr).Total)
-	c.metrics[mCost] = c.cost
-	return c
+	cost := int64(pieceCost(f.s, q, q.devices, f.hours, f.intr).Total)
+	return quoteCand{one: pieceRef{f: f, devices: q.devices, start: start}, cost: cost, exact: true,
+		end: start + f.hours*3600, metrics: onePieceMetrics(q, f.s, f.hours, start, cost)}
 }
 
 // solveSplit chooses devices d_o ∈ {0} ∪ [minPiece, avail_o] per offer with
