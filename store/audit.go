@@ -4,8 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpumarket/gpumarket/market"
 )
 
 // AuditEntry is one row of the append-only audit trail: who (ActorID, 0 for
@@ -171,4 +175,36 @@ func (db *DB) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEntry, int, 
 		return nil, 0, fail(op, err, "")
 	}
 	return out, total, nil
+}
+
+// moneyMoved records a new ledger entry in the audit trail, in the same
+// transaction (every movement of money goes through insertEntries), and
+// tells the people it concerns: a charge is a booking made for its
+// provider, a transfer a payout sent.
+func moneyMoved(ctx context.Context, tx querier, e market.LedgerEntry) error {
+	if err := insertAudit(ctx, tx, AuditEntry{At: e.At, Action: AuditMoneyPrefix + e.Kind, SubjectKind: AuditSubjectReservation,
+		SubjectID: e.ReservationID, After: AuditJSON(map[string]any{"from": e.Credit, "to": e.Debit, "amount_cents": e.Amount,
+			"ref": e.StripeRef, "key": e.IdempotencyKey}), Note: fmt.Sprintf("%s %s", e.Kind, e.Amount)}); err != nil {
+		return err
+	}
+	var provider string
+	switch e.Kind {
+	case market.EntryCharge:
+		provider = e.Credit
+	case market.EntryTransfer:
+		provider = e.Debit
+	default:
+		return nil
+	}
+	id, err := strconv.ParseInt(strings.TrimPrefix(provider, "provider:"), 10, 64)
+	if err != nil || !strings.HasPrefix(provider, "provider:") {
+		return nil
+	}
+	n := Notification{UserID: id, Kind: NotifyBookingMade, CreatedAt: e.At, URL: fmt.Sprintf("/provider/bookings/%d", e.ReservationID),
+		Message: fmt.Sprintf("Booking #%d is paid and confirmed: %s for your devices.", e.ReservationID, e.Amount)}
+	if e.Kind == market.EntryTransfer {
+		n.Kind, n.URL = NotifyPayoutSent, "/provider/reservations"
+		n.Message = fmt.Sprintf("Payout of %s for booking #%d sent to your connected account.", e.Amount, e.ReservationID)
+	}
+	return insertNotification(ctx, tx, n)
 }

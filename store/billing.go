@@ -448,10 +448,20 @@ func insertEntries(ctx context.Context, tx *sql.Tx, entries []market.LedgerEntry
 		if e.Amount <= 0 || e.IdempotencyKey == "" {
 			return fmt.Errorf("ledger entry %q of %d: needs a key and a positive amount", e.IdempotencyKey, e.Amount)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO ledger_entries (reservation_id, kind, debit_account, credit_account,
+		res, err := tx.ExecContext(ctx, `INSERT INTO ledger_entries (reservation_id, kind, debit_account, credit_account,
 			amount_cents, stripe_ref, idempotency_key, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (idempotency_key) DO NOTHING`,
-			e.ReservationID, e.Kind, e.Debit, e.Credit, int64(e.Amount), e.StripeRef, e.IdempotencyKey, unix(e.At)); err != nil {
+			e.ReservationID, e.Kind, e.Debit, e.Credit, int64(e.Amount), e.StripeRef, e.IdempotencyKey, unix(e.At))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err != nil {
+				return err
+			}
+			continue // a replay: already recorded and audited
+		}
+		if err := moneyMoved(ctx, tx, e); err != nil {
 			return err
 		}
 	}

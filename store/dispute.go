@@ -467,8 +467,8 @@ func releaseFrozen(ctx context.Context, tx *sql.Tx, reservationID int64, now tim
 
 // RecordDisputeRefund records that a granted credit was refunded through
 // the processor: the refund ledger entry (Dr buyer, Cr platform cash) with
-// the processor's refund id, the refund marked done, an audit entry of the
-// money movement and the buyer's notification, in one transaction.
+// the processor's refund id (audited as every ledger entry is), the refund
+// marked done and the buyer's notification, in one transaction.
 // Recording it again changes nothing.
 func (db *DB) RecordDisputeRefund(ctx context.Context, disputeID int64, refundRef string, now time.Time) (DisputeCase, error) {
 	const op = "record dispute refund"
@@ -490,12 +490,6 @@ func (db *DB) RecordDisputeRefund(ctx context.Context, disputeID int64, refundRe
 		return DisputeCase{}, fail(op, err, "")
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE disputes SET refund_state = ?, refund_ref = ? WHERE id = ?`, DisputeRefundDone, refundRef, d.ID); err != nil {
-		return DisputeCase{}, fail(op, err, "")
-	}
-	if err := insertAudit(ctx, tx, AuditEntry{At: now, Action: AuditMoneyPrefix + market.EntryRefund, SubjectKind: AuditSubjectReservation, SubjectID: d.ReservationID,
-		Before: AuditJSON(map[string]any{"dispute": d.ID, "refund_state": DisputeRefundPending}),
-		After:  AuditJSON(map[string]any{"dispute": d.ID, "refund_state": DisputeRefundDone, "amount_cents": d.CreditCents, "refund_ref": refundRef, "key": e.IdempotencyKey}),
-		Note:   fmt.Sprintf("dispute %d credit refunded to buyer %d", d.ID, d.BuyerID)}); err != nil {
 		return DisputeCase{}, fail(op, err, "")
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: d.BuyerID, Kind: NotifyDisputeDecided, CreatedAt: now, URL: fmt.Sprintf("/reservations/%d", d.ReservationID),
@@ -619,4 +613,3 @@ func orNone(s string) string {
 	}
 	return s
 }
-

@@ -118,6 +118,16 @@ func (db *DB) ReportIncident(ctx context.Context, in Incident, now time.Time) (I
 		in.ReportedBy, in.ReporterID, boolInt(in.Acknowledged), acked, unix(now)).Scan(&in.ID); err != nil {
 		return Incident{}, fail(op, err, "")
 	}
+	// The other party hears of it (admin issue: notifications).
+	n := Notification{UserID: piece.ProviderID, Kind: NotifyIncidentReported, CreatedAt: now, URL: fmt.Sprintf("/provider/bookings/%d", r.ID),
+		Message: fmt.Sprintf("The buyer reported an incident on booking #%d (%s); acknowledge it or answer within 72 hours.", r.ID, in.Kind.Label())}
+	if in.ReportedBy == ReportedByProvider {
+		n.UserID, n.URL = r.BuyerID, fmt.Sprintf("/reservations/%d", r.ID)
+		n.Message = fmt.Sprintf("The provider reported an incident on reservation #%d (%s); it counts in settlement.", r.ID, in.Kind.Label())
+	}
+	if err := insertNotification(ctx, tx, n); err != nil {
+		return Incident{}, fail(op, err, "")
+	}
 	return in, fail(op, tx.Commit(), "")
 }
 

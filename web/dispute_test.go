@@ -127,3 +127,27 @@ func TestDisputeOpenAnswerDecideRefund(t *testing.T) {
 		t.Errorf("deciding twice: %d, want 409", res.status)
 	}
 }
+
+// Every movement of money lands in the audit trail in the same transaction
+// as its ledger row, and the provider hears of the booking and the payout.
+func TestMoneyMovementsAreAudited(t *testing.T) {
+	app := newBillingApp(t)
+	_, buyer, prov := settledFlow(t, app, 0)
+	entries, _, err := app.db.ListAudit(context.Background(), store.AuditFilter{Action: store.AuditMoneyPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, e := range entries {
+		got[e.Action] = true
+	}
+	for _, want := range []string{"money.charge", "money.credit", "money.refund", "money.fee", "money.transfer"} {
+		if !got[want] {
+			t.Errorf("no %s in the audit trail (have %v)", want, got)
+		}
+	}
+	notes := prov.get("/notifications").body
+	mustContain(t, notes, `data-kind="booking_made"`, `data-kind="payout_sent"`)
+	// The provider reported the incident; the buyer is told.
+	mustContain(t, buyer.get("/notifications").body, `data-kind="incident_reported"`)
+}
