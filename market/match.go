@@ -640,10 +640,11 @@ func (e *engine) run(src source, req Request, now time.Time, explain bool) (Resu
 
 // scratch buffers reused across queries.
 type scratch struct {
-	runs  [][]slot
-	fits  []fit
-	cands []quoteCand
-	top   []scored
+	counts [numReasons]int
+	runs   [][]slot
+	fits   []fit
+	cands  []quoteCand
+	top    []scored
 }
 
 // runQuery evaluates every offer and builds the ranked quotes. It also
@@ -651,11 +652,13 @@ type scratch struct {
 // relaxations use. In steady state it allocates only the result: the
 // quotes, their pieces (one array) and the eliminations.
 func (e *engine) runQuery(src source, q *query) (Result, extremes) {
-	var counts [numReasons]int
 	sc := getScratch()
 	defer putScratch(sc)
+	// In the scratch, not on the stack: it goes through an interface call.
+	counts := &sc.counts
+	*counts = [numReasons]int{}
 	q.arena = src.spans()
-	sc.runs = src.runs(q, &counts, sc.runs[:0])
+	sc.runs = src.runs(q, counts, sc.runs[:0])
 	visit := 0
 	for _, run := range sc.runs {
 		visit += len(run)
