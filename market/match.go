@@ -511,16 +511,22 @@ func (q *query) bucketReason(acc, region uint8) int {
 	return rFit
 }
 
-// fit is what evaluating one offer yields when it passes.
+// fit is what evaluating one offer yields when it passes: one cache line,
+// holding all a gang's ranking needs, so ranking never reads the slot.
 type fit struct {
-	s      *slot
-	lo, hi int64 // allowed start range
-	start  int64 // gang: earliest start; split: start for avail
-	hours  int64
-	avail  int64 // split: most devices free at once, capped at the request
-	cost   int64 // gang: total effective cost
-	intr   bool
+	s       *slot
+	lo, hi  int64 // allowed start range
+	start   int64 // gang: earliest start; split: start for avail
+	avail   int64 // split: most devices free at once, capped at the request
+	cost    int64 // gang: total effective cost
+	emis    int64 // gang: emissions, grams
+	hrs     int32 // hours; a fit's are within its offer's maximum rental (uint16)
+	rel     uint16
+	notPref uint8
+	intr    bool
 }
+
+func (f *fit) hours() int64 { return int64(f.hrs) }
 
 // eval checks one offer against every constraint in order and returns the
 // first it fails, or rFit having filled f with the offer's fit.
@@ -566,7 +572,7 @@ func (q *query) eval(s *slot, f *fit) int {
 	if hours < int64(s.minRent) || hours > int64(s.maxRent) || lo > hi {
 		return rWindow
 	}
-	*f = fit{s: s, lo: lo, hi: hi, hours: hours, intr: intr}
+	*f = fit{s: s, lo: lo, hi: hi, hrs: int32(hours), intr: intr}
 	if !q.split {
 		// committed ≤ devices − wanted: free at lo whatever the spans' times.
 		start := lo
@@ -583,6 +589,8 @@ func (q *query) eval(s *slot, f *fit) int {
 		if q.budget > 0 && f.cost > q.budget {
 			return rBudget
 		}
+		f.emis = pieceEmissions(s, q.devices, hours)
+		f.rel, f.notPref = s.reliability, uint8(notPreferred(q, s))
 		return rFit
 	}
 	free, at := s.devices, lo
@@ -724,7 +732,7 @@ func (e *engine) runQuery(src source, q *query) (Result, extremes) {
 	if !q.split {
 		for i := range fits {
 			f := &fits[i]
-			if end := f.start + f.hours*3600; !xt.ok || end < xt.minEnd {
+			if end := f.start + f.hours()*3600; !xt.ok || end < xt.minEnd {
 				xt.minEnd = end
 			}
 			if !xt.ok || f.cost < xt.minCost {
@@ -826,7 +834,14 @@ const (
 
 // gangMetrics are the ranking metrics of a gang quote on fit f.
 func gangMetrics(q *query, f *fit) [numMetrics]int64 {
-	return onePieceMetrics(q, f.s, f.hours, f.start, f.cost)
+	return [numMetrics]int64{
+		mCost:          f.cost,
+		mCarbon:        f.emis,
+		mUnreliability: 10000 - int64(f.rel),
+		mStart:         f.start - q.lo,
+		mProviders:     1,
+		mNotPreferred:  int64(f.notPref) * 1000,
+	}
 }
 
 // onePieceMetrics are the ranking metrics of a one-piece quote: all the
@@ -844,7 +859,7 @@ func onePieceMetrics(q *query, s *slot, hours, start, cost int64) [numMetrics]in
 
 func gangCand(q *query, f *fit) quoteCand {
 	return quoteCand{one: pieceRef{f: f, devices: q.devices, start: f.start}, cost: f.cost, exact: true,
-		end: f.start + f.hours*3600, metrics: gangMetrics(q, f)}
+		end: f.start + f.hours()*3600, metrics: gangMetrics(q, f)}
 }
 
 func notPreferred(q *query, s *slot) int64 {
@@ -862,13 +877,13 @@ func multiCand(q *query, ps []pieceRef, exact bool, lower int64) quoteCand {
 	c.metrics[mStart] = -1
 	for _, p := range ps {
 		s := p.f.s
-		c.cost += int64(pieceCost(s, q, p.devices, p.f.hours, p.f.intr).Total)
-		c.metrics[mCarbon] += pieceEmissions(s, p.devices, p.f.hours)
+		c.cost += int64(pieceCost(s, q, p.devices, p.f.hours(), p.f.intr).Total)
+		c.metrics[mCarbon] += pieceEmissions(s, p.devices, p.f.hours())
 		rel += p.devices * int64(s.reliability)
 		notPref += p.devices * notPreferred(q, s)
 		devs += p.devices
 		providers[s.provider] = true
-		if e := p.start + p.f.hours*3600; e > c.end {
+		if e := p.start + p.f.hours()*3600; e > c.end {
 			c.end = e
 		}
 		if d := p.start - q.lo; c.metrics[mStart] < 0 || d > c.metrics[mStart] {
@@ -891,7 +906,7 @@ func (e *engine) splitCands(q *query, fits []fit, cands []quoteCand) ([]quoteCan
 		if f.avail < q.devices {
 			continue
 		}
-		start, ok := earliestStart(q.spansOf(f.s), f.s.devices, int32(q.devices), f.lo, f.hi, f.hours*3600)
+		start, ok := earliestStart(q.spansOf(f.s), f.s.devices, int32(q.devices), f.lo, f.hi, f.hours()*3600)
 		if !ok {
 			continue
 		}
@@ -958,9 +973,9 @@ func (e *engine) splitCands(q *query, fits []fit, cands []quoteCand) ([]quoteCan
 }
 
 func multiCandOne(q *query, f *fit, start int64) quoteCand {
-	cost := int64(pieceCost(f.s, q, q.devices, f.hours, f.intr).Total)
+	cost := int64(pieceCost(f.s, q, q.devices, f.hours(), f.intr).Total)
 	return quoteCand{one: pieceRef{f: f, devices: q.devices, start: start}, cost: cost, exact: true,
-		end: start + f.hours*3600, metrics: onePieceMetrics(q, f.s, f.hours, start, cost)}
+		end: start + f.hours()*3600, metrics: onePieceMetrics(q, f.s, f.hours(), start, cost)}
 }
 
 // solveSplit chooses devices d_o ∈ {0} ∪ [minPiece, avail_o] per offer with
@@ -1027,7 +1042,7 @@ func (e *engine) bounded(q *query, fits []*fit) ([]*fit, int64) {
 	}
 	us := make([]uc, len(fits))
 	for i, f := range fits {
-		us[i] = uc{f, int64(pieceCost(f.s, q, f.avail, f.hours, f.intr).Total)}
+		us[i] = uc{f, int64(pieceCost(f.s, q, f.avail, f.hours(), f.intr).Total)}
 	}
 	sort.Slice(us, func(i, j int) bool { return unitLess(q, us[i].f, us[j].f, us[i].c, us[j].c) })
 	var lb, need = int64(0), q.devices
@@ -1069,7 +1084,7 @@ func reduce(q *query, fits []*fit) []*fit {
 			if f.avail < d {
 				continue
 			}
-			c := int64(pieceCost(f.s, q, d, f.hours, f.intr).Total)
+			c := int64(pieceCost(f.s, q, d, f.hours(), f.intr).Total)
 			if len(top) == p && (c > top[p-1].c || (c == top[p-1].c && f.s.id > top[p-1].f.s.id)) {
 				continue
 			}
@@ -1116,7 +1131,7 @@ func dpSplit(q *query, fits []*fit) ([]pieceRef, bool) {
 	for i, f := range fits {
 		top := min(f.avail, D)
 		for d := q.minPiece; d <= top; d++ {
-			costs[d] = int64(pieceCost(f.s, q, d, f.hours, f.intr).Total)
+			costs[d] = int64(pieceCost(f.s, q, d, f.hours(), f.intr).Total)
 		}
 		copy(next, best)
 		row := choice[i*int(D+1):]
@@ -1144,7 +1159,7 @@ func dpSplit(q *query, fits []*fit) ([]pieceRef, bool) {
 			continue
 		}
 		f := fits[i]
-		start, ok := earliestStart(q.spansOf(f.s), f.s.devices, int32(d), f.lo, f.hi, f.hours*3600)
+		start, ok := earliestStart(q.spansOf(f.s), f.s.devices, int32(d), f.lo, f.hi, f.hours()*3600)
 		if !ok {
 			return nil, false // cannot happen: d ≤ avail
 		}
@@ -1164,7 +1179,7 @@ func greedySplit(q *query, fits []*fit, lower int64) ([]pieceRef, bool, int64, b
 	}
 	us := make([]uc, len(fits))
 	for i, f := range fits {
-		us[i] = uc{f, int64(pieceCost(f.s, q, f.avail, f.hours, f.intr).Total)}
+		us[i] = uc{f, int64(pieceCost(f.s, q, f.avail, f.hours(), f.intr).Total)}
 	}
 	sort.Slice(us, func(i, j int) bool { return unitLess(q, us[i].f, us[j].f, us[i].c, us[j].c) })
 	need := q.devices
@@ -1180,7 +1195,7 @@ func greedySplit(q *query, fits []*fit, lower int64) ([]pieceRef, bool, int64, b
 		if take < q.minPiece {
 			continue
 		}
-		start, ok := earliestStart(q.spansOf(u.f.s), u.f.s.devices, int32(take), u.f.lo, u.f.hi, u.f.hours*3600)
+		start, ok := earliestStart(q.spansOf(u.f.s), u.f.s.devices, int32(take), u.f.lo, u.f.hi, u.f.hours()*3600)
 		if !ok {
 			continue
 		}
@@ -1328,7 +1343,7 @@ func buildQuote(q *query, c *quoteCand, score int64, pieces []Piece) Quote {
 	for i := 0; i < c.npieces(); i++ {
 		p := c.piece(i)
 		s := p.f.s
-		cost := pieceCost(s, q, p.devices, p.f.hours, p.f.intr)
+		cost := pieceCost(s, q, p.devices, p.f.hours(), p.f.intr)
 		price := s.price
 		if p.f.intr {
 			price = s.intrPrice
@@ -1336,14 +1351,14 @@ func buildQuote(q *query, c *quoteCand, score int64, pieces []Piece) Quote {
 		pc := Piece{
 			OfferID: s.id, ProviderID: s.provider,
 			AcceleratorID: accelerators[s.acc].ID, RegionID: regions[s.region].ID,
-			Devices: int(p.devices), Hours: int(p.f.hours),
-			Start: time.Unix(p.start, 0).UTC(), End: time.Unix(p.start+p.f.hours*3600, 0).UTC(),
+			Devices: int(p.devices), Hours: int(p.f.hours()),
+			Start: time.Unix(p.start, 0).UTC(), End: time.Unix(p.start+p.f.hours()*3600, 0).UTC(),
 			Interruptible: p.f.intr, PriceCents: Cents(price), Cost: cost,
-			EmissionsG: pieceEmissions(s, p.devices, p.f.hours),
+			EmissionsG: pieceEmissions(s, p.devices, p.f.hours()),
 		}
 		qt.Pieces[i] = pc
 		qt.Cost.add(cost)
-		delivered += p.devices * p.f.hours * int64(s.relThroughput)
+		delivered += p.devices * p.f.hours() * int64(s.relThroughput)
 		if qt.Start.IsZero() || pc.Start.Before(qt.Start) {
 			qt.Start = pc.Start
 		}
