@@ -121,11 +121,15 @@ func earliestStart(spans []span, total, devices int32, lo, hi, dur int64) (int64
 		return 0, false
 	}
 	limit := int64(total - devices)
-	var all int64
+	// The spans overlapping [lo, lo+dur) bound its usage from above, so
+	// their sum settles most offers without maxUsage's quadratic walk.
+	var over int64
 	for _, s := range spans {
-		all += int64(s.devices)
+		if s.from() < lo+dur && s.to() > lo {
+			over += int64(s.devices)
+		}
 	}
-	if all <= limit || maxUsage(spans, lo, lo+dur) <= limit {
+	if over <= limit || maxUsage(spans, lo, lo+dur) <= limit {
 		return lo, true
 	}
 	best, ok := int64(0), false
