@@ -56,7 +56,7 @@ vet:
 	$(GO) vet ./...
 
 test-unit:
-	$(GO) test -race $(UNIT_PKGS)
+	$(GO) test -race -timeout 30m $(UNIT_PKGS)
 
 test-e2e:
 	PLAYWRIGHT_NODEJS_PATH="$${PLAYWRIGHT_NODEJS_PATH:-$$(command -v node)}" \

@@ -44,7 +44,7 @@ func (h *Handler) handleSignUp(c echo.Context) error {
 	if err := market.ValidateSignUp(&su); err != nil {
 		return render(c, http.StatusUnprocessableEntity, views.SignUp(h.page(c, "Sign up"), form(market.FieldErrors(err), "")))
 	}
-	hash, err := HashPassword(su.Password)
+	hash, err := h.hashPassword(su.Password)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,8 @@ func (h *Handler) handleLogin(c echo.Context) error {
 		return err
 	}
 	if err != nil {
-		checkPassword(dummyHash, password)
+		// Compare anyway, so an unknown email takes as long as a wrong password.
+		checkPassword(h.dummyHash, password)
 	}
 	if err != nil || !checkPassword(hash, password) {
 		if _, _, err := h.db.ThrottleHit(ctx, acctKey, now, loginWindow, loginPerAccount); err != nil {
@@ -241,7 +242,7 @@ func (h *Handler) handlePasswordChange(c echo.Context) error {
 	if msg := market.PasswordProblem(next); msg != "" {
 		return invalid("new_password", msg)
 	}
-	newHash, err := HashPassword(next)
+	newHash, err := h.hashPassword(next)
 	if err != nil {
 		return err
 	}

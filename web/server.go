@@ -5,6 +5,7 @@ package web
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/gorilla/sessions"
 	"github.com/labstack/echo/v4"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
@@ -25,6 +27,9 @@ type Config struct {
 	BaseURL    string // public base URL, e.g. https://gpumarket.example
 	SessionKey []byte // at least 32 bytes; signs the session and flash cookies
 	Demo       bool   // show the demo banner
+	// PasswordCost is the bcrypt cost of new password hashes; 0 means
+	// DefaultPasswordCost. Tests lower it to keep the suite fast.
+	PasswordCost int
 	// APIRatePerSecond is each API token's steady request rate (burst
 	// twice that); 0 means 20.
 	APIRatePerSecond float64
@@ -49,6 +54,10 @@ type Handler struct {
 	// at start and periodically, and follows every change this process
 	// makes; it only speeds up search (the store decides what fits).
 	idx atomic.Pointer[market.Index]
+	// pwCost is the bcrypt cost; dummyHash, a hash at that cost compared
+	// against when a login names no account.
+	pwCost    int
+	dummyHash []byte
 	// scores are the providers' reliability scores (basis points) as of
 	// the last index load, for pages; see reliability.
 	scores atomic.Pointer[map[int64]int]
@@ -92,6 +101,14 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	}
 	h.cfg.Billing, h.pay, h.baseURL = cfg.Billing, cfg.Billing, strings.TrimSuffix(cfg.BaseURL, "/")
 	h.local, _ = cfg.Billing.(localProcessor)
+	h.pwCost = cfg.PasswordCost
+	if h.pwCost == 0 {
+		h.pwCost = DefaultPasswordCost
+	}
+	h.dummyHash, err = bcrypt.GenerateFromPassword([]byte("no such account"), h.pwCost)
+	if err != nil {
+		return nil, nil, fmt.Errorf("web: password cost: %w", err)
+	}
 	h.cookies = sessions.NewCookieStore(cfg.SessionKey[:32])
 	h.cookies.Options = &sessions.Options{
 		Path:     "/",

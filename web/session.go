@@ -14,15 +14,23 @@ const (
 	flashCookie   = "gm_flash"
 )
 
-// HashPassword hashes a password with bcrypt. Callers validate length first
-// (market.PasswordProblem): bcrypt's 72-byte limit is a message, not a
-// silent truncation.
-func HashPassword(pw string) ([]byte, error) {
+// DefaultPasswordCost is the bcrypt cost of stored passwords.
+const DefaultPasswordCost = 12
+
+// HashPassword hashes a password with bcrypt at DefaultPasswordCost.
+// Callers validate length first (market.PasswordProblem): bcrypt's 72-byte
+// limit is a message, not a silent truncation.
+func HashPassword(pw string) ([]byte, error) { return hashPassword(pw, DefaultPasswordCost) }
+
+func hashPassword(pw string, cost int) ([]byte, error) {
 	if msg := market.PasswordProblem(pw); msg != "" {
 		return nil, &market.Error{Code: market.CodeInvalid, Message: msg, Fields: map[string]string{"password": msg}}
 	}
-	return bcrypt.GenerateFromPassword([]byte(pw), 12)
+	return bcrypt.GenerateFromPassword([]byte(pw), cost)
 }
+
+// hashPassword hashes at the handler's configured cost.
+func (h *Handler) hashPassword(pw string) ([]byte, error) { return hashPassword(pw, h.pwCost) }
 
 // checkPassword reports whether pw matches hash.
 func checkPassword(hash []byte, pw string) bool {
@@ -31,10 +39,6 @@ func checkPassword(hash []byte, pw string) bool {
 	}
 	return bcrypt.CompareHashAndPassword(hash, []byte(pw)) == nil
 }
-
-// dummyHash is compared against when an account does not exist, so a login
-// takes as long for an unknown email as for a wrong password.
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("no such account, constant time"), 12)
 
 // startSession logs the user in with a fresh session id (rotated at every
 // login) and forgets the session the browser had before.
