@@ -1254,8 +1254,8 @@ type StatementAdjustment struct {
 type LedgerRow struct {
 	At     string
 	Kind   string
-	From   string
-	To     string
+	Debit  string // account debited
+	Credit string // account credited
 	Amount string
 	Ref    string
 }
@@ -1340,7 +1340,7 @@ func StatementExtrasPanel(v StatementExtras) templ.Component {
 			}
 		}
 		if len(v.Ledger) > 0 {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 91, "<section class=\"card\" data-testid=\"statement-ledger\"><h2 style=\"margin-top:0\">Ledger</h2><div class=\"table-wrap\"><table><thead><tr><th>When</th><th>Entry</th><th>From</th><th>To</th><th class=\"num\">Amount</th><th>Reference</th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 91, "<section class=\"card\" data-testid=\"statement-ledger\"><h2 style=\"margin-top:0\">Ledger</h2><div class=\"table-wrap\"><table><thead><tr><th>When</th><th>Entry</th><th>Debit</th><th>Credit</th><th class=\"num\">Amount</th><th>Reference</th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -1389,9 +1389,9 @@ func StatementExtrasPanel(v StatementExtras) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var69 string
-				templ_7745c5c3_Var69, templ_7745c5c3_Err = templ.JoinStringErrs(e.From)
+				templ_7745c5c3_Var69, templ_7745c5c3_Err = templ.JoinStringErrs(e.Debit)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/dispute.templ`, Line: 285, Col: 139}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/dispute.templ`, Line: 285, Col: 140}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var69))
 				if templ_7745c5c3_Err != nil {
@@ -1402,9 +1402,9 @@ func StatementExtrasPanel(v StatementExtras) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var70 string
-				templ_7745c5c3_Var70, templ_7745c5c3_Err = templ.JoinStringErrs(e.To)
+				templ_7745c5c3_Var70, templ_7745c5c3_Err = templ.JoinStringErrs(e.Credit)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/dispute.templ`, Line: 285, Col: 175}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/dispute.templ`, Line: 285, Col: 180}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var70))
 				if templ_7745c5c3_Err != nil {
@@ -1417,7 +1417,7 @@ func StatementExtrasPanel(v StatementExtras) templ.Component {
 				var templ_7745c5c3_Var71 string
 				templ_7745c5c3_Var71, templ_7745c5c3_Err = templ.JoinStringErrs(e.Amount)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/dispute.templ`, Line: 285, Col: 236}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/dispute.templ`, Line: 285, Col: 241}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var71))
 				if templ_7745c5c3_Err != nil {
@@ -1430,7 +1430,7 @@ func StatementExtrasPanel(v StatementExtras) templ.Component {
 				var templ_7745c5c3_Var72 string
 				templ_7745c5c3_Var72, templ_7745c5c3_Err = templ.JoinStringErrs(e.Ref)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/dispute.templ`, Line: 285, Col: 273}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/dispute.templ`, Line: 285, Col: 278}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var72))
 				if templ_7745c5c3_Err != nil {

@@ -336,7 +336,7 @@ func (h *Handler) statementExtras(ctx context.Context, r market.Reservation) (vi
 		if e.Debit != buyer && e.Credit != buyer {
 			continue
 		}
-		v.Ledger = append(v.Ledger, views.LedgerRow{At: formatTime(e.At), Kind: e.Kind, From: e.Credit, To: e.Debit, Amount: e.Amount.String(), Ref: orDash(e.StripeRef)})
+		v.Ledger = append(v.Ledger, views.LedgerRow{At: formatTime(e.At), Kind: e.Kind, Debit: e.Debit, Credit: e.Credit, Amount: e.Amount.String(), Ref: orDash(e.StripeRef)})
 	}
 	return v, nil
 }
