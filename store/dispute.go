@@ -575,7 +575,7 @@ func (db *DB) ReservationTimeline(ctx context.Context, reservationID int64) ([]T
 		return nil, fail(op, err, "")
 	}
 	for _, e := range ledger {
-		add(e.At, "ledger", "%s %s: %s → %s (%s)", e.Kind, e.Amount, e.Credit, e.Debit, e.IdempotencyKey)
+		add(e.At, "ledger", "%s %s: debit %s, credit %s (%s)", e.Kind, e.Amount, e.Debit, e.Credit, e.IdempotencyKey)
 	}
 	if s, err := getSettlement(ctx, tx, r.ID); err == nil {
 		add(s.CreatedAt, "settlement", "Settlement computed: refund %s, state %s.", s.RefundCents, s.State)
