@@ -19,6 +19,10 @@ func TestMarketShowsDemoHistoryAndQuoteEmissions(t *testing.T) {
 
 	charts := page.GetByTestId("index-chart")
 	expectVisible(t, charts.First(), "the first index chart")
+	// The page is large; count the charts once it has loaded, not while it streams in.
+	if err := page.WaitForLoadState(playwright.PageWaitForLoadStateOptions{State: playwright.LoadStateLoad}); err != nil {
+		t.Fatalf("the market page did not finish loading: %v", err)
+	}
 	n, err := charts.Count()
 	if err != nil || n < 10 {
 		t.Fatalf("%d charts on the demo market page (err %v), want one per traded class (at least 10)", n, err)
