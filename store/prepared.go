@@ -98,3 +98,18 @@ func (t preparedTx) QueryRowContext(ctx context.Context, query string, args ...a
 	}
 	return t.Tx.QueryRowContext(ctx, query, args...)
 }
+
+// readStmt returns the reader-pool statement for query, preparing it on
+// first use. Lookups that run on every request (an API token) are single
+// statements, so they need no explicit transaction, and with a prepared
+// statement they skip SQLite's parser, which costs more than the lookup.
+func (db *DB) readStmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if s, ok := db.reads.m.Load(query); ok {
+		return s.(*sql.Stmt), nil
+	}
+	if err := db.reads.prepare(ctx, db.reader, []string{query}); err != nil {
+		return nil, err
+	}
+	s, _ := db.reads.m.Load(query)
+	return s.(*sql.Stmt), nil
+}

@@ -24,6 +24,7 @@ type DB struct {
 	writer   *sql.DB
 	reader   *sql.DB
 	stmts    stmtCache    // prepared on the writer, for the booking path
+	reads    stmtCache    // prepared on the readers, for per-request lookups
 	bookings bookingQueue // concurrent bookings waiting to share a transaction
 }
 
@@ -49,7 +50,7 @@ func Open(ctx context.Context, path string) (*DB, error) {
 
 // Close closes the writer and the readers.
 func (db *DB) Close() error {
-	return errors.Join(db.stmts.close(), db.writer.Close(), db.reader.Close())
+	return errors.Join(db.stmts.close(), db.reads.close(), db.writer.Close(), db.reader.Close())
 }
 
 // Ping reports whether the database can be reached for reading and writing,

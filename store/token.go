@@ -184,6 +184,11 @@ func (db *DB) RevokeAPIToken(ctx context.Context, userID, id int64, now time.Tim
 	return fail(op, tx.Commit(), "")
 }
 
+// findAPITokenQuery reads a token and its user by the token's hash.
+const findAPITokenQuery = `SELECT ` + apiTokenColumns + `,
+		u.id, u.email, u.display_name, u.organisation, u.is_buyer, u.is_provider, u.is_admin, u.suspended, u.created_at
+		FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?`
+
 // FindAPIToken authenticates a raw token presented at now and returns it
 // with its user. An unknown or revoked token, or one whose user is
 // suspended, is unauthorized.
@@ -198,17 +203,14 @@ func (db *DB) FindAPIToken(ctx context.Context, raw string, now time.Time) (APIT
 	if !strings.HasPrefix(raw, tokenRawPrefix) || len(raw) > 128 {
 		return APIToken{}, market.User{}, &market.Error{Code: market.CodeUnauthorized, Message: msgTokenInvalid}
 	}
-	tx, err := db.read(ctx)
+	// One statement, so one consistent read without an explicit transaction.
+	stmt, err := db.readStmt(ctx, findAPITokenQuery)
 	if err != nil {
 		return APIToken{}, market.User{}, fail(op, err, "")
 	}
-	defer tx.Rollback()
-
 	var u market.User
 	var created int64
-	t, err := scanAPIToken(tx.QueryRowContext(ctx, `SELECT `+apiTokenColumns+`,
-		u.id, u.email, u.display_name, u.organisation, u.is_buyer, u.is_provider, u.is_admin, u.suspended, u.created_at
-		FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?`, hashToken(raw)),
+	t, err := scanAPIToken(stmt.QueryRowContext(ctx, hashToken(raw)),
 		&u.ID, &u.Email, &u.DisplayName, &u.Organisation, &u.IsBuyer, &u.IsProvider, &u.IsAdmin, &u.Suspended, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return APIToken{}, market.User{}, &market.Error{Code: market.CodeUnauthorized, Message: msgTokenInvalid}
@@ -223,7 +225,6 @@ func (db *DB) FindAPIToken(ctx context.Context, raw string, now time.Time) (APIT
 	case u.Suspended:
 		return APIToken{}, market.User{}, &market.Error{Code: market.CodeUnauthorized, Message: "This account is suspended."}
 	}
-	tx.Rollback()
 
 	if t.LastUsedAt.IsZero() || now.Sub(t.LastUsedAt) >= tokenUseRecording {
 		if err := db.touchAPIToken(ctx, t.ID, now); err != nil {
