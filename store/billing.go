@@ -206,20 +206,7 @@ func (db *DB) ListPayments(ctx context.Context) ([]Payment, error) {
 }
 
 func queryPayments(ctx context.Context, q querier, query string, args ...any) ([]Payment, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	var out []Payment
-	for rows.Next() {
-		p, err := scanPayment(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, closeRows(rows)
+	return collect(ctx, q, scanPayment, query, args...)
 }
 
 // RecordPayment records that a reservation was paid, in one transaction:

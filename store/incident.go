@@ -50,20 +50,7 @@ func scanIncident(s scanner) (Incident, error) {
 }
 
 func queryIncidents(ctx context.Context, q querier, where string, args ...any) ([]Incident, error) {
-	rows, err := q.QueryContext(ctx, `SELECT `+incidentColumns+` FROM incidents `+where+` ORDER BY id`, args...)
-	if err != nil {
-		return nil, err
-	}
-	var out []Incident
-	for rows.Next() {
-		i, err := scanIncident(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out = append(out, i)
-	}
-	return out, closeRows(rows)
+	return collect(ctx, q, scanIncident, `SELECT `+incidentColumns+` FROM incidents `+where+` ORDER BY id`, args...)
 }
 
 // ReportIncident records an incident on a piece of a reservation. The

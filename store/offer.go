@@ -344,6 +344,25 @@ func loadOfferChildren(ctx context.Context, q querier, offers []market.Offer) er
 	return nil
 }
 
+// collect runs query and scans every row with scan, closing the rows: the
+// one loop every list query shares.
+func collect[T any](ctx context.Context, q querier, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, closeRows(rows)
+}
+
 func closeRows(rows *sql.Rows) error {
 	return errors.Join(rows.Err(), rows.Close())
 }
@@ -395,21 +414,9 @@ func (db *DB) ListProviderOffers(ctx context.Context, providerID int64) ([]marke
 	}
 	defer tx.Rollback()
 
-	rows, err := tx.QueryContext(ctx, `SELECT `+offerColumns+` FROM offers o
+	offers, err := collect(ctx, tx, func(s scanner) (market.Offer, error) { return scanOffer(s) }, `SELECT `+offerColumns+` FROM offers o
 		WHERE o.provider_id = ? ORDER BY o.created_at DESC, o.id DESC`, providerID)
 	if err != nil {
-		return nil, fail(op, err, "")
-	}
-	var offers []market.Offer
-	for rows.Next() {
-		o, err := scanOffer(rows)
-		if err != nil {
-			rows.Close()
-			return nil, fail(op, err, "")
-		}
-		offers = append(offers, o)
-	}
-	if err := closeRows(rows); err != nil {
 		return nil, fail(op, err, "")
 	}
 	if err := loadOfferChildren(ctx, tx, offers); err != nil {
@@ -539,20 +546,8 @@ func (db *DB) ListOffersForReview(ctx context.Context) ([]OfferListing, error) {
 
 // queryListings runs a listing query and loads the children of its offers.
 func queryListings(ctx context.Context, q querier, query string, args ...any) ([]OfferListing, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+	ls, err := collect(ctx, q, scanListing, query, args...)
 	if err != nil {
-		return nil, err
-	}
-	var ls []OfferListing
-	for rows.Next() {
-		l, err := scanListing(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		ls = append(ls, l)
-	}
-	if err := closeRows(rows); err != nil {
 		return nil, err
 	}
 	offers := make([]market.Offer, len(ls))

@@ -92,21 +92,9 @@ func (db *DB) ListSavedRequests(ctx context.Context, buyerID int64) ([]SavedRequ
 	}
 	defer tx.Rollback()
 
-	rows, err := tx.QueryContext(ctx, `SELECT `+savedRequestColumns+` FROM saved_requests
+	out, err := collect(ctx, tx, scanSavedRequest, `SELECT `+savedRequestColumns+` FROM saved_requests
 		WHERE buyer_id = ? ORDER BY updated_at DESC, id DESC`, buyerID)
 	if err != nil {
-		return nil, fail(op, err, "")
-	}
-	var out []SavedRequest
-	for rows.Next() {
-		r, err := scanSavedRequest(rows)
-		if err != nil {
-			rows.Close()
-			return nil, fail(op, err, "")
-		}
-		out = append(out, r)
-	}
-	if err := closeRows(rows); err != nil {
 		return nil, fail(op, err, "")
 	}
 	return out, nil

@@ -79,20 +79,8 @@ func scanPiece(s scanner, extra ...any) (market.ReservationPiece, error) {
 // queryReservations runs a reservation query and loads the pieces of the
 // reservations it returns.
 func queryReservations(ctx context.Context, q querier, query string, args ...any) ([]market.Reservation, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+	rs, err := collect(ctx, q, scanReservation, query, args...)
 	if err != nil {
-		return nil, err
-	}
-	var rs []market.Reservation
-	for rows.Next() {
-		r, err := scanReservation(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		rs = append(rs, r)
-	}
-	if err := closeRows(rows); err != nil {
 		return nil, err
 	}
 	if err := loadPieces(ctx, q, rs); err != nil {

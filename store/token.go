@@ -138,21 +138,9 @@ func (db *DB) ListAPITokens(ctx context.Context, userID int64) ([]APIToken, erro
 	}
 	defer tx.Rollback()
 
-	rows, err := tx.QueryContext(ctx, `SELECT `+apiTokenColumns+` FROM api_tokens t
+	out, err := collect(ctx, tx, func(s scanner) (APIToken, error) { return scanAPIToken(s) }, `SELECT `+apiTokenColumns+` FROM api_tokens t
 		WHERE t.user_id = ? ORDER BY t.created_at DESC, t.id DESC`, userID)
 	if err != nil {
-		return nil, fail(op, err, "")
-	}
-	var out []APIToken
-	for rows.Next() {
-		t, err := scanAPIToken(rows)
-		if err != nil {
-			rows.Close()
-			return nil, fail(op, err, "")
-		}
-		out = append(out, t)
-	}
-	if err := closeRows(rows); err != nil {
 		return nil, fail(op, err, "")
 	}
 	return out, nil
