@@ -152,7 +152,7 @@ func TestProviderListsOfferAdminApprovesVisitorFinds(t *testing.T) {
 	gotoOK(t, visitor, srv.URL+"/")
 	filters := visitor.GetByTestId("filters")
 	selectOption(t, filters.GetByLabel("Accelerator", playwright.LocatorGetByLabelOptions{Exact: playwright.Bool(true)}), "H100 80GB SXM")
-	selectOption(t, filters.GetByLabel("Country", playwright.LocatorGetByLabelOptions{Exact: playwright.Bool(true)}), "CA")
+	selectOption(t, filters.GetByLabel("Country", playwright.LocatorGetByLabelOptions{Exact: playwright.Bool(true)}), "Canada (CA)")
 	fill(t, filters.GetByLabel("Max price per device-hour ($)"), "3.50")
 	click(t, visitor.GetByTestId("filter-submit"), "Apply")
 	if err := expect.Page(visitor).ToHaveURL(regexp.MustCompile(`[?&]model=nvidia-h100-80gb-sxm(&|$)`)); err != nil {
@@ -365,7 +365,7 @@ func TestNarrowViewport(t *testing.T) {
 	expectVisible(t, page.GetByTestId("offer-card").First(), "an offer card")
 	noHorizontalOverflow(t, page, "catalogue")
 	filters := page.GetByTestId("filters")
-	selectOption(t, filters.GetByLabel("Country", playwright.LocatorGetByLabelOptions{Exact: playwright.Bool(true)}), "SE")
+	selectOption(t, filters.GetByLabel("Country", playwright.LocatorGetByLabelOptions{Exact: playwright.Bool(true)}), "Sweden (SE)")
 	click(t, page.GetByTestId("filter-submit"), "Apply")
 	if err := expect.Locator(page.GetByTestId("offer-card")).ToHaveCount(2); err != nil {
 		t.Errorf("country SE on a phone: %v", err)

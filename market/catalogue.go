@@ -154,6 +154,21 @@ func Countries() []string {
 	return out
 }
 
+var countryNames = map[string]string{
+	"AU": "Australia", "CA": "Canada", "DE": "Germany", "FI": "Finland", "FR": "France", "IE": "Ireland",
+	"IN": "India", "IS": "Iceland", "JP": "Japan", "NL": "Netherlands", "SE": "Sweden", "SG": "Singapore",
+	"US": "United States",
+}
+
+// CountryName is the English name of a region's country code, or the code
+// itself when it is not one of the regions' countries.
+func CountryName(code string) string {
+	if n, ok := countryNames[code]; ok {
+		return n
+	}
+	return code
+}
+
 // Interconnect is the link between the devices inside one node.
 type Interconnect string
 

@@ -226,3 +226,14 @@ func TestCancellationFee(t *testing.T) {
 		t.Errorf("unpaid hold: fee %d (%v), want 0", fee, err)
 	}
 }
+
+func TestEveryRegionCountryHasAName(t *testing.T) {
+	for _, cc := range Countries() {
+		if CountryName(cc) == cc {
+			t.Errorf("country %s of a region has no name", cc)
+		}
+	}
+	if CountryName("XX") != "XX" {
+		t.Error("an unknown code should come back as itself")
+	}
+}

@@ -141,7 +141,7 @@ func catalogueOptions(v *views.CatalogueView) {
 	v.Regions = regionOptions("Any region")
 	v.Countries = []views.Option{{Value: "", Label: "Any country"}}
 	for _, c := range market.Countries() {
-		v.Countries = append(v.Countries, views.Option{Value: c, Label: c})
+		v.Countries = append(v.Countries, views.Option{Value: c, Label: market.CountryName(c) + " (" + c + ")"})
 	}
 	v.Networks = []views.Option{{Value: "", Label: "Any (incl. single node)"}}
 	seen := map[int]bool{0: true}

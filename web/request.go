@@ -68,7 +68,7 @@ func (h *Handler) builderView(c echo.Context, values views.RequestFormValues) vi
 		v.Regions = append(v.Regions, views.Option{Value: r.ID, Label: r.Name})
 	}
 	for _, cc := range market.Countries() {
-		v.Countries = append(v.Countries, views.Option{Value: cc, Label: cc})
+		v.Countries = append(v.Countries, views.Option{Value: cc, Label: market.CountryName(cc) + " (" + cc + ")"})
 	}
 	seen := map[int]bool{0: true}
 	for _, n := range market.Networks() {
