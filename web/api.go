@@ -392,11 +392,10 @@ func (h *Handler) handleAPIReservationCancel(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := h.db.CancelReservation(c.Request().Context(), currentUser(c).ID, id, h.now())
+	r, err := h.cancel(c, id)
 	if err != nil {
 		return err
 	}
-	h.releaseCommitments(r)
 	return writeJSON(c, http.StatusOK, toAPIReservation(r))
 }
 

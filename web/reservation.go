@@ -62,6 +62,18 @@ func (h *Handler) book(c echo.Context, buyerID int64, req market.Request, sig st
 	return r, nil
 }
 
+// cancel cancels the signed-in buyer's reservation under its policy and
+// releases its capacity in the matcher's index; shared by the browser and
+// the API so neither can forget the index.
+func (h *Handler) cancel(c echo.Context, id int64) (market.Reservation, error) {
+	r, err := h.db.CancelReservation(c.Request().Context(), currentUser(c).ID, id, h.now())
+	if err != nil {
+		return market.Reservation{}, err
+	}
+	h.releaseCommitments(r)
+	return r, nil
+}
+
 func (h *Handler) handleReserve(c echo.Context) error {
 	u := currentUser(c)
 	req, err := market.DecodeRequestJSON([]byte(c.FormValue("request")))
@@ -165,11 +177,10 @@ func (h *Handler) handleReservationCancel(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := h.db.CancelReservation(c.Request().Context(), currentUser(c).ID, id, h.now())
+	r, err := h.cancel(c, id)
 	if err != nil {
 		return err
 	}
-	h.releaseCommitments(r)
 	msg := "Reservation cancelled; the capacity is released."
 	if r.CancelFeeCents > 0 {
 		msg = fmt.Sprintf("Reservation cancelled. A %s cancellation fee applies under the offer's policy.", r.CancelFeeCents)
