@@ -161,27 +161,87 @@ func TestAskStatistics(t *testing.T) {
 	}
 }
 
+// refPercentile is the nearest-rank percentile by its definition: the
+// smallest of the values such that at least pct % of them are ≤ it. It
+// counts, for each candidate, rather than computing a rank.
+func refPercentile(values []Cents, pct int) Cents {
+	best, found := Cents(0), false
+	for _, v := range values {
+		atMost := 0
+		for _, w := range values {
+			if w <= v {
+				atMost++
+			}
+		}
+		if atMost*100 >= pct*len(values) && (!found || v < best) {
+			best, found = v, true
+		}
+	}
+	return best
+}
+
+// TestAskStatisticsAgainstSort checks every series AskStatistics returns on
+// random asks (duplicates, both classes, several region groups) against
+// the definition of each statistic, and NearestRank on its own: a
+// percentile is exactly the smallest value with at least pct % of the
+// values at or below it, so an implementation returning the maximum, or a
+// neighbouring rank, fails.
 func TestAskStatisticsAgainstSort(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
+	accs := []string{"nvidia-h100-80gb-sxm", "nvidia-l4-24gb-pcie"}
+	regs := []string{"us-west-or", "us-east-va", "eu-north-se", "ap-northeast-jp"}
+	notMax := 0
 	for n := 1; n < 60; n++ {
-		ps := make([]Cents, n)
-		for i := range ps {
-			ps[i] = Cents(1 + rng.IntN(1000))
+		var asks []Ask
+		want := map[SeriesKey][]Cents{}
+		for range n {
+			a := Ask{Class: PriceClass{AcceleratorID: accs[rng.IntN(len(accs))], Interruptible: rng.IntN(3) == 0},
+				RegionID: regs[rng.IntN(len(regs))], PriceCents: Cents(1 + rng.IntN(40))} // few prices: ties
+			asks = append(asks, a)
+			r, _ := FindRegion(a.RegionID)
+			want[SeriesKey{a.Class, r.Group}] = append(want[SeriesKey{a.Class, r.Group}], a.PriceCents)
+			want[SeriesKey{a.Class, AllRegions}] = append(want[SeriesKey{a.Class, AllRegions}], a.PriceCents)
 		}
-		sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
-		for _, pct := range []int{1, 50, 90, 100} {
-			v := NearestRank(ps, pct)
-			below := 0
+		// Asks AskStatistics must leave out: an unknown region, no price.
+		asks = append(asks, Ask{Class: PriceClass{AcceleratorID: accs[0]}, RegionID: "mars-1", PriceCents: 1},
+			Ask{Class: PriceClass{AcceleratorID: accs[0]}, RegionID: regs[0], PriceCents: 0})
+		got := AskStatistics(asks)
+		if len(got) != len(want) {
+			t.Fatalf("n=%d: %d series, want %d: %+v", n, len(got), len(want), got)
+		}
+		for _, st := range got {
+			ps, ok := want[st.Key]
+			if !ok {
+				t.Fatalf("n=%d: unexpected series %+v", n, st.Key)
+			}
+			lowest := ps[0]
 			for _, p := range ps {
-				if p <= v {
-					below++
+				lowest = min(lowest, p)
+			}
+			wantMed, wantP90 := refPercentile(ps, 50), refPercentile(ps, 90)
+			if st.Offers != len(ps) || st.MinCents != lowest || st.MedianCents != wantMed || st.P90Cents != wantP90 {
+				t.Fatalf("n=%d %+v: got %+v, want offers %d min %d median %d p90 %d (asks %v)",
+					n, st.Key, st, len(ps), lowest, wantMed, wantP90, ps)
+			}
+			sorted := append([]Cents(nil), ps...)
+			sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+			for _, pct := range []int{1, 10, 25, 50, 75, 90, 99, 100} {
+				want := refPercentile(ps, pct)
+				if v := NearestRank(sorted, pct); v != want {
+					t.Fatalf("n=%d pct=%d: NearestRank %d, want %d (values %v)", n, pct, v, want, sorted)
+				}
+				if want != sorted[len(sorted)-1] {
+					notMax++
 				}
 			}
-			// Nearest rank: at least pct% of values are ≤ v, and v is a value.
-			if below*100 < pct*n {
-				t.Fatalf("n=%d pct=%d: %d ≤ %d", n, pct, below, v)
-			}
 		}
+	}
+	// The cases must be able to tell a percentile from the maximum.
+	if notMax < 500 {
+		t.Fatalf("only %d percentiles differ from the maximum: the cases are too weak", notMax)
+	}
+	if v := NearestRank([]Cents(nil), 50); v != 0 {
+		t.Errorf("empty: %d", v)
 	}
 }
 
