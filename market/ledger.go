@@ -16,6 +16,16 @@ const (
 	EntryRefund   = "refund"   // money returned to the buyer's card
 	EntryFee      = "fee"      // the platform's fee out of a provider's takings
 	EntryTransfer = "transfer" // money paid out to the provider's connected account
+	// EntryLoss is a credit to the buyer that the platform bears (a dispute
+	// credit no provider payout is left to cover).
+	EntryLoss = "loss"
+	// EntryFeeReversal gives a provider back the part of the platform fee
+	// that a dispute credit removed from what they keep.
+	EntryFeeReversal = "fee_reversal"
+	// EntryChargeback is money the buyer's bank took back (Dr buyer, Cr cash);
+	// EntryChargebackReversal is that money returned when the platform won.
+	EntryChargeback         = "chargeback"
+	EntryChargebackReversal = "chargeback_reversal"
 )
 
 // Platform accounts. Buyers and providers have one account each, named by
@@ -24,6 +34,8 @@ const (
 //   - platform:cash is the platform's Stripe balance (an asset: debits are
 //     money in).
 //   - platform:fees is the platform's fee income.
+//   - platform:losses is what the platform bore itself (an expense: debits
+//     are losses), such as a dispute credit no payout was left to cover.
 //   - provider:<id> is what the platform owes a provider; buyer:<id> what it
 //     owes a buyer.
 //
@@ -35,8 +47,9 @@ const (
 // provider account of the reservation is at zero and the cash left is the
 // fee.
 const (
-	AccountPlatformCash = "platform:cash"
-	AccountPlatformFees = "platform:fees"
+	AccountPlatformCash   = "platform:cash"
+	AccountPlatformFees   = "platform:fees"
+	AccountPlatformLosses = "platform:losses"
 )
 
 // BuyerAccount names a buyer's ledger account, e.g. "buyer:12".
@@ -65,7 +78,7 @@ func EntryKey(reservationID int64, kind string, providerID int64) string {
 // account to the Debit account. Amount is always positive.
 type LedgerEntry struct {
 	ReservationID  int64
-	Kind           string // EntryCharge, EntryCredit, EntryRefund, EntryFee or EntryTransfer
+	Kind           string // one of the Entry kinds above
 	Debit, Credit  string // account names
 	Amount         Cents
 	StripeRef      string // the Stripe object behind the movement (payment intent, refund, transfer), if any
@@ -183,7 +196,7 @@ func CheckBalanced(entries []LedgerEntry) error {
 
 // CheckSettled checks that a settled reservation's entries leave nothing
 // owed: every buyer and provider account at zero, and the cash kept equal
-// to the fee income. It checks CheckBalanced first.
+// to the fee income less the platform's losses. It checks CheckBalanced first.
 func CheckSettled(entries []LedgerEntry, reservationID int64) error {
 	var mine []LedgerEntry
 	for _, e := range entries {
@@ -206,8 +219,8 @@ func CheckSettled(entries []LedgerEntry, reservationID int64) error {
 			errs = append(errs, fmt.Errorf("%s is owed %s", a, -b[a]))
 		}
 	}
-	if b[AccountPlatformCash] != -b[AccountPlatformFees] {
-		errs = append(errs, fmt.Errorf("cash kept %s differs from fees %s", b[AccountPlatformCash], -b[AccountPlatformFees]))
+	if b[AccountPlatformCash] != -b[AccountPlatformFees]-b[AccountPlatformLosses] {
+		errs = append(errs, fmt.Errorf("cash kept %s differs from fees %s less losses %s", b[AccountPlatformCash], -b[AccountPlatformFees], b[AccountPlatformLosses]))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("market: reservation %d is not settled: %w", reservationID, errors.Join(errs...))
@@ -217,7 +230,8 @@ func CheckSettled(entries []LedgerEntry, reservationID int64) error {
 
 func knownEntryKind(k string) bool {
 	switch k {
-	case EntryCharge, EntryCredit, EntryRefund, EntryFee, EntryTransfer:
+	case EntryCharge, EntryCredit, EntryRefund, EntryFee, EntryTransfer, EntryLoss, EntryFeeReversal,
+		EntryChargeback, EntryChargebackReversal:
 		return true
 	}
 	return false

@@ -55,6 +55,20 @@ func (s ReservationState) Label() string {
 	return string(s)
 }
 
+// LabelWithArticle names the state for the start of a sentence about a
+// reservation, with the right article: "An active", "A held".
+func (s ReservationState) LabelWithArticle() string {
+	name := string(s)
+	if name == "" {
+		return "A"
+	}
+	switch name[0] {
+	case 'a', 'e', 'i', 'o', 'u':
+		return "An " + name
+	}
+	return "A " + name
+}
+
 var transitions = map[ReservationState][]ReservationState{
 	ReservationHeld:      {ReservationConfirmed, ReservationCancelled, ReservationExpired},
 	ReservationConfirmed: {ReservationActive, ReservationCancelled, ReservationCompleted},
@@ -97,6 +111,9 @@ type ReservationPiece struct {
 	// Cancellation policy of the offer at booking time.
 	FreeCancelHours int
 	CancelFeeBP     int
+	// Terms are the offer's settlement terms at booking time: the piece
+	// settles under them whatever the provider changes on the offer later.
+	Terms SLATerms
 }
 
 // Commitment returns the capacity the piece holds.
@@ -153,7 +170,7 @@ func (r Reservation) Devices() int {
 }
 
 // PiecesFromQuote turns a matcher quote into reservation pieces, taking the
-// cancellation policy from the offers (by id). Each piece's amount is its
+// cancellation policy and the settlement terms from the offers (by id). Each piece's amount is its
 // instance cost plus storage and egress; orchestration overhead and
 // expected failed work are estimates for comparison, not charges.
 func PiecesFromQuote(q Quote, offers map[int64]Offer) ([]ReservationPiece, error) {
@@ -167,7 +184,7 @@ func PiecesFromQuote(q Quote, offers map[int64]Offer) ([]ReservationPiece, error
 			OfferID: p.OfferID, ProviderID: o.ProviderID, Devices: p.Devices, Start: p.Start, End: p.End,
 			Interruptible: p.Interruptible, PriceCents: p.PriceCents,
 			AmountCents:     p.Cost.Instance + p.Cost.Storage + p.Cost.Egress,
-			FreeCancelHours: o.FreeCancelHours, CancelFeeBP: o.CancelFeeBP,
+			FreeCancelHours: o.FreeCancelHours, CancelFeeBP: o.CancelFeeBP, Terms: TermsOf(o),
 		})
 	}
 	if len(out) == 0 {
@@ -182,21 +199,13 @@ func PiecesFromQuote(q Quote, offers map[int64]Offer) ([]ReservationPiece, error
 // rounded half away from zero). Started or finished bookings cannot be
 // cancelled.
 func CancellationFee(r Reservation, now time.Time) (Cents, error) {
-	switch r.State {
-	case ReservationHeld:
-		return 0, nil
-	case ReservationConfirmed:
-	default:
-		return 0, Errorf(CodeConflict, "A %s reservation cannot be cancelled.", r.State.Label())
+	fees, err := CancellationFees(r, now)
+	if err != nil {
+		return 0, err
 	}
 	var fee Cents
-	for _, p := range r.Pieces {
-		if !now.Before(p.Start) {
-			return 0, Errorf(CodeConflict, "This reservation has started and can no longer be cancelled.")
-		}
-		if p.Start.Sub(now) < time.Duration(p.FreeCancelHours)*time.Hour {
-			fee += Cents(MulDivRound(int64(p.AmountCents), int64(p.CancelFeeBP), 10000))
-		}
+	for _, f := range fees {
+		fee += f
 	}
 	return fee, nil
 }

@@ -206,6 +206,7 @@ const (
 	ClauseFewerDevices       ClauseKind = "fewer_devices"
 	ClausePreemption         ClauseKind = "preemption"
 	ClauseUptime             ClauseKind = "uptime_credit"
+	ClauseCancellation       ClauseKind = "cancellation"
 )
 
 // Clause is one line of a settlement statement: what a clause of the terms
@@ -281,17 +282,29 @@ type Statement struct {
 	Kept                   Cents
 	Fee                    Cents
 	Payout                 Cents
+
+	// Cancelled is set on the statement of a paid reservation the buyer
+	// cancelled (CancellationStatement), at CancelledAt.
+	Cancelled   bool      `json:",omitempty"`
+	CancelledAt time.Time `json:",omitempty"`
+	// DisputeCredits are the credits of decided disputes applied after the
+	// statement was computed (ApplyDisputeCredit), in order. Fee and Payout
+	// above are as first computed; Payouts gives what is owed now.
+	DisputeCredits []DisputeCredit `json:",omitempty"`
 }
 
 // ProviderPayout is what one provider is owed by a settlement.
 type ProviderPayout struct {
-	ProviderID int64
-	Kept       Cents // what the buyer paid for the provider's pieces, after refunds
-	Fee        Cents
-	Payout     Cents
+	ProviderID    int64
+	Kept          Cents // what the buyer paid for the provider's pieces, after refunds and dispute credits
+	DisputeCredit Cents // dispute credits taken from the provider
+	Fee           Cents
+	Payout        Cents
 }
 
-// Payouts sums the statement per provider, ordered by provider id.
+// Payouts sums the statement per provider, ordered by provider id, with
+// the dispute credits applied since (DisputeCredits): what each provider
+// keeps, pays in fees and is paid now.
 func (s Statement) Payouts() []ProviderPayout {
 	by := map[int64]*ProviderPayout{}
 	var ids []int64
@@ -305,6 +318,15 @@ func (s Statement) Payouts() []ProviderPayout {
 		pp.Kept += p.Kept
 		pp.Fee += p.Fee
 		pp.Payout += p.Payout
+	}
+	for _, d := range s.DisputeCredits {
+		pp, ok := by[d.ProviderID]
+		if !ok {
+			continue
+		}
+		pp.Kept -= d.Taken
+		pp.DisputeCredit += d.Taken
+		pp.Fee, pp.Payout = d.FeeAfter, d.PayoutAfter
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	out := make([]ProviderPayout, len(ids))
@@ -366,12 +388,14 @@ const maxReservedDeviceSeconds = 10_000_000_000_000
 // device-seconds × 10000, computed exactly in integers. The lines are in two
 // groups, the amounts not charged and the SLA credits, and each group is
 // rounded once, cumulatively: line i is round(A·(n1+…+ni)/den) −
-// round(A·(n1+…+ni−1)/den) with MulDivRound (half away from zero), so a
-// group's lines add up exactly to its rounded total and no line is negative.
-// The cap
-// is MulDivRound(A, CreditCapBP, 10000). The platform fee is computed on the
-// amount kept, Fee = MulDivRound(Kept, PlatformFeeBP, 10000), and Payout =
-// Kept − Fee, so Refund + Payout + Fee == Paid exactly, per piece and in total.
+// round(A·(n1+…+ni−1)/den) with MulDivRound (half away from zero, the rule
+// of Share), so a group's lines add up exactly to its rounded total and no
+// line is negative. The uptime credit is rounded first in its group, so it
+// is exactly Share(A, the tier's rate), as any percentage of an amount is
+// everywhere. The cap is Share(A, CreditCapBP). The platform fee is
+// PlatformFee of what each provider keeps in total, allocated over the
+// provider's pieces by what each kept, and Payout = Kept − Fee, so Refund +
+// Payout + Fee == Paid exactly, per piece and in total.
 //
 // Only acknowledged incidents count; others are listed in Pending.
 func Settle(in SettlementInput) (Statement, error) {
@@ -379,7 +403,7 @@ func Settle(in SettlementInput) (Statement, error) {
 	st := Statement{ReservationID: r.ID, BuyerID: r.BuyerID, PlatformFeeBP: in.PlatformFeeBP}
 	switch r.State {
 	case ReservationHeld, ReservationExpired, ReservationCancelled:
-		return Statement{}, Errorf(CodeConflict, "A %s reservation has nothing to settle.", r.State.Label())
+		return Statement{}, Errorf(CodeConflict, "%s reservation has nothing to settle.", r.State.LabelWithArticle())
 	}
 	if in.PlatformFeeBP < 0 || in.PlatformFeeBP > 10000 {
 		return Statement{}, Errorf(CodeInvalid, "The platform fee must be between 0%% and 100%%.")
@@ -439,6 +463,7 @@ func Settle(in SettlementInput) (Statement, error) {
 		st.Payout += ps.Payout
 	}
 	st.UptimeBP = uptimeBP(st.DeliveredDeviceSeconds, st.PromisedDeviceSeconds)
+	st.applyProviderFees()
 	return st, nil
 }
 
@@ -598,13 +623,26 @@ func settlePiece(p ReservationPiece, terms SLATerms, incs []Incident, feeBP int)
 	den := reserved * 10000
 	amount := int64(p.AmountCents)
 	for _, group := range [][]line{notCharged, sla} {
+		// Each group is rounded once, cumulatively, which keeps its total
+		// exact and monotone in downtime. The uptime credit (last in the
+		// group, a plain percentage of the amount) is rounded first, so it
+		// comes to exactly Share(A, its rate), like every other percentage.
+		order := make([]int, len(group))
+		for i := range order {
+			order[i] = i
+		}
+		if n := len(group); n > 1 && group[n-1].c.Kind == ClauseUptime {
+			order = append([]int{n - 1}, order[:n-1]...)
+		}
 		var cum, prev int64
-		for _, l := range group {
-			cum += l.num
+		for _, i := range order {
+			cum += group[i].num
 			// cum never exceeds a few times den, so the quotient fits.
 			rounded := MulDivRound(amount, cum, den)
-			l.c.Cents = Cents(rounded - prev)
+			group[i].c.Cents = Cents(rounded - prev)
 			prev = rounded
+		}
+		for _, l := range group {
 			ps.Clauses = append(ps.Clauses, l.c)
 			if l.c.SLA {
 				ps.CreditsBeforeCap += l.c.Cents
@@ -613,12 +651,12 @@ func settlePiece(p ReservationPiece, terms SLATerms, incs []Incident, feeBP int)
 			}
 		}
 	}
-	ps.CreditCap = Cents(MulDivRound(amount, int64(terms.CreditCapBP), 10000))
+	ps.CreditCap = Share(p.AmountCents, terms.CreditCapBP)
 	ps.Credits = min(ps.CreditsBeforeCap, ps.CreditCap)
 	ps.Refund = min(ps.NotCharged+ps.Credits, ps.Paid)
 	ps.Kept = ps.Paid - ps.Refund
-	ps.Fee = Cents(MulDivRound(int64(ps.Kept), int64(feeBP), 10000))
-	ps.Payout = ps.Kept - ps.Fee
+	// The fee is set per provider by Statement.applyProviderFees.
+	ps.Payout = ps.Kept
 	return ps, nil
 }
 

@@ -569,6 +569,7 @@ func TestSettleProperties(t *testing.T) {
 func checkStatement(t *testing.T, iter int, in SettlementInput, st Statement, reference bool) {
 	t.Helper()
 	var tot Statement
+	kept, fees := map[int64]Cents{}, map[int64]Cents{}
 	for k, ps := range st.Pieces {
 		p := in.Reservation.Pieces[k]
 		terms := in.Terms[p.OfferID]
@@ -587,6 +588,14 @@ func checkStatement(t *testing.T, iter int, in SettlementInput, st Statement, re
 			if c.Cents < 0 {
 				t.Fatalf("iteration %d piece %d: negative line %+v", iter, k, c)
 			}
+			// A percentage of the amount reads the same everywhere: the
+			// uptime credit is exactly rate × paid, rounded half away from zero.
+			if c.Kind == ClauseUptime {
+				q := new(big.Rat).Add(new(big.Rat).Mul(big.NewRat(int64(ps.Paid), 1), big.NewRat(int64(c.RateBP), 10000)), big.NewRat(1, 2))
+				if want := Cents(new(big.Int).Quo(q.Num(), q.Denom()).Int64()); c.Cents != want {
+					t.Fatalf("iteration %d piece %d: uptime credit %d, want %d", iter, k, c.Cents, want)
+				}
+			}
 			if c.SLA {
 				sumSLA += c.Cents
 			} else {
@@ -603,7 +612,7 @@ func checkStatement(t *testing.T, iter int, in SettlementInput, st Statement, re
 			ref := referencePiece(t, p, terms, in.Incidents, in.PlatformFeeBP)
 			if ref.PromisedDeviceSeconds != ps.PromisedDeviceSeconds || ref.DeliveredDeviceSeconds != ps.DeliveredDeviceSeconds ||
 				ref.UptimeBP != ps.UptimeBP || ref.NotCharged != ps.NotCharged || ref.CreditsBeforeCap != ps.CreditsBeforeCap ||
-				ref.Credits != ps.Credits || ref.Refund != ps.Refund || ref.Fee != ps.Fee || ref.Payout != ps.Payout {
+				ref.Credits != ps.Credits || ref.Refund != ps.Refund || ref.Kept != ps.Kept {
 				t.Fatalf("iteration %d piece %d: differs from the reference\n got %+v\nwant %+v", iter, k, ps, ref)
 			}
 		}
@@ -611,6 +620,17 @@ func checkStatement(t *testing.T, iter int, in SettlementInput, st Statement, re
 		tot.Refund += ps.Refund
 		tot.Fee += ps.Fee
 		tot.Payout += ps.Payout
+		kept[ps.ProviderID] += ps.Kept
+		fees[ps.ProviderID] += ps.Fee
+	}
+	// The fee is the platform's share of what each provider keeps in total,
+	// rounded half away from zero once: kept × bp / 10000, by exact rationals.
+	for id, k := range kept {
+		q := new(big.Rat).Add(new(big.Rat).Mul(big.NewRat(int64(k), 1), big.NewRat(int64(in.PlatformFeeBP), 10000)), big.NewRat(1, 2))
+		want := Cents(new(big.Int).Quo(q.Num(), q.Denom()).Int64())
+		if fees[id] != want {
+			t.Fatalf("iteration %d provider %d: fees %d, want %d%% of kept %d = %d", iter, id, fees[id], in.PlatformFeeBP/100, k, want)
+		}
 	}
 	if st.Refund+st.Payout+st.Fee != st.Paid || st.Paid != in.Reservation.AmountCents ||
 		tot.Refund != st.Refund || tot.Fee != st.Fee || tot.Payout != st.Payout {
