@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -33,7 +34,8 @@ const (
 	reservationColumns = `r.id, r.buyer_id, r.state, r.amount_cents, r.hold_expires_at, r.cancel_fee_cents,
 		r.request_json, r.created_at, r.updated_at`
 	pieceColumns = `p.id, p.offer_id, p.provider_id, p.devices, p.start_at, p.end_at, p.interruptible,
-		p.price_cents, p.amount_cents, p.free_cancel_hours, p.cancel_fee_bp`
+		p.price_cents, p.amount_cents, p.free_cancel_hours, p.cancel_fee_bp,
+		p.billing_basis, p.uptime_bp, p.credit_cap_bp, p.credit_schedule_json`
 )
 
 // holdsCapacity is the condition, on reservations aliased r, for a piece
@@ -66,14 +68,38 @@ func scanReservation(s scanner) (market.Reservation, error) {
 func scanPiece(s scanner, extra ...any) (market.ReservationPiece, error) {
 	var p market.ReservationPiece
 	var start, end, price, amount int64
+	var basis, schedule string
 	dest := append([]any{&p.ID, &p.OfferID, &p.ProviderID, &p.Devices, &start, &end, &p.Interruptible,
-		&price, &amount, &p.FreeCancelHours, &p.CancelFeeBP}, extra...)
+		&price, &amount, &p.FreeCancelHours, &p.CancelFeeBP,
+		&basis, &p.Terms.UptimeBP, &p.Terms.CreditCapBP, &schedule}, extra...)
 	if err := s.Scan(dest...); err != nil {
 		return market.ReservationPiece{}, err
 	}
 	p.Start, p.End = fromUnix(start), fromUnix(end)
 	p.PriceCents, p.AmountCents = market.Cents(price), market.Cents(amount)
+	p.Terms.BillingBasis = market.BillingBasis(basis)
+	tiers, err := decodeCreditSchedule(schedule)
+	if err != nil {
+		return market.ReservationPiece{}, fmt.Errorf("piece %d: %w", p.ID, err)
+	}
+	p.Terms.CreditSchedule = tiers
 	return p, nil
+}
+
+// decodeCreditSchedule reads a piece's credit_schedule_json; no tiers is
+// nil, as on an offer without tiers.
+func decodeCreditSchedule(s string) ([]market.CreditTier, error) {
+	if s == "[]" {
+		return nil, nil
+	}
+	var tiers []market.CreditTier
+	if err := json.Unmarshal([]byte(s), &tiers); err != nil {
+		return nil, fmt.Errorf("credit schedule: %w", err)
+	}
+	if len(tiers) == 0 {
+		return nil, nil
+	}
+	return tiers, nil
 }
 
 // queryReservations runs a reservation query and loads the pieces of the
@@ -174,10 +200,19 @@ const (
 			request_json, starts_at, ends_at, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		RETURNING id`
+	// insertPieceQuery freezes the offer's settlement terms on the piece
+	// from the offer row as it stands in the inserting transaction (the
+	// booking's), whoever inserts it; the credit schedule is encoded as
+	// JSON of market.CreditTier, as 0008_piece_terms.sql backfilled it.
 	insertPieceQuery = `INSERT INTO reservation_pieces (reservation_id, position, offer_id, provider_id, devices,
-			start_at, end_at, interruptible, price_cents, amount_cents, free_cancel_hours, cancel_fee_bp)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		RETURNING id`
+			start_at, end_at, interruptible, price_cents, amount_cents, free_cancel_hours, cancel_fee_bp,
+			billing_basis, uptime_bp, credit_cap_bp, credit_schedule_json)
+		SELECT ?, ?, o.id, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+			o.billing_basis, o.uptime_bp, o.credit_cap_bp,
+			(SELECT json_group_array(json_object('below_bp', t.below_bp, 'credit_bp', t.credit_bp) ORDER BY t.position)
+				FROM offer_credit_tiers t WHERE t.offer_id = o.id)
+		FROM offers o WHERE o.id = ?
+		RETURNING id, billing_basis, uptime_bp, credit_cap_bp, credit_schedule_json`
 )
 
 var bookingQueries = []string{countHeldQuery, bookableOfferQuery, commitmentsQuery(bookingCommitmentsWhere),
@@ -194,8 +229,9 @@ var bookingQueries = []string{countHeldQuery, bookableOfferQuery, commitmentsQue
 // capacity at now, some instant would be overbooked. The reservation is
 // stored held until now+hold, for the sum of the pieces' amounts. Piece
 // times are kept to the second; each piece's provider and cancellation
-// policy are taken from the offer as it stands at booking; its price and
-// amount are the caller's (the quote).
+// policy and settlement terms are taken from the offer as it stands at
+// booking (the caller's Terms are replaced); its price and amount are the
+// caller's (the quote).
 func (db *DB) CreateReservation(ctx context.Context, buyerID int64, pieces []market.ReservationPiece, requestJSON string, now time.Time, hold time.Duration) (market.Reservation, error) {
 	const op = "create reservation"
 	if hold <= 0 {
@@ -312,8 +348,9 @@ func scanBookableOffer(s scanner) (o market.Offer, suspended bool, err error) {
 	return o, suspended, nil
 }
 
-// insertReservation inserts r and its pieces, setting the pieces' ids in
-// place, and returns the reservation's id.
+// insertReservation inserts r and its pieces, setting the pieces' ids and
+// their settlement terms, frozen from their offers, in place, and returns
+// the reservation's id.
 func insertReservation(ctx context.Context, tx querier, r market.Reservation) (int64, error) {
 	var id int64
 	err := tx.QueryRowContext(ctx, insertReservationQuery,
@@ -324,10 +361,20 @@ func insertReservation(ctx context.Context, tx querier, r market.Reservation) (i
 	}
 	for i := range r.Pieces {
 		p := &r.Pieces[i]
-		if err := tx.QueryRowContext(ctx, insertPieceQuery,
-			id, i, p.OfferID, p.ProviderID, p.Devices, unix(p.Start), unix(p.End),
+		var basis, schedule string
+		err := tx.QueryRowContext(ctx, insertPieceQuery,
+			id, i, p.ProviderID, p.Devices, unix(p.Start), unix(p.End),
 			boolInt(p.Interruptible), int64(p.PriceCents), int64(p.AmountCents), p.FreeCancelHours, p.CancelFeeBP,
-		).Scan(&p.ID); err != nil {
+			p.OfferID,
+		).Scan(&p.ID, &basis, &p.Terms.UptimeBP, &p.Terms.CreditCapBP, &schedule)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, notFound(msgOfferNotFound)
+		}
+		if err != nil {
+			return 0, err
+		}
+		p.Terms.BillingBasis = market.BillingBasis(basis)
+		if p.Terms.CreditSchedule, err = decodeCreditSchedule(schedule); err != nil {
 			return 0, err
 		}
 	}

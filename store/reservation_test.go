@@ -75,8 +75,9 @@ func TestReservationLifecycle(t *testing.T) {
 	start := t0.Add(48 * time.Hour)
 	p1 := piece(o, 4, start, 2)
 	p2 := piece(o2, 2, start.Add(time.Hour), 3)
-	// Policy fields in the request are ignored: the offer's, at booking, apply.
+	// Policy fields and terms in the request are ignored: the offer's, at booking, apply.
 	p1.FreeCancelHours, p1.CancelFeeBP = 1, 1
+	p1.Terms = market.SLATerms{BillingBasis: market.BillingSuccessfulWork, UptimeBP: 1}
 	r, err := db.CreateReservation(ctx, buyer.ID, []market.ReservationPiece{p1, p2}, `{"version":1}`, t0, hold)
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +90,7 @@ func TestReservationLifecycle(t *testing.T) {
 	for i, want := range []market.ReservationPiece{p1, p2} {
 		got := r.Pieces[i]
 		want.ID, want.ProviderID, want.FreeCancelHours, want.CancelFeeBP = got.ID, prov.ID, o.FreeCancelHours, o.CancelFeeBP
+		want.Terms = market.TermsOf([]market.Offer{o, o2}[i])
 		if got.ID == 0 || !reflect.DeepEqual(got, want) {
 			t.Errorf("piece %d = %+v, want %+v", i, got, want)
 		}
@@ -122,9 +124,9 @@ func TestReservationLifecycle(t *testing.T) {
 	if err != nil || len(pp) != 3 {
 		t.Fatalf("ListProviderPieces = %+v, %v", pp, err)
 	}
-	if pp[0].Piece != r.Pieces[0] || pp[0].ReservationID != r.ID || pp[0].State != market.ReservationHeld ||
+	if !reflect.DeepEqual(pp[0].Piece, r.Pieces[0]) || pp[0].ReservationID != r.ID || pp[0].State != market.ReservationHeld ||
 		pp[0].OfferTitle != o.Title || pp[0].BuyerName != buyer.DisplayName ||
-		pp[1].Piece != r.Pieces[1] || pp[2].ReservationID != later.ID {
+		!reflect.DeepEqual(pp[1].Piece, r.Pieces[1]) || pp[2].ReservationID != later.ID {
 		t.Errorf("ListProviderPieces = %+v", pp)
 	}
 	if pp, err := db.ListProviderPieces(ctx, buyer.ID); err != nil || len(pp) != 0 {
@@ -236,7 +238,7 @@ func TestHoldExpiryFreesCapacity(t *testing.T) {
 
 	expired, err := db.ExpireHolds(ctx, t0.Add(hold))
 	if err != nil || len(expired) != 1 || expired[0].ID != r1.ID || expired[0].State != market.ReservationExpired ||
-		len(expired[0].Pieces) != 1 || expired[0].Pieces[0] != r1.Pieces[0] {
+		len(expired[0].Pieces) != 1 || !reflect.DeepEqual(expired[0].Pieces[0], r1.Pieces[0]) {
 		t.Fatalf("ExpireHolds = %+v, %v", expired, err)
 	}
 	if again, err := db.ExpireHolds(ctx, t0.Add(hold+time.Minute)); err != nil || len(again) != 0 {

@@ -264,16 +264,12 @@ func (db *DB) StartSettlement(ctx context.Context, reservationID int64, feeBP in
 	if err != nil || pay.Status != PaymentPaid || pay.PaymentIntentID == "" {
 		return Settlement{}, conflict("This reservation has no completed payment to settle.")
 	}
+	// The terms frozen on the pieces at booking, not the offer's current
+	// ones. A reservation's pieces on one offer are booked in one
+	// transaction, so they share their terms.
 	terms := map[int64]market.SLATerms{}
 	for _, p := range r.Pieces {
-		if _, ok := terms[p.OfferID]; ok {
-			continue
-		}
-		o, err := getOffer(ctx, tx, p.OfferID)
-		if err != nil {
-			return Settlement{}, fail(op, err, "")
-		}
-		terms[p.OfferID] = market.TermsOf(o)
+		terms[p.OfferID] = p.Terms
 	}
 	incs, err := queryIncidents(ctx, tx, `WHERE reservation_id = ?`, r.ID)
 	if err != nil {
