@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -14,11 +16,45 @@ import (
 	"github.com/gpumarket/gpumarket/market"
 )
 
+// LocalStore keeps the local test processor's objects, so that they survive
+// a restart as Stripe's do. An object is its kind (checkout, payment,
+// refund, transfer or account), an id unique within the kind, the
+// idempotency key that created it, the object it belongs to (a refund's
+// payment intent, a payment's checkout, a transfer's account), its amount,
+// and its other fields, which billing encodes and the store keeps without
+// reading them. *store.DB implements it.
+type LocalStore interface {
+	// CreateLocalObject stores an object unless one of the same kind and id
+	// exists, and returns the data stored under that id: data itself, or
+	// the earlier object's for the caller to compare (a retried call, or an
+	// idempotency key reused with other arguments).
+	CreateLocalObject(ctx context.Context, kind, id, idempotencyKey, parentID string, amount market.Cents, data []byte) ([]byte, error)
+	// UpdateLocalObject replaces the data of a stored object; a market
+	// CodeNotFound error when there is none.
+	UpdateLocalObject(ctx context.Context, kind, id string, data []byte) error
+	// FindLocalObject returns a stored object's data; a market CodeNotFound
+	// error when there is none.
+	FindLocalObject(ctx context.Context, kind, id string) ([]byte, error)
+	// SumLocalAmounts returns the total amount of the objects of a kind
+	// that belong to parentID (e.g. everything refunded of a payment).
+	SumLocalAmounts(ctx context.Context, kind, parentID string) (market.Cents, error)
+}
+
+// The kinds of objects the local processor stores.
+const (
+	localCheckout = "checkout"
+	localPayment  = "payment"
+	localRefund   = "refund"
+	localTransfer = "transfer"
+	localAccount  = "account"
+)
+
 // LocalConfig configures the local test processor.
 type LocalConfig struct {
-	// WebhookSecret verifies webhooks posted to the local processor, signed
-	// like Stripe's (see SignTestEvent). Empty means "local_whsec".
-	WebhookSecret string
+	// Store keeps the processor's objects (the marketplace's database).
+	// Without one every call fails: a processor that forgets its payments
+	// on restart leaves the ledger unreconcilable.
+	Store LocalStore
 	// PayPath is the web layer's page that simulates the hosted payment
 	// page; the checkout id is appended. Empty means "/pay/local/".
 	PayPath string
@@ -30,47 +66,196 @@ type LocalConfig struct {
 // Local is the local test processor, used when no Stripe key is configured.
 // It moves no money: checkouts point at a page of the marketplace itself
 // (PayPath), which must say plainly that payment is simulated, and the buyer
-// "pays" there (CompleteCheckout). Refunds, transfers and accounts are
-// recorded in memory with deterministic fake ids derived from the
-// idempotency key ("local_re_<hash>"), so a retried call returns the same
-// object; a key reused with different arguments is a conflict, as at Stripe.
-// Its memory is lost on restart; the store remains the source of truth.
+// "pays" there (CompleteCheckout). Checkouts, payments, refunds, transfers
+// and accounts are kept in LocalConfig.Store with deterministic fake ids
+// derived from the idempotency key ("local_re_<hash>"), so a retried call
+// returns the same object, also after a restart; a key reused with
+// different arguments is a conflict, as at Stripe.
+//
+// Its events are applied inside the process (CompleteCheckout,
+// CompleteOnboarding), so it accepts no webhooks at all: nobody outside can
+// sign an event it would believe.
 type Local struct {
-	cfg LocalConfig
+	cfg   LocalConfig
+	store LocalStore
 
-	mu        sync.Mutex
-	checkouts map[string]*localCheckout // by checkout id
-	payments  map[string]*Payment       // by payment intent id
-	refunds   map[string]Refund         // by idempotency key
-	transfers map[string]Transfer       // by idempotency key
-	accounts  map[string]*localAccount  // by account id
+	// mu serialises each check-then-write (an idempotency key's first use,
+	// the refundable amount left) within the process.
+	mu sync.Mutex
 }
 
-type localCheckout struct {
-	in       CheckoutInput
-	checkout Checkout
-}
-
-type localAccount struct {
-	account Account
-	key     string
-}
-
-// NewLocal returns a local test processor.
+// NewLocal returns a local test processor keeping its objects in cfg.Store.
 func NewLocal(cfg LocalConfig) *Local {
-	if cfg.WebhookSecret == "" {
-		cfg.WebhookSecret = "local_whsec"
-	}
 	if cfg.PayPath == "" {
 		cfg.PayPath = "/pay/local/"
 	}
 	if cfg.OnboardPath == "" {
 		cfg.OnboardPath = "/connect/local/"
 	}
-	return &Local{
-		cfg: cfg, checkouts: map[string]*localCheckout{}, payments: map[string]*Payment{},
-		refunds: map[string]Refund{}, transfers: map[string]Transfer{}, accounts: map[string]*localAccount{},
+	st := cfg.Store
+	if st == nil {
+		st = noLocalStore{}
 	}
+	return &Local{cfg: cfg, store: st}
+}
+
+// noLocalStore is the store of a Local built without one: every call fails.
+type noLocalStore struct{}
+
+var errNoLocalStore = errors.New("billing: the local processor has no store (LocalConfig.Store)")
+
+func (noLocalStore) CreateLocalObject(context.Context, string, string, string, string, market.Cents, []byte) ([]byte, error) {
+	return nil, errNoLocalStore
+}
+func (noLocalStore) UpdateLocalObject(context.Context, string, string, []byte) error {
+	return errNoLocalStore
+}
+func (noLocalStore) FindLocalObject(context.Context, string, string) ([]byte, error) {
+	return nil, errNoLocalStore
+}
+func (noLocalStore) SumLocalAmounts(context.Context, string, string) (market.Cents, error) {
+	return 0, errNoLocalStore
+}
+
+// The stored forms of the local processor's objects. Their JSON names are
+// the stored format: rename a Go field freely, never a tag.
+type (
+	checkoutRecord struct {
+		ReservationID   int64        `json:"reservation_id"`
+		Amount          market.Cents `json:"amount"`
+		Description     string       `json:"description"`
+		BuyerEmail      string       `json:"buyer_email"`
+		SuccessURL      string       `json:"success_url"`
+		CancelURL       string       `json:"cancel_url"`
+		ExpiresAt       time.Time    `json:"expires_at"`
+		IdempotencyKey  string       `json:"idempotency_key"`
+		Status          string       `json:"status"` // open, complete or expired
+		PaymentIntentID string       `json:"payment_intent_id"`
+	}
+	paymentRecord struct {
+		CheckoutID     string       `json:"checkout_id"`
+		ReservationID  int64        `json:"reservation_id"`
+		Amount         market.Cents `json:"amount"`
+		AmountReceived market.Cents `json:"amount_received"`
+		Status         string       `json:"status"`
+		TransferGroup  string       `json:"transfer_group"`
+		ChargeID       string       `json:"charge_id"`
+	}
+	refundRecord struct {
+		PaymentIntentID string       `json:"payment_intent_id"`
+		Amount          market.Cents `json:"amount"`
+		Status          string       `json:"status"`
+	}
+	transferRecord struct {
+		AccountID     string       `json:"account_id"`
+		Amount        market.Cents `json:"amount"`
+		TransferGroup string       `json:"transfer_group"`
+	}
+	accountRecord struct {
+		Email            string `json:"email"`
+		DetailsSubmitted bool   `json:"details_submitted"`
+		ChargesEnabled   bool   `json:"charges_enabled"`
+		PayoutsEnabled   bool   `json:"payouts_enabled"`
+	}
+)
+
+func newCheckoutRecord(in CheckoutInput) checkoutRecord {
+	expires := in.ExpiresAt
+	if !expires.IsZero() {
+		expires = expires.UTC()
+	}
+	return checkoutRecord{
+		ReservationID: in.ReservationID, Amount: in.Amount, Description: in.Description, BuyerEmail: in.BuyerEmail,
+		SuccessURL: in.SuccessURL, CancelURL: in.CancelURL, ExpiresAt: expires, IdempotencyKey: in.IdempotencyKey, Status: "open",
+	}
+}
+
+// sameInput reports whether two checkouts were created with the same
+// arguments.
+func (c checkoutRecord) sameInput(o checkoutRecord) bool {
+	return c.ReservationID == o.ReservationID && c.Amount == o.Amount && c.Description == o.Description &&
+		c.BuyerEmail == o.BuyerEmail && c.SuccessURL == o.SuccessURL && c.CancelURL == o.CancelURL &&
+		c.ExpiresAt.Equal(o.ExpiresAt) && c.IdempotencyKey == o.IdempotencyKey
+}
+
+func (c checkoutRecord) input() CheckoutInput {
+	return CheckoutInput{
+		ReservationID: c.ReservationID, Amount: c.Amount, Description: c.Description, BuyerEmail: c.BuyerEmail,
+		SuccessURL: c.SuccessURL, CancelURL: c.CancelURL, ExpiresAt: c.ExpiresAt, IdempotencyKey: c.IdempotencyKey,
+	}
+}
+
+func (l *Local) checkout(id string, c checkoutRecord) Checkout {
+	return Checkout{
+		ID: id, URL: l.cfg.PayPath + url.PathEscape(id), ReservationID: c.ReservationID, Amount: c.Amount,
+		Status: c.Status, Paid: c.Status == "complete", PaymentIntentID: c.PaymentIntentID,
+	}
+}
+
+func (p paymentRecord) payment(id string) Payment {
+	return Payment{
+		ID: id, ReservationID: p.ReservationID, Amount: p.Amount, AmountReceived: p.AmountReceived, Status: p.Status,
+		Succeeded: p.Status == "succeeded", TransferGroup: p.TransferGroup, ChargeID: p.ChargeID,
+	}
+}
+
+func (r refundRecord) refund(id string) Refund {
+	return Refund{ID: id, PaymentIntentID: r.PaymentIntentID, Amount: r.Amount, Status: r.Status}
+}
+
+func (t transferRecord) transfer(id string) Transfer {
+	return Transfer{ID: id, AccountID: t.AccountID, Amount: t.Amount, TransferGroup: t.TransferGroup}
+}
+
+func (a accountRecord) account(id string) Account {
+	return Account{ID: id, Email: a.Email, DetailsSubmitted: a.DetailsSubmitted, ChargesEnabled: a.ChargesEnabled, PayoutsEnabled: a.PayoutsEnabled}
+}
+
+// createObject stores rec as a new object of kind unless the id is taken,
+// and returns the stored object, new or earlier.
+func createObject[T any](ctx context.Context, l *Local, kind, id, key, parentID string, amount market.Cents, rec T) (T, error) {
+	var stored T
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return stored, fmt.Errorf("billing: local %s %s: encode: %w", kind, id, err)
+	}
+	data, err = l.store.CreateLocalObject(ctx, kind, id, key, parentID, amount, data)
+	if err != nil {
+		return stored, fmt.Errorf("billing: local %s %s: store: %w", kind, id, err)
+	}
+	if err := json.Unmarshal(data, &stored); err != nil {
+		return stored, fmt.Errorf("billing: local %s %s: decode: %w", kind, id, err)
+	}
+	return stored, nil
+}
+
+// findObject loads an object; one the store does not have is a market
+// not-found error.
+func findObject[T any](ctx context.Context, l *Local, kind, id string) (T, error) {
+	var rec T
+	data, err := l.store.FindLocalObject(ctx, kind, id)
+	if market.ErrorCode(err) == market.CodeNotFound {
+		return rec, localNotFound(kind, id)
+	}
+	if err != nil {
+		return rec, fmt.Errorf("billing: local %s %s: store: %w", kind, id, err)
+	}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return rec, fmt.Errorf("billing: local %s %s: decode: %w", kind, id, err)
+	}
+	return rec, nil
+}
+
+// updateObject replaces a stored object's fields.
+func updateObject[T any](ctx context.Context, l *Local, kind, id string, rec T) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("billing: local %s %s: encode: %w", kind, id, err)
+	}
+	if err := l.store.UpdateLocalObject(ctx, kind, id, data); err != nil {
+		return fmt.Errorf("billing: local %s %s: store: %w", kind, id, err)
+	}
+	return nil
 }
 
 // localID derives a deterministic fake id from an idempotency key.
@@ -84,14 +269,17 @@ func reusedKey(key string) error {
 }
 
 func localNotFound(what, id string) error {
-	return market.Errorf(market.CodeNotFound, "No simulated %s %q (the local processor forgets everything on restart).", what, id)
+	return market.Errorf(market.CodeNotFound, "No simulated %s %q.", what, id)
 }
+
+// isNotFound reports whether err is a market not-found error.
+func isNotFound(err error) bool { return market.ErrorCode(err) == market.CodeNotFound }
 
 // Simulated is true: the local processor moves no money.
 func (l *Local) Simulated() bool { return true }
 
 // CreateCheckout records a simulated checkout whose URL is PayPath + id.
-func (l *Local) CreateCheckout(_ context.Context, in CheckoutInput) (Checkout, error) {
+func (l *Local) CreateCheckout(ctx context.Context, in CheckoutInput) (Checkout, error) {
 	if err := checkMutation("charge", in.Amount, in.IdempotencyKey); err != nil {
 		return Checkout{}, err
 	}
@@ -101,40 +289,34 @@ func (l *Local) CreateCheckout(_ context.Context, in CheckoutInput) (Checkout, e
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	id := localID("cs", in.IdempotencyKey)
-	if c, ok := l.checkouts[id]; ok {
-		if c.in != in {
-			return Checkout{}, reusedKey(in.IdempotencyKey)
-		}
-		return c.checkout, nil
+	rec := newCheckoutRecord(in)
+	stored, err := createObject(ctx, l, localCheckout, id, in.IdempotencyKey, "", in.Amount, rec)
+	if err != nil {
+		return Checkout{}, err
 	}
-	c := &localCheckout{in: in, checkout: Checkout{
-		ID: id, URL: l.cfg.PayPath + url.PathEscape(id), ReservationID: in.ReservationID, Amount: in.Amount, Status: "open",
-	}}
-	l.checkouts[id] = c
-	return c.checkout, nil
+	if !stored.sameInput(rec) {
+		return Checkout{}, reusedKey(in.IdempotencyKey)
+	}
+	return l.checkout(id, stored), nil
 }
 
 // RetrieveCheckout returns a simulated checkout.
-func (l *Local) RetrieveCheckout(_ context.Context, checkoutID string) (Checkout, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	c, ok := l.checkouts[checkoutID]
-	if !ok {
-		return Checkout{}, localNotFound("checkout", checkoutID)
+func (l *Local) RetrieveCheckout(ctx context.Context, checkoutID string) (Checkout, error) {
+	c, err := findObject[checkoutRecord](ctx, l, localCheckout, checkoutID)
+	if err != nil {
+		return Checkout{}, err
 	}
-	return c.checkout, nil
+	return l.checkout(checkoutID, c), nil
 }
 
 // CheckoutInput returns what a simulated checkout was created with, for the
 // simulated payment page to show (amount, description, return URLs).
 func (l *Local) CheckoutInput(checkoutID string) (CheckoutInput, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	c, ok := l.checkouts[checkoutID]
-	if !ok {
-		return CheckoutInput{}, localNotFound("checkout", checkoutID)
+	c, err := findObject[checkoutRecord](context.Background(), l, localCheckout, checkoutID)
+	if err != nil {
+		return CheckoutInput{}, err
 	}
-	return c.in, nil
+	return c.input(), nil
 }
 
 // CompleteCheckout is the buyer pressing "pay" (or "fail") on the simulated
@@ -144,112 +326,130 @@ func (l *Local) CheckoutInput(checkoutID string) (CheckoutInput, error) {
 // checkout again returns the same events (same ids), so handling stays
 // idempotent.
 func (l *Local) CompleteCheckout(checkoutID string, succeed bool, now time.Time) ([]Event, error) {
+	ctx := context.Background()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c, ok := l.checkouts[checkoutID]
-	if !ok {
-		return nil, localNotFound("checkout", checkoutID)
+	c, err := findObject[checkoutRecord](ctx, l, localCheckout, checkoutID)
+	if err != nil {
+		return nil, err
 	}
-	if c.checkout.Status == "expired" {
+	if c.Status == "expired" {
 		return nil, market.Errorf(market.CodeConflict, "This payment page has expired.")
 	}
-	piID := localID("pi", c.in.IdempotencyKey)
-	if c.checkout.Status != "complete" {
-		if !succeed {
-			return []Event{{
-				ID: localID("evt", piID+":failed:"+strconv.FormatInt(now.UnixNano(), 10)), Type: EventPaymentFailed,
-				StripeType: "payment_intent.payment_failed", Created: now.UTC(), ReservationID: c.in.ReservationID,
-				PaymentIntentID: piID, AmountCents: c.in.Amount, FailureMessage: "Simulated decline (test mode).",
-			}}, nil
-		}
-		c.checkout.Status, c.checkout.Paid, c.checkout.PaymentIntentID = "complete", true, piID
-		l.payments[piID] = &Payment{
-			ID: piID, ReservationID: c.in.ReservationID, Amount: c.in.Amount, AmountReceived: c.in.Amount,
-			Status: "succeeded", Succeeded: true, TransferGroup: market.TransferGroup(c.in.ReservationID),
-			ChargeID: localID("ch", c.in.IdempotencyKey),
+	piID := localID("pi", c.IdempotencyKey)
+	if c.Status != "complete" && !succeed {
+		return []Event{{
+			ID: localID("evt", piID+":failed:"+strconv.FormatInt(now.UnixNano(), 10)), Type: EventPaymentFailed,
+			StripeType: "payment_intent.payment_failed", Created: now.UTC(), ReservationID: c.ReservationID,
+			PaymentIntentID: piID, AmountCents: c.Amount, FailureMessage: "Simulated decline (test mode).",
+		}}, nil
+	}
+	// The payment is stored before the checkout says complete, so a crash
+	// in between leaves an open checkout that pays again into the same
+	// payment, never a complete one without its payment.
+	p, err := createObject(ctx, l, localPayment, piID, c.IdempotencyKey, checkoutID, c.Amount, paymentRecord{
+		CheckoutID: checkoutID, ReservationID: c.ReservationID, Amount: c.Amount, AmountReceived: c.Amount,
+		Status: "succeeded", TransferGroup: market.TransferGroup(c.ReservationID), ChargeID: localID("ch", c.IdempotencyKey),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.Status != "complete" {
+		c.Status, c.PaymentIntentID = "complete", piID
+		if err := updateObject(ctx, l, localCheckout, checkoutID, c); err != nil {
+			return nil, err
 		}
 	}
-	p := l.payments[piID]
 	return []Event{
 		{ID: localID("evt", checkoutID+":completed"), Type: EventCheckoutCompleted, StripeType: "checkout.session.completed",
-			Created: now.UTC(), ReservationID: c.in.ReservationID, CheckoutID: checkoutID, PaymentIntentID: piID,
-			AmountCents: c.in.Amount, PaymentStatus: "paid"},
+			Created: now.UTC(), ReservationID: c.ReservationID, CheckoutID: checkoutID, PaymentIntentID: piID,
+			AmountCents: c.Amount, PaymentStatus: "paid"},
 		{ID: localID("evt", piID+":succeeded"), Type: EventPaymentSucceeded, StripeType: "payment_intent.succeeded",
-			Created: now.UTC(), ReservationID: c.in.ReservationID, PaymentIntentID: piID, ChargeID: p.ChargeID, AmountCents: c.in.Amount},
+			Created: now.UTC(), ReservationID: c.ReservationID, PaymentIntentID: piID, ChargeID: p.ChargeID, AmountCents: c.Amount},
 	}, nil
 }
 
 // ExpireCheckout closes an unpaid simulated checkout, as Stripe does at its
 // expiry time.
 func (l *Local) ExpireCheckout(checkoutID string) error {
+	ctx := context.Background()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c, ok := l.checkouts[checkoutID]
-	if !ok {
-		return localNotFound("checkout", checkoutID)
+	c, err := findObject[checkoutRecord](ctx, l, localCheckout, checkoutID)
+	if err != nil {
+		return err
 	}
-	if c.checkout.Status == "open" {
-		c.checkout.Status = "expired"
+	if c.Status != "open" {
+		return nil
 	}
-	return nil
+	c.Status = "expired"
+	return updateObject(ctx, l, localCheckout, checkoutID, c)
 }
 
 // RetrievePayment returns a simulated payment.
-func (l *Local) RetrievePayment(_ context.Context, paymentIntentID string) (Payment, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p, ok := l.payments[paymentIntentID]
-	if !ok {
-		return Payment{}, localNotFound("payment", paymentIntentID)
+func (l *Local) RetrievePayment(ctx context.Context, paymentIntentID string) (Payment, error) {
+	p, err := findObject[paymentRecord](ctx, l, localPayment, paymentIntentID)
+	if err != nil {
+		return Payment{}, err
 	}
-	return *p, nil
+	return p.payment(paymentIntentID), nil
 }
 
-// Refund records a simulated refund. A payment this processor remembers
-// cannot be refunded beyond what was paid; one it has forgotten (after a
-// restart) is taken on trust, since no money moves.
-func (l *Local) Refund(_ context.Context, paymentIntentID string, amount market.Cents, idempotencyKey string) (Refund, error) {
+// Refund records a simulated refund. A payment this processor has cannot be
+// refunded beyond what was received; one it never stored (paid before it
+// kept its objects) is taken on trust, since no money moves.
+func (l *Local) Refund(ctx context.Context, paymentIntentID string, amount market.Cents, idempotencyKey string) (Refund, error) {
 	if err := checkMutation("refund", amount, idempotencyKey); err != nil {
 		return Refund{}, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r, ok := l.refunds[idempotencyKey]; ok {
+	id := localID("re", idempotencyKey)
+	same := func(r refundRecord) (Refund, error) {
 		if r.PaymentIntentID != paymentIntentID || r.Amount != amount {
 			return Refund{}, reusedKey(idempotencyKey)
 		}
-		return r, nil
+		return r.refund(id), nil
 	}
-	if p, ok := l.payments[paymentIntentID]; ok {
-		var refunded market.Cents
-		for _, r := range l.refunds {
-			if r.PaymentIntentID == paymentIntentID {
-				refunded += r.Amount
-			}
+	old, err := findObject[refundRecord](ctx, l, localRefund, id)
+	switch {
+	case err == nil:
+		return same(old)
+	case !isNotFound(err):
+		return Refund{}, err
+	}
+	p, err := findObject[paymentRecord](ctx, l, localPayment, paymentIntentID)
+	switch {
+	case err == nil:
+		refunded, err := l.store.SumLocalAmounts(ctx, localRefund, paymentIntentID)
+		if err != nil {
+			return Refund{}, fmt.Errorf("billing: local refunds of %s: store: %w", paymentIntentID, err)
 		}
 		if refunded+amount > p.AmountReceived {
 			return Refund{}, market.Errorf(market.CodeInvalid, "Cannot refund %s: only %s of %s is left to refund.", amount, p.AmountReceived-refunded, p.AmountReceived)
 		}
+	case !isNotFound(err):
+		return Refund{}, err
 	}
-	r := Refund{ID: localID("re", idempotencyKey), PaymentIntentID: paymentIntentID, Amount: amount, Status: "succeeded"}
-	l.refunds[idempotencyKey] = r
-	return r, nil
+	r, err := createObject(ctx, l, localRefund, id, idempotencyKey, paymentIntentID, amount,
+		refundRecord{PaymentIntentID: paymentIntentID, Amount: amount, Status: "succeeded"})
+	if err != nil {
+		return Refund{}, err
+	}
+	return same(r)
 }
 
 // RetrieveRefund returns a simulated refund.
-func (l *Local) RetrieveRefund(_ context.Context, refundID string) (Refund, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, r := range l.refunds {
-		if r.ID == refundID {
-			return r, nil
-		}
+func (l *Local) RetrieveRefund(ctx context.Context, refundID string) (Refund, error) {
+	r, err := findObject[refundRecord](ctx, l, localRefund, refundID)
+	if err != nil {
+		return Refund{}, err
 	}
-	return Refund{}, localNotFound("refund", refundID)
+	return r.refund(refundID), nil
 }
 
 // Transfer records a simulated transfer.
-func (l *Local) Transfer(_ context.Context, connectedAccountID string, amount market.Cents, transferGroup, idempotencyKey string) (Transfer, error) {
+func (l *Local) Transfer(ctx context.Context, connectedAccountID string, amount market.Cents, transferGroup, idempotencyKey string) (Transfer, error) {
 	if err := checkMutation("transfer", amount, idempotencyKey); err != nil {
 		return Transfer{}, err
 	}
@@ -258,47 +458,44 @@ func (l *Local) Transfer(_ context.Context, connectedAccountID string, amount ma
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := Transfer{ID: localID("tr", idempotencyKey), AccountID: connectedAccountID, Amount: amount, TransferGroup: transferGroup}
-	if old, ok := l.transfers[idempotencyKey]; ok {
-		if old != t {
-			return Transfer{}, reusedKey(idempotencyKey)
-		}
-		return old, nil
+	id := localID("tr", idempotencyKey)
+	rec := transferRecord{AccountID: connectedAccountID, Amount: amount, TransferGroup: transferGroup}
+	stored, err := createObject(ctx, l, localTransfer, id, idempotencyKey, connectedAccountID, amount, rec)
+	if err != nil {
+		return Transfer{}, err
 	}
-	l.transfers[idempotencyKey] = t
-	return t, nil
+	if stored != rec {
+		return Transfer{}, reusedKey(idempotencyKey)
+	}
+	return stored.transfer(id), nil
 }
 
 // RetrieveTransfer returns a simulated transfer.
-func (l *Local) RetrieveTransfer(_ context.Context, transferID string) (Transfer, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, t := range l.transfers {
-		if t.ID == transferID {
-			return t, nil
-		}
+func (l *Local) RetrieveTransfer(ctx context.Context, transferID string) (Transfer, error) {
+	t, err := findObject[transferRecord](ctx, l, localTransfer, transferID)
+	if err != nil {
+		return Transfer{}, err
 	}
-	return Transfer{}, localNotFound("transfer", transferID)
+	return t.transfer(transferID), nil
 }
 
 // CreateConnectedAccount records a simulated Express account, not yet
 // onboarded.
-func (l *Local) CreateConnectedAccount(_ context.Context, email, idempotencyKey string) (Account, error) {
+func (l *Local) CreateConnectedAccount(ctx context.Context, email, idempotencyKey string) (Account, error) {
 	if strings.TrimSpace(idempotencyKey) == "" {
 		return Account{}, fmt.Errorf("billing: create account without an idempotency key")
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	id := localID("acct", idempotencyKey)
-	if a, ok := l.accounts[id]; ok {
-		if a.account.Email != email {
-			return Account{}, reusedKey(idempotencyKey)
-		}
-		return a.account, nil
+	a, err := createObject(ctx, l, localAccount, id, idempotencyKey, "", 0, accountRecord{Email: email})
+	if err != nil {
+		return Account{}, err
 	}
-	a := &localAccount{account: Account{ID: id, Email: email}, key: idempotencyKey}
-	l.accounts[id] = a
-	return a.account, nil
+	if a.Email != email {
+		return Account{}, reusedKey(idempotencyKey)
+	}
+	return a.account(id), nil
 }
 
 // AccountLink returns the simulated onboarding page, OnboardPath + id, with
@@ -313,43 +510,59 @@ func (l *Local) AccountLink(_ context.Context, accountID, refreshURL, returnURL 
 
 // CompleteOnboarding is the provider finishing the simulated onboarding
 // page: the account can take transfers. It returns the account_updated event
-// Stripe would send. An account forgotten on restart is recreated.
+// Stripe would send. An account the processor never stored (created before
+// it kept its objects) is stored now, from its id alone.
 func (l *Local) CompleteOnboarding(accountID string, now time.Time) (Event, error) {
 	if !strings.HasPrefix(accountID, "local_acct_") {
-		return Event{}, localNotFound("account", accountID)
+		return Event{}, localNotFound(localAccount, accountID)
 	}
+	ctx := context.Background()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	a, ok := l.accounts[accountID]
-	if !ok {
-		a = &localAccount{account: Account{ID: accountID}}
-		l.accounts[accountID] = a
+	a, err := findObject[accountRecord](ctx, l, localAccount, accountID)
+	if isNotFound(err) {
+		a, err = createObject(ctx, l, localAccount, accountID, "", "", 0, accountRecord{})
 	}
-	a.account.DetailsSubmitted, a.account.ChargesEnabled, a.account.PayoutsEnabled = true, true, true
+	if err != nil {
+		return Event{}, err
+	}
+	a.DetailsSubmitted, a.ChargesEnabled, a.PayoutsEnabled = true, true, true
+	if err := updateObject(ctx, l, localAccount, accountID, a); err != nil {
+		return Event{}, err
+	}
 	return Event{
 		ID: localID("evt", accountID+":onboarded"), Type: EventAccountUpdated, StripeType: "account.updated", Created: now.UTC(),
 		AccountID: accountID, DetailsSubmitted: true, ChargesEnabled: true, PayoutsEnabled: true,
 	}, nil
 }
 
-// RetrieveAccount returns a simulated account. One forgotten on restart
-// reads as not onboarded.
-func (l *Local) RetrieveAccount(_ context.Context, accountID string) (Account, error) {
+// RetrieveAccount returns a simulated account. One the processor never
+// stored (created before it kept its objects) reads as not onboarded.
+func (l *Local) RetrieveAccount(ctx context.Context, accountID string) (Account, error) {
 	if !strings.HasPrefix(accountID, "local_acct_") {
-		return Account{}, localNotFound("account", accountID)
+		return Account{}, localNotFound(localAccount, accountID)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if a, ok := l.accounts[accountID]; ok {
-		return a.account, nil
+	a, err := findObject[accountRecord](ctx, l, localAccount, accountID)
+	switch {
+	case isNotFound(err):
+		return Account{ID: accountID}, nil
+	case err != nil:
+		return Account{}, err
 	}
-	return Account{ID: accountID}, nil
+	return a.account(accountID), nil
 }
 
-// ParseWebhook verifies a payload signed with the local webhook secret, in
-// Stripe's format (see SignTestEvent), and maps it like Stripe's.
+// ErrLocalWebhook is what ParseWebhook of the local processor returns for
+// every webhook.
+var ErrLocalWebhook = &market.Error{Code: market.CodeInvalid,
+	Message: "This marketplace runs the local test processor and accepts no webhook events: simulated payments and onboarding are applied by the marketplace itself."}
+
+// ParseWebhook refuses every webhook (ErrLocalWebhook), however it is
+// signed. The local processor's events come from CompleteCheckout and
+// CompleteOnboarding inside the process; any key that could sign one here
+// would be a key anyone could read in this source.
 func (l *Local) ParseWebhook(payload []byte, signatureHeader string) (Event, error) {
-	return parseWebhook(payload, signatureHeader, l.cfg.WebhookSecret)
+	return Event{}, ErrLocalWebhook
 }
 
 // Compile-time checks that both processors implement Processor.
