@@ -34,8 +34,9 @@ func billingFlags(fs *flag.FlagSet, getenv func(string) string) *paymentFlags {
 }
 
 // processor builds the configured payment processor: Stripe with a key,
-// else the local test processor, which simulates payments.
-func (f *paymentFlags) processor() (billing.Processor, error) {
+// else the local test processor, which simulates payments and keeps its
+// objects in local (the marketplace's database).
+func (f *paymentFlags) processor(local billing.LocalStore) (billing.Processor, error) {
 	if *f.feeBP < 0 || *f.feeBP > 10000 {
 		return nil, errors.New("-platform-fee-bp must be an integer from 0 to 10000")
 	}
@@ -43,7 +44,7 @@ func (f *paymentFlags) processor() (billing.Processor, error) {
 		if *f.webhookSecret != "" || *f.apiBase != "" {
 			return nil, errors.New("-stripe-webhook-secret and -stripe-api-base need -stripe-secret-key")
 		}
-		return billing.NewLocal(billing.LocalConfig{}), nil
+		return billing.NewLocal(billing.LocalConfig{Store: local}), nil
 	}
 	p, err := billing.NewStripe(billing.StripeConfig{SecretKey: *f.secretKey, WebhookSecret: *f.webhookSecret, APIBase: *f.apiBase})
 	if err != nil {

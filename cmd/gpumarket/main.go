@@ -93,7 +93,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	processor, err := bf.processor()
+	db, err := store.Open(ctx, *dbPath)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	processor, err := bf.processor(db)
 	if err != nil {
 		return err
 	}
@@ -112,12 +117,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	db, err := store.Open(ctx, *dbPath)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-
 	if *demo {
 		creds, err := seedDemo(ctx, db, time.Now().UTC())
 		if err != nil {

@@ -22,15 +22,15 @@ func reconcile(ctx context.Context, args []string, getenv func(string) string, s
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	processor, err := bf.processor()
-	if err != nil {
-		return err
-	}
 	db, err := store.Open(ctx, *dbPath)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	processor, err := bf.processor(db)
+	if err != nil {
+		return err
+	}
 	opts := web.ReconcileOptions{LedgerOnly: processor.Simulated()}
 	if opts.LedgerOnly {
 		fmt.Fprintln(stdout, "no Stripe key: payments are simulated, checking the ledger only")
