@@ -22,8 +22,10 @@ const (
 // the listed demo offers for a few synthetic buyers (who cannot log in),
 // plus a handful of measured-work reports. Prices drift around each
 // offer's list price (newer accelerators a little dearer in the past, a
-// weekly rhythm, noise); volumes vary by day and model. Every piece ends
-// before now, so none holds capacity.
+// weekly rhythm, noise); volumes vary by day and model. No offer ever has
+// more devices booked at once than it has (the history feeds the public
+// price index), and pieces last at least the offer's minimum rental. Every
+// piece ends before now, so none holds capacity.
 func seedDemoHistory(ctx context.Context, db *store.DB, now time.Time) error {
 	listings, err := db.ListAllListedOffers(ctx, now)
 	if err != nil {
@@ -45,6 +47,7 @@ func seedDemoHistory(ctx context.Context, db *store.DB, now time.Time) error {
 	rng := mrand.New(mrand.NewPCG(demoHistorySeed, uint64(len(listings))))
 	today := market.Day(now)
 	var rs []market.Reservation
+	committed := map[int64][]market.Commitment{} // by offer, for the capacity check
 	for d := demoHistoryDays; d >= 1; d-- {
 		day := today.AddDate(0, 0, -d)
 		for _, l := range listings {
@@ -87,7 +90,7 @@ func seedDemoHistory(ctx context.Context, db *store.DB, now time.Time) error {
 				price = max(price, 1)
 				booked := day.Add(time.Duration(rng.IntN(24*60)) * time.Minute)
 				start := booked.Add(time.Duration(1+rng.IntN(36)) * time.Hour).Truncate(time.Hour)
-				hours := []int{2, 4, 8, 12, 24, 24, 48, 72}[rng.IntN(8)]
+				hours := max([]int{2, 4, 8, 12, 24, 24, 48, 72}[rng.IntN(8)], o.MinRentalHours)
 				end := start.Add(time.Duration(hours) * time.Hour)
 				if !end.Before(now) {
 					continue
@@ -96,6 +99,13 @@ func seedDemoHistory(ctx context.Context, db *store.DB, now time.Time) error {
 				if rng.IntN(2) == 0 {
 					devices = 1 + rng.IntN(o.Devices())
 				}
+				// Book only what is still free over the whole piece.
+				free := o.Devices() - peakDevices(committed[o.ID], start, end)
+				if free < 1 {
+					continue
+				}
+				devices = min(devices, free)
+				committed[o.ID] = append(committed[o.ID], market.Commitment{OfferID: o.ID, Devices: devices, Start: start, End: end})
 				state := market.ReservationSettled
 				if now.Sub(end) < 72*time.Hour {
 					state = market.ReservationCompleted
@@ -113,6 +123,30 @@ func seedDemoHistory(ctx context.Context, db *store.DB, now time.Time) error {
 		return fmt.Errorf("demo history: %w", err)
 	}
 	return seedDemoWorkReports(ctx, db, buyers, rng)
+}
+
+// peakDevices is the most devices that the commitments cs hold at once
+// within [start, end). Intervals are half-open, so the peak is reached at
+// start or at the start of a commitment inside the interval; the history
+// has a few hundred pieces per offer, so checking each is quick enough.
+func peakDevices(cs []market.Commitment, start, end time.Time) int {
+	instants := []time.Time{start}
+	for _, c := range cs {
+		if c.Start.After(start) && c.Start.Before(end) {
+			instants = append(instants, c.Start)
+		}
+	}
+	peak := 0
+	for _, at := range instants {
+		used := 0
+		for _, c := range cs {
+			if !at.Before(c.Start) && at.Before(c.End) {
+				used += c.Devices
+			}
+		}
+		peak = max(peak, used)
+	}
+	return peak
 }
 
 // seedDemoWorkReports adds measured-work reports on some of the history's
