@@ -136,6 +136,7 @@ const (
 	EventCheckoutCompleted EventType = "checkout_completed"
 	EventChargeRefunded    EventType = "charge_refunded"
 	EventDisputeCreated    EventType = "dispute_created"
+	EventDisputeClosed     EventType = "dispute_closed"
 	EventAccountUpdated    EventType = "account_updated"
 	EventIgnored           EventType = "ignored"
 )
@@ -157,6 +158,8 @@ type Event struct {
 	// AmountCents is the payment's amount (payment and checkout events),
 	// the total refunded so far (charge_refunded) or the disputed amount.
 	AmountCents    market.Cents
+	Currency       string // lower-case ISO code of AmountCents, e.g. "usd"
+	DisputeStatus  string // dispute_closed: the bank's decision, "won" or "lost"
 	PaymentStatus  string // checkout_completed: "paid" or "unpaid" (delayed methods)
 	FailureMessage string // payment_failed
 

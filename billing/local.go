@@ -341,7 +341,7 @@ func (l *Local) CompleteCheckout(checkoutID string, succeed bool, now time.Time)
 		return []Event{{
 			ID: localID("evt", piID+":failed:"+strconv.FormatInt(now.UnixNano(), 10)), Type: EventPaymentFailed,
 			StripeType: "payment_intent.payment_failed", Created: now.UTC(), ReservationID: c.ReservationID,
-			PaymentIntentID: piID, AmountCents: c.Amount, FailureMessage: "Simulated decline (test mode).",
+			PaymentIntentID: piID, AmountCents: c.Amount, Currency: market.Currency, FailureMessage: "Simulated decline (test mode).",
 		}}, nil
 	}
 	// The payment is stored before the checkout says complete, so a crash
@@ -363,9 +363,10 @@ func (l *Local) CompleteCheckout(checkoutID string, succeed bool, now time.Time)
 	return []Event{
 		{ID: localID("evt", checkoutID+":completed"), Type: EventCheckoutCompleted, StripeType: "checkout.session.completed",
 			Created: now.UTC(), ReservationID: c.ReservationID, CheckoutID: checkoutID, PaymentIntentID: piID,
-			AmountCents: c.Amount, PaymentStatus: "paid"},
+			AmountCents: c.Amount, Currency: market.Currency, PaymentStatus: "paid"},
 		{ID: localID("evt", piID+":succeeded"), Type: EventPaymentSucceeded, StripeType: "payment_intent.succeeded",
-			Created: now.UTC(), ReservationID: c.ReservationID, PaymentIntentID: piID, ChargeID: p.ChargeID, AmountCents: c.Amount},
+			Created: now.UTC(), ReservationID: c.ReservationID, PaymentIntentID: piID, ChargeID: p.ChargeID, AmountCents: c.Amount,
+			Currency: market.Currency},
 	}, nil
 }
 

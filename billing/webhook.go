@@ -50,7 +50,11 @@ func parseWebhook(payload []byte, header, secret string) (Event, error) {
 				ev.FailureMessage = pi.LastPaymentError.Msg
 			}
 		}
-		ev.PaymentIntentID, ev.AmountCents = pi.ID, market.Cents(pi.Amount)
+		ev.PaymentIntentID, ev.AmountCents, ev.Currency = pi.ID, market.Cents(pi.Amount), string(pi.Currency)
+		if pi.AmountReceived > 0 {
+			// What actually arrived, which is what the reservation is checked against.
+			ev.AmountCents = market.Cents(pi.AmountReceived)
+		}
 		ev.ReservationID = reservationIDFrom(pi.Metadata, "", pi.TransferGroup)
 		if pi.LatestCharge != nil {
 			ev.ChargeID = pi.LatestCharge.ID
@@ -68,7 +72,7 @@ func parseWebhook(payload []byte, header, secret string) (Event, error) {
 		default:
 			ev.Type = EventPaymentFailed
 		}
-		ev.CheckoutID, ev.AmountCents, ev.PaymentStatus = cs.ID, market.Cents(cs.AmountTotal), string(cs.PaymentStatus)
+		ev.CheckoutID, ev.AmountCents, ev.PaymentStatus, ev.Currency = cs.ID, market.Cents(cs.AmountTotal), string(cs.PaymentStatus), string(cs.Currency)
 		ev.ReservationID = reservationIDFrom(cs.Metadata, cs.ClientReferenceID, "")
 		if cs.PaymentIntent != nil {
 			ev.PaymentIntentID = cs.PaymentIntent.ID
@@ -84,13 +88,16 @@ func parseWebhook(payload []byte, header, secret string) (Event, error) {
 		if ch.PaymentIntent != nil {
 			ev.PaymentIntentID = ch.PaymentIntent.ID
 		}
-	case "charge.dispute.created":
+	case "charge.dispute.created", "charge.dispute.closed":
 		var d stripe.Dispute
 		if err := json.Unmarshal(raw, &d); err != nil {
 			return bad(err)
 		}
 		ev.Type = EventDisputeCreated
-		ev.DisputeID, ev.AmountCents = d.ID, market.Cents(d.Amount)
+		if se.Type == "charge.dispute.closed" {
+			ev.Type, ev.DisputeStatus = EventDisputeClosed, string(d.Status)
+		}
+		ev.DisputeID, ev.AmountCents, ev.Currency = d.ID, market.Cents(d.Amount), string(d.Currency)
 		ev.ReservationID = reservationIDFrom(d.Metadata, "", "")
 		if d.Charge != nil {
 			ev.ChargeID = d.Charge.ID

@@ -288,3 +288,39 @@ func formatHours(d time.Duration) string {
 	d = d.Round(time.Minute)
 	return fmt.Sprintf("%dh %02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
 }
+
+// ChargebackEntries records a chargeback when the processor reports it: the
+// buyer's bank took amount back from the platform's cash (chargeback: Dr
+// buyer, Cr cash), with the processor's dispute as reference. Until the
+// dispute is decided the buyer's account shows what the bank returned.
+func ChargebackEntries(reservationID, disputeID, buyerID int64, amount Cents, processorDisputeID string, at time.Time) []LedgerEntry {
+	if amount <= 0 {
+		return nil
+	}
+	return []LedgerEntry{{ReservationID: reservationID, Kind: EntryChargeback, Debit: BuyerAccount(buyerID), Credit: AccountPlatformCash,
+		Amount: amount, StripeRef: processorDisputeID, IdempotencyKey: DisputeKey(disputeID, EntryChargeback, 0), At: at}}
+}
+
+// ChargebackLossEntries records the decision on a chargeback of amount:
+// what the providers bear (credit, applied by ApplyDisputeCredit with
+// chargeback set) comes from their payouts, and the rest of what the bank
+// took is the platform's loss (loss: Dr losses, Cr buyer), so the buyer's
+// account closes at zero.
+func ChargebackLossEntries(reservationID, disputeID, buyerID int64, amount, credit Cents, at time.Time) []LedgerEntry {
+	if amount-credit <= 0 {
+		return nil
+	}
+	return []LedgerEntry{{ReservationID: reservationID, Kind: EntryLoss, Debit: AccountPlatformLosses, Credit: BuyerAccount(buyerID),
+		Amount: amount - credit, IdempotencyKey: DisputeKey(disputeID, EntryLoss, 0), At: at}}
+}
+
+// ChargebackReversalEntries records a chargeback the platform won before
+// anything was decided on it: the bank returns the money (Dr cash, Cr
+// buyer), which closes the buyer's account the chargeback opened.
+func ChargebackReversalEntries(reservationID, disputeID, buyerID int64, amount Cents, processorDisputeID string, at time.Time) []LedgerEntry {
+	if amount <= 0 {
+		return nil
+	}
+	return []LedgerEntry{{ReservationID: reservationID, Kind: EntryChargebackReversal, Debit: AccountPlatformCash, Credit: BuyerAccount(buyerID),
+		Amount: amount, StripeRef: processorDisputeID, IdempotencyKey: DisputeKey(disputeID, EntryChargebackReversal, 0), At: at}}
+}

@@ -180,7 +180,7 @@ func (db *DB) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEntry, int, 
 // moneyMoved records a new ledger entry in the audit trail, in the same
 // transaction (every movement of money goes through insertEntries), and
 // tells the people it concerns: a charge is a booking made for its
-// provider, a transfer a payout sent.
+// provider, a transfer a payout sent, a refund money back to the buyer.
 func moneyMoved(ctx context.Context, tx querier, e market.LedgerEntry) error {
 	if err := insertAudit(ctx, tx, AuditEntry{At: e.At, Action: AuditMoneyPrefix + e.Kind, SubjectKind: AuditSubjectReservation,
 		SubjectID: e.ReservationID, After: AuditJSON(map[string]any{"from": e.Credit, "to": e.Debit, "amount_cents": e.Amount,
@@ -193,6 +193,14 @@ func moneyMoved(ctx context.Context, tx querier, e market.LedgerEntry) error {
 		provider = e.Credit
 	case market.EntryTransfer:
 		provider = e.Debit
+	case market.EntryRefund:
+		buyer, err := strconv.ParseInt(strings.TrimPrefix(e.Debit, "buyer:"), 10, 64)
+		if err != nil || !strings.HasPrefix(e.Debit, "buyer:") {
+			return nil
+		}
+		return insertNotification(ctx, tx, Notification{UserID: buyer, Kind: NotifyRefundSent, CreatedAt: e.At,
+			URL:     fmt.Sprintf("/reservations/%d", e.ReservationID),
+			Message: fmt.Sprintf("A refund of %s for reservation #%d is on its way to your card (%s).", e.Amount, e.ReservationID, refundReason(e.IdempotencyKey))})
 	default:
 		return nil
 	}
@@ -207,4 +215,16 @@ func moneyMoved(ctx context.Context, tx querier, e market.LedgerEntry) error {
 		n.Message = fmt.Sprintf("Payout of %s for booking #%d sent to your connected account.", e.Amount, e.ReservationID)
 	}
 	return insertNotification(ctx, tx, n)
+}
+
+// refundReason says, from a refund entry's idempotency key, what the refund
+// is for.
+func refundReason(key string) string {
+	switch {
+	case strings.HasPrefix(key, "dispute_"):
+		return "a dispute credit"
+	case strings.HasPrefix(key, "payment_exception_"):
+		return "a payment that did not match the checkout"
+	}
+	return "SLA credits, time not charged, or a cancellation"
 }

@@ -53,6 +53,7 @@ type PaymentEvent struct {
 	PaymentIntentID string
 	ChargeID        string
 	Amount          market.Cents
+	Currency        string
 }
 
 // PaymentOutcome is what recording a payment did.
@@ -67,6 +68,11 @@ const (
 	// lapsed, cancelled); the payment is marked refund_pending.
 	PaymentLate    PaymentOutcome = "late"
 	PaymentUnknown PaymentOutcome = "unknown" // no such reservation: event recorded and ignored
+	// PaymentMismatched: the amount, currency or payment intent is not the
+	// checkout's (market.PaymentMismatch); the money is recorded as the
+	// buyer's and refunded in full by the retrier, and the reservation is
+	// not confirmed by it.
+	PaymentMismatched PaymentOutcome = "mismatched"
 )
 
 // Person-safe messages of billing.
@@ -147,7 +153,7 @@ func (db *DB) RecordCheckout(ctx context.Context, buyerID, reservationID int64, 
 	if err != nil {
 		return fail(op, err, "")
 	}
-	if err := payable(r, now); err != nil {
+	if err := market.Payable(r, now); err != nil {
 		return err
 	}
 	p, err := getPayment(ctx, tx, reservationID)
@@ -166,19 +172,6 @@ func (db *DB) RecordCheckout(ctx context.Context, buyerID, reservationID int64, 
 		return fail(op, err, "")
 	}
 	return fail(op, tx.Commit(), "")
-}
-
-// payable checks that a reservation can still be paid at now.
-func payable(r market.Reservation, now time.Time) error {
-	switch {
-	case r.State == market.ReservationHeld && now.Before(r.HoldExpiresAt):
-		return nil
-	case r.State == market.ReservationHeld || r.State == market.ReservationExpired:
-		return conflict(msgHoldExpired)
-	case r.State == market.ReservationCancelled:
-		return conflict("This reservation was cancelled.")
-	}
-	return conflict("This reservation has already been paid.")
 }
 
 // FindPayment returns the payment of a reservation.
@@ -249,6 +242,12 @@ func (db *DB) RecordPayment(ctx context.Context, ev PaymentEvent, now time.Time)
 	} else if err != nil {
 		return "", fail(op, err, "")
 	}
+	if why := market.PaymentMismatch(p.Amount, paidIntent(p), ev.Amount, ev.Currency, ev.PaymentIntentID); why != "" {
+		if err := recordPaymentException(ctx, tx, r, ev, why, now); err != nil {
+			return "", fail(op, err, "")
+		}
+		return PaymentMismatched, fail(op, tx.Commit(), "")
+	}
 	// Keep what each event adds; never blank out what an earlier one said.
 	p.CheckoutID = firstNonEmpty(ev.CheckoutID, p.CheckoutID)
 	p.PaymentIntentID = firstNonEmpty(ev.PaymentIntentID, p.PaymentIntentID)
@@ -276,7 +275,7 @@ func (db *DB) RecordPayment(ctx context.Context, ev PaymentEvent, now time.Time)
 			return "", fail(op, err, "")
 		}
 		if p.Status == PaymentRefundPending {
-			entries = append(entries, lateCredits(r, now)...)
+			entries = append(entries, market.LateCredits(r, now)...)
 		}
 		if err := insertEntries(ctx, tx, entries); err != nil {
 			return "", fail(op, err, "")
@@ -290,25 +289,36 @@ func (db *DB) RecordPayment(ctx context.Context, ev PaymentEvent, now time.Time)
 	return outcome, fail(op, tx.Commit(), "")
 }
 
-// lateCredits moves a late payment from the providers back to the buyer,
-// ahead of the full refund.
-func lateCredits(r market.Reservation, now time.Time) []market.LedgerEntry {
-	by := map[int64]market.Cents{}
-	var ids []int64
-	for _, p := range r.Pieces {
-		if _, ok := by[p.ProviderID]; !ok {
-			ids = append(ids, p.ProviderID)
-		}
-		by[p.ProviderID] += p.AmountCents
+// paidIntent is the payment intent recorded as the reservation's payment,
+// "" while it is not paid.
+func paidIntent(p Payment) string {
+	switch p.Status {
+	case PaymentPaid, PaymentRefundPending, PaymentRefunded:
+		return p.PaymentIntentID
 	}
-	var out []market.LedgerEntry
-	for _, id := range ids {
-		if by[id] > 0 {
-			out = append(out, market.LedgerEntry{ReservationID: r.ID, Kind: market.EntryCredit, Debit: market.ProviderAccount(id),
-				Credit: market.BuyerAccount(r.BuyerID), Amount: by[id], IdempotencyKey: market.EntryKey(r.ID, market.EntryCredit, id), At: now})
-		}
+	return ""
+}
+
+// recordPaymentException records money received that is not the
+// reservation's payment: the exception, for the retrier to refund in full,
+// and the money as the buyer's in the ledger. Without a payment intent
+// nothing can be refunded; the event is only logged by the caller.
+func recordPaymentException(ctx context.Context, tx *sql.Tx, r market.Reservation, ev PaymentEvent, why string, now time.Time) error {
+	if ev.PaymentIntentID == "" {
+		return nil
 	}
-	return out
+	res, err := tx.ExecContext(ctx, `INSERT INTO payment_exceptions (reservation_id, payment_intent_id, amount_cents, currency, reason, state,
+		next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (payment_intent_id) DO NOTHING`,
+		r.ID, ev.PaymentIntentID, int64(ev.Amount), ev.Currency, why, PaymentRefundPending, unix(now), unix(now), unix(now))
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 || ev.Currency != market.Currency {
+		// Known already; or money in another currency, which the ledger
+		// (in Currency's cents) cannot hold: refunded all the same.
+		return nil
+	}
+	return insertEntries(ctx, tx, market.PaymentExceptionEntries(r.ID, r.BuyerID, ev.PaymentIntentID, ev.Amount, now))
 }
 
 func firstNonEmpty(a, b string) string {
@@ -645,6 +655,10 @@ type Dispute struct {
 	Status          string // "open" until an admin decides
 	Statement       string
 	CreatedAt       time.Time
+	// AmountCents is what the buyer's bank took back (chargebacks only);
+	// BankOutcome is the bank's decision on it: "", won or lost.
+	AmountCents market.Cents
+	BankOutcome string
 }
 
 // Dispute sources and the open status.
@@ -684,13 +698,23 @@ func (db *DB) OpenStripeDispute(ctx context.Context, eventID, eventType string, 
 		return false, fail(op, err, "")
 	}
 	statement := fmt.Sprintf("The buyer's bank disputed %s of the payment (processor dispute %s). Provider payouts are frozen until an admin decides.", amount, disputeID)
-	res, err := tx.ExecContext(ctx, `INSERT INTO disputes (reservation_id, source, stripe_dispute_id, status, statement, created_at)
-		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, reservationID, DisputeSourceStripe, disputeID, DisputeOpen, statement, unix(now))
+	var id int64
+	err = tx.QueryRowContext(ctx, `INSERT INTO disputes (reservation_id, source, stripe_dispute_id, status, statement, created_at, amount_cents)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`, reservationID, DisputeSourceStripe, disputeID, DisputeOpen, statement, unix(now), int64(amount)).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, fail(op, tx.Commit(), "")
+	}
 	if err != nil {
 		return false, fail(op, err, "")
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return false, fail(op, tx.Commit(), "")
+	var buyerID int64
+	if err := tx.QueryRowContext(ctx, `SELECT buyer_id FROM reservations WHERE id = ?`, reservationID).Scan(&buyerID); err != nil {
+		return false, fail(op, err, "")
+	}
+	// The bank takes the money back at once: the platform's cash goes to the
+	// buyer, recorded as a chargeback (not a refund the platform made).
+	if err := insertEntries(ctx, tx, market.ChargebackEntries(reservationID, id, buyerID, amount, disputeID, now)); err != nil {
+		return false, fail(op, err, "")
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET state = ? WHERE reservation_id = ? AND state IN (?, ?)`,
 		string(TransferFrozen), reservationID, string(TransferPending), string(TransferHeld)); err != nil {
@@ -699,7 +723,8 @@ func (db *DB) OpenStripeDispute(ctx context.Context, eventID, eventType string, 
 	return true, fail(op, tx.Commit(), "")
 }
 
-const disputeColumns = `id, reservation_id, source, COALESCE(stripe_dispute_id, ''), COALESCE(incident_id, 0), status, statement, created_at`
+const disputeColumns = `id, reservation_id, source, COALESCE(stripe_dispute_id, ''), COALESCE(incident_id, 0), status, statement, created_at,
+	amount_cents, bank_outcome`
 
 func queryDisputes(ctx context.Context, q querier, where string, args ...any) ([]Dispute, error) {
 	rows, err := q.QueryContext(ctx, `SELECT `+disputeColumns+` FROM disputes `+where+` ORDER BY id`, args...)
@@ -709,12 +734,13 @@ func queryDisputes(ctx context.Context, q querier, where string, args ...any) ([
 	var out []Dispute
 	for rows.Next() {
 		var d Dispute
-		var created int64
-		if err := rows.Scan(&d.ID, &d.ReservationID, &d.Source, &d.StripeDisputeID, &d.IncidentID, &d.Status, &d.Statement, &created); err != nil {
+		var created, amount int64
+		if err := rows.Scan(&d.ID, &d.ReservationID, &d.Source, &d.StripeDisputeID, &d.IncidentID, &d.Status, &d.Statement, &created,
+			&amount, &d.BankOutcome); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		d.CreatedAt = fromUnix(created)
+		d.CreatedAt, d.AmountCents = fromUnix(created), market.Cents(amount)
 		out = append(out, d)
 	}
 	return out, closeRows(rows)

@@ -35,7 +35,7 @@ func TestLedgerBalancesThroughEveryStep(t *testing.T) {
 	if err := db.RecordCheckout(ctx, buyer.ID, r.ID, "cs_1", r.AmountCents, t0); err != nil {
 		t.Fatal(err)
 	}
-	ev := PaymentEvent{EventID: "evt_1", EventType: "payment_intent.succeeded", ReservationID: r.ID, PaymentIntentID: "pi_1", Amount: r.AmountCents}
+	ev := PaymentEvent{EventID: "evt_1", EventType: "payment_intent.succeeded", ReservationID: r.ID, PaymentIntentID: "pi_1", Amount: r.AmountCents, Currency: "usd"}
 	if out, err := db.RecordPayment(ctx, ev, t0); err != nil || out != PaymentConfirmed {
 		t.Fatalf("RecordPayment: %v %v", out, err)
 	}

@@ -60,7 +60,7 @@ type DisputeMessage struct {
 
 const disputeCaseColumns = `d.id, d.reservation_id, d.source, COALESCE(d.stripe_dispute_id, ''), COALESCE(d.incident_id, 0), d.status,
 	d.statement, d.created_at, d.reason, COALESCE(d.opened_by, 0), d.credit_cents, d.decision_reason, COALESCE(d.decided_by, 0),
-	COALESCE(d.decided_at, 0), d.refund_state, d.refund_ref, r.buyer_id, u.display_name`
+	COALESCE(d.decided_at, 0), d.refund_state, d.refund_ref, r.buyer_id, u.display_name, d.amount_cents, d.bank_outcome`
 
 const disputeCaseFrom = ` FROM disputes d JOIN reservations r ON r.id = d.reservation_id JOIN users u ON u.id = r.buyer_id `
 
@@ -73,13 +73,14 @@ func queryDisputeCases(ctx context.Context, q querier, where string, args ...any
 	for rows.Next() {
 		var d DisputeCase
 		var reason string
-		var created, decided, credit int64
+		var created, decided, credit, amount int64
 		if err := rows.Scan(&d.ID, &d.ReservationID, &d.Source, &d.StripeDisputeID, &d.IncidentID, &d.Status, &d.Statement, &created,
-			&reason, &d.OpenedBy, &credit, &d.DecisionReason, &d.DecidedBy, &decided, &d.RefundState, &d.RefundRef, &d.BuyerID, &d.BuyerName); err != nil {
+			&reason, &d.OpenedBy, &credit, &d.DecisionReason, &d.DecidedBy, &decided, &d.RefundState, &d.RefundRef, &d.BuyerID, &d.BuyerName,
+			&amount, &d.BankOutcome); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		d.Reason, d.CreditCents, d.CreatedAt = market.DisputeReason(reason), market.Cents(credit), fromUnix(created)
+		d.Reason, d.CreditCents, d.CreatedAt, d.AmountCents = market.DisputeReason(reason), market.Cents(credit), fromUnix(created), market.Cents(amount)
 		switch {
 		case d.Reason == "" && d.Source == DisputeSourceStripe:
 			d.Reason = market.DisputeChargeback
@@ -358,6 +359,9 @@ func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credi
 	if d.Status != DisputeOpen {
 		return DisputeDecision{}, conflict("This dispute has already been decided.")
 	}
+	if d.Source == DisputeSourceStripe && d.BankOutcome != BankLost {
+		return DisputeDecision{}, conflict("The buyer's bank has not ruled on this chargeback yet. If it rules for the marketplace the money comes back and the case closes by itself; if against, decide here what the providers bear.")
+	}
 	out := DisputeDecision{}
 	status := DisputeRejected
 	if credit > 0 {
@@ -382,22 +386,26 @@ func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credi
 			return DisputeDecision{}, fail(op, err, "")
 		}
 		limit := market.MaxDisputeCredit(pay.Amount, s.RefundCents+market.Cents(credited))
+		if d.Source == DisputeSourceStripe {
+			// A chargeback: the bank took back what it took; the credit is the
+			// part of it the providers bear.
+			limit = min(limit, d.AmountCents)
+		}
 		if credit > limit {
 			return DisputeDecision{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
 				Fields: map[string]string{"credit": fmt.Sprintf("The credit can be at most %s: %s paid, less %s refunded or credited already.", limit, pay.Amount, s.RefundCents+market.Cents(credited))}}
 		}
-		shares := map[int64]market.Cents{}
-		for _, p := range s.Statement.Pieces {
-			shares[p.ProviderID] += p.Paid
+		paidOut := map[int64]bool{}
+		for _, t := range s.Transfers {
+			paidOut[t.ProviderID] = t.State == TransferDone && t.Ref != ""
 		}
-		parts := market.SplitCredit(credit, shares)
-		for pid, part := range parts {
-			if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET amount_cents = CASE WHEN amount_cents > ? THEN amount_cents - ? ELSE 0 END
-				WHERE reservation_id = ? AND provider_id = ? AND state <> ?`, int64(part), int64(part), d.ReservationID, pid, string(TransferDone)); err != nil {
-				return DisputeDecision{}, fail(op, err, "")
-			}
+		st, entries, err := market.ApplyDisputeCredit(s.Statement, d.ID, credit, paidOut, d.Source == DisputeSourceStripe, now)
+		if err != nil {
+			return DisputeDecision{}, fail(op, err, "")
 		}
-		entries := market.DisputeCreditEntries(d.ReservationID, d.ID, d.BuyerID, parts, d.StripeDisputeID, now)
+		if err := saveStatement(ctx, tx, d.ReservationID, st, now); err != nil {
+			return DisputeDecision{}, fail(op, err, "")
+		}
 		refundState := DisputeRefundDone
 		if d.Source != DisputeSourceStripe {
 			// The refund entry waits for the processor's refund id.
@@ -408,6 +416,13 @@ func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credi
 			return DisputeDecision{}, fail(op, err, "")
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE disputes SET refund_state = ?, refund_ref = ? WHERE id = ?`, refundState, d.StripeDisputeID, d.ID); err != nil {
+			return DisputeDecision{}, fail(op, err, "")
+		}
+	}
+	if d.Source == DisputeSourceStripe {
+		// Whatever of the chargeback the providers do not bear, the
+		// platform does.
+		if err := insertEntries(ctx, tx, market.ChargebackLossEntries(d.ReservationID, d.ID, d.BuyerID, d.AmountCents, credit, now)); err != nil {
 			return DisputeDecision{}, fail(op, err, "")
 		}
 	}
@@ -467,8 +482,8 @@ func releaseFrozen(ctx context.Context, tx *sql.Tx, reservationID int64, now tim
 
 // RecordDisputeRefund records that a granted credit was refunded through
 // the processor: the refund ledger entry (Dr buyer, Cr platform cash) with
-// the processor's refund id (audited as every ledger entry is), the refund
-// marked done and the buyer's notification, in one transaction.
+// the processor's refund id (audited and notified to the buyer as every
+// refund entry is) and the refund marked done, in one transaction.
 // Recording it again changes nothing.
 func (db *DB) RecordDisputeRefund(ctx context.Context, disputeID int64, refundRef string, now time.Time) (DisputeCase, error) {
 	const op = "record dispute refund"
@@ -490,10 +505,6 @@ func (db *DB) RecordDisputeRefund(ctx context.Context, disputeID int64, refundRe
 		return DisputeCase{}, fail(op, err, "")
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE disputes SET refund_state = ?, refund_ref = ? WHERE id = ?`, DisputeRefundDone, refundRef, d.ID); err != nil {
-		return DisputeCase{}, fail(op, err, "")
-	}
-	if err := insertNotification(ctx, tx, Notification{UserID: d.BuyerID, Kind: NotifyDisputeDecided, CreatedAt: now, URL: fmt.Sprintf("/reservations/%d", d.ReservationID),
-		Message: fmt.Sprintf("A refund of %s for the dispute on reservation #%d is on its way to your card.", d.CreditCents, d.ReservationID)}); err != nil {
 		return DisputeCase{}, fail(op, err, "")
 	}
 	if d, err = getDisputeCase(ctx, tx, d.ID); err != nil {
@@ -612,4 +623,61 @@ func orNone(s string) string {
 		return "none yet"
 	}
 	return s
+}
+
+// The bank's outcomes of a chargeback.
+const (
+	BankWon  = "won"
+	BankLost = "lost"
+)
+
+// CloseStripeDispute records the bank's decision on a chargeback (the
+// processor's charge.dispute.closed), deduplicated on the event. Won: the
+// money comes back (a chargeback reversal: Dr cash, Cr buyer), the case is
+// closed with no credit and the frozen payouts are released. Lost: the money
+// stays with the buyer and an admin decides what the providers bear
+// (DecideDispute). An unknown dispute is ignored; it reports whether
+// anything changed.
+func (db *DB) CloseStripeDispute(ctx context.Context, eventID, eventType, processorDisputeID, outcome string, now time.Time) (bool, error) {
+	const op = "close stripe dispute"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return false, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	fresh, err := markEvent(ctx, tx, eventID, eventType, now)
+	if err != nil || !fresh {
+		return false, fail(op, err, "")
+	}
+	ds, err := queryDisputeCases(ctx, tx, `WHERE d.source = ? AND d.stripe_dispute_id = ?`, DisputeSourceStripe, processorDisputeID)
+	if err != nil {
+		return false, fail(op, err, "")
+	}
+	if len(ds) == 0 || ds[0].BankOutcome != "" || (outcome != BankWon && outcome != BankLost) {
+		return false, fail(op, tx.Commit(), "")
+	}
+	d := ds[0]
+	if _, err := tx.ExecContext(ctx, `UPDATE disputes SET bank_outcome = ? WHERE id = ?`, outcome, d.ID); err != nil {
+		return false, fail(op, err, "")
+	}
+	if outcome == BankWon && d.Status == DisputeOpen {
+		if err := insertEntries(ctx, tx, market.ChargebackReversalEntries(d.ReservationID, d.ID, d.BuyerID, d.AmountCents, processorDisputeID, now)); err != nil {
+			return false, fail(op, err, "")
+		}
+		reason := "The buyer's bank ruled for the marketplace and returned the money; nothing is owed."
+		if _, err := tx.ExecContext(ctx, `UPDATE disputes SET status = ?, decision_reason = ?, decided_at = ? WHERE id = ?`,
+			DisputeRejected, reason, unix(now), d.ID); err != nil {
+			return false, fail(op, err, "")
+		}
+		if err := releaseFrozen(ctx, tx, d.ReservationID, now); err != nil {
+			return false, fail(op, err, "")
+		}
+		for _, u := range append([]int64{d.BuyerID}, d.ProviderIDs...) {
+			if err := insertNotification(ctx, tx, Notification{UserID: u, Kind: NotifyDisputeDecided, CreatedAt: now, URL: fmt.Sprintf("/disputes/%d", d.ID),
+				Message: fmt.Sprintf("The chargeback on reservation #%d was closed: %s", d.ReservationID, reason)}); err != nil {
+				return false, fail(op, err, "")
+			}
+		}
+	}
+	return true, fail(op, tx.Commit(), "")
 }

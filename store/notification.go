@@ -28,6 +28,8 @@ const (
 	NotifyDisputeAnswered   = "dispute_answered"
 	NotifyDisputeDecided    = "dispute_decided"
 	NotifyPayoutSent        = "payout_sent"
+	NotifyBookingCancelled  = "booking_cancelled"
+	NotifyRefundSent        = "refund_sent"
 	NotifyAccountSuspended  = "account_suspended"
 	NotifyAccountReinstated = "account_reinstated"
 )

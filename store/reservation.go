@@ -596,7 +596,7 @@ func (db *DB) ConfirmReservation(ctx context.Context, id int64, now time.Time) (
 	case market.ReservationExpired:
 		return market.Reservation{}, conflict(msgHoldExpired)
 	default:
-		return market.Reservation{}, conflict(fmt.Sprintf("A %s reservation cannot be confirmed.", r.State.Label()))
+		return market.Reservation{}, conflict(fmt.Sprintf("%s reservation cannot be confirmed.", r.State.LabelWithArticle()))
 	}
 	if err := setState(ctx, tx, &r, market.ReservationConfirmed, now); err != nil {
 		return market.Reservation{}, fail(op, err, "")
@@ -611,7 +611,14 @@ func (db *DB) ConfirmReservation(ctx context.Context, id int64, now time.Time) (
 // fee market.CancellationFee sets (nothing for an unpaid hold). Another
 // buyer's reservation is not found; one that has started, ended or was
 // already cancelled or expired is a conflict.
-func (db *DB) CancelReservation(ctx context.Context, buyerID, id int64, now time.Time) (market.Reservation, error) {
+//
+// A paid reservation is settled in the same transaction
+// (market.CancellationStatement with the platform fee feeBP): the buyer's
+// refund of what was paid less the fee and each provider's payout of their
+// share of the fee become settlement steps that the retrier carries out
+// through the processor, so a crash after the cancellation loses nothing.
+// The providers are told.
+func (db *DB) CancelReservation(ctx context.Context, buyerID, id int64, feeBP int, now time.Time) (market.Reservation, error) {
 	const op = "cancel reservation"
 	tx, err := db.begin(ctx)
 	if err != nil {
@@ -624,15 +631,42 @@ func (db *DB) CancelReservation(ctx context.Context, buyerID, id int64, now time
 		return market.Reservation{}, fail(op, err, "")
 	}
 	if !market.CanTransition(r.State, market.ReservationCancelled) {
-		return market.Reservation{}, conflict(fmt.Sprintf("A %s reservation cannot be cancelled.", r.State.Label()))
+		return market.Reservation{}, conflict(fmt.Sprintf("%s reservation cannot be cancelled.", r.State.LabelWithArticle()))
 	}
 	fee, err := market.CancellationFee(r, now)
 	if err != nil {
 		return market.Reservation{}, fail(op, err, "")
 	}
+	pay, err := getPayment(ctx, tx, r.ID)
+	paid := err == nil && pay.Status == PaymentPaid
+	if err != nil && market.ErrorCode(err) != market.CodeNotFound {
+		return market.Reservation{}, fail(op, err, "")
+	}
+	var st market.Statement
+	if paid {
+		if st, err = market.CancellationStatement(r, now, feeBP); err != nil {
+			return market.Reservation{}, fail(op, err, "")
+		}
+	}
 	r.CancelFeeCents = fee
 	if err := setState(ctx, tx, &r, market.ReservationCancelled, now); err != nil {
 		return market.Reservation{}, fail(op, err, "")
+	}
+	if paid {
+		if err := insertSettlement(ctx, tx, st, now); err != nil {
+			return market.Reservation{}, fail(op, err, "")
+		}
+		for _, pp := range st.Payouts() {
+			msg := fmt.Sprintf("The buyer cancelled booking #%d free of charge; its devices are free again.", r.ID)
+			if pp.Kept > 0 {
+				msg = fmt.Sprintf("The buyer cancelled booking #%d; its devices are free again. You keep %s of cancellation fees: %s after the platform fee, paid out with your other payouts.",
+					r.ID, pp.Kept, pp.Payout)
+			}
+			if err := insertNotification(ctx, tx, Notification{UserID: pp.ProviderID, Kind: NotifyBookingCancelled, CreatedAt: now,
+				URL: fmt.Sprintf("/provider/bookings/%d", r.ID), Message: msg}); err != nil {
+				return market.Reservation{}, fail(op, err, "")
+			}
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return market.Reservation{}, fail(op, err, "")

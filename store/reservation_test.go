@@ -108,7 +108,7 @@ func TestReservationLifecycle(t *testing.T) {
 	wantCode(t, err, market.CodeNotFound)
 	_, err = db.FindReservation(ctx, r.ID+100)
 	wantCode(t, err, market.CodeNotFound)
-	_, err = db.CancelReservation(ctx, other.ID, r.ID, t0)
+	_, err = db.CancelReservation(ctx, other.ID, r.ID, 1000, t0)
 	wantCode(t, err, market.CodeNotFound)
 	if list, err := db.ListBuyerReservations(ctx, other.ID); err != nil || len(list) != 0 {
 		t.Errorf("other buyer's reservations = %v, %v", list, err)
@@ -196,7 +196,7 @@ func TestReservationLifecycle(t *testing.T) {
 	if got, err := db.ConfirmReservation(ctx, r.ID, start.Add(5*time.Hour)); err != nil || got.State != market.ReservationCompleted {
 		t.Errorf("a late payment notification = %+v, %v; want the completed reservation, no error", got, err)
 	}
-	_, err = db.CancelReservation(ctx, buyer.ID, r.ID, start.Add(5*time.Hour))
+	_, err = db.CancelReservation(ctx, buyer.ID, r.ID, 1000, start.Add(5*time.Hour))
 	wantCode(t, err, market.CodeConflict)
 
 	// A confirmed booking that was never seen active goes straight to completed.
@@ -246,7 +246,7 @@ func TestHoldExpiryFreesCapacity(t *testing.T) {
 	}
 	_, err = db.ConfirmReservation(ctx, r1.ID, t0.Add(hold))
 	wantMessage(t, err, market.CodeConflict, "expired")
-	_, err = db.CancelReservation(ctx, first.ID, r1.ID, t0.Add(hold))
+	_, err = db.CancelReservation(ctx, first.ID, r1.ID, 1000, t0.Add(hold))
 	wantCode(t, err, market.CodeConflict)
 	if got, _ := db.FindReservation(ctx, r2.ID); got.State != market.ReservationHeld {
 		t.Errorf("an unexpired hold was expired: %+v", got)
@@ -279,7 +279,7 @@ func TestUnpaidHoldLimit(t *testing.T) {
 	_, err = db.CreateReservation(ctx, buyer.ID, []market.ReservationPiece{piece(o, 1, start, 1)}, "{}", t0, hold)
 	wantCode(t, err, market.CodeConflict)
 	// So does cancelling one.
-	if _, err := db.CancelReservation(ctx, buyer.ID, held[1].ID, t0); err != nil {
+	if _, err := db.CancelReservation(ctx, buyer.ID, held[1].ID, 1000, t0); err != nil {
 		t.Fatal(err)
 	}
 	book(t, db, buyer.ID, t0, piece(o, 1, start, 1))
@@ -316,7 +316,7 @@ func TestCancellationFee(t *testing.T) {
 		{"inside the free period", start.Add(-23 * time.Hour), 249 * 8 * 10 / 10},
 	} {
 		r := confirmed(8)
-		got, err := db.CancelReservation(ctx, buyer.ID, r.ID, c.at)
+		got, err := db.CancelReservation(ctx, buyer.ID, r.ID, 1000, c.at)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -326,16 +326,16 @@ func TestCancellationFee(t *testing.T) {
 		if stored, _ := db.FindReservation(ctx, r.ID); !reflect.DeepEqual(stored, got) {
 			t.Errorf("%s: stored %+v, returned %+v", c.name, stored, got)
 		}
-		_, err = db.CancelReservation(ctx, buyer.ID, r.ID, c.at)
+		_, err = db.CancelReservation(ctx, buyer.ID, r.ID, 1000, c.at)
 		wantCode(t, err, market.CodeConflict)
 	}
 
 	// A cancelled booking releases its devices: all 8 fit once more.
 	r := confirmed(8)
-	_, err := db.CancelReservation(ctx, buyer.ID, r.ID, start)
+	_, err := db.CancelReservation(ctx, buyer.ID, r.ID, 1000, start)
 	wantMessage(t, err, market.CodeConflict, "started")
 	h := book(t, db, buyer.ID, t0, piece(o, 1, start.Add(20*time.Hour), 1))
-	got, err := db.CancelReservation(ctx, buyer.ID, h.ID, start.Add(-time.Hour))
+	got, err := db.CancelReservation(ctx, buyer.ID, h.ID, 1000, start.Add(-time.Hour))
 	if err != nil || got.CancelFeeCents != 0 || got.State != market.ReservationCancelled {
 		t.Errorf("cancelling an unpaid hold = %+v, %v; want no fee", got, err)
 	}

@@ -248,7 +248,7 @@ func (db *DB) StartSettlement(ctx context.Context, reservationID int64, feeBP in
 		return Settlement{}, fail(op, err, "")
 	}
 	if r.State != market.ReservationCompleted {
-		return Settlement{}, conflict(fmt.Sprintf("A %s reservation cannot be settled.", r.State.Label()))
+		return Settlement{}, conflict(fmt.Sprintf("%s reservation cannot be settled.", r.State.LabelWithArticle()))
 	}
 	var waiting int
 	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM reservations r WHERE r.id = ? AND `+pendingIncidentsWhere, r.ID).Scan(&waiting); err != nil {
@@ -283,37 +283,43 @@ func (db *DB) StartSettlement(ctx context.Context, reservationID int64, feeBP in
 	if err != nil {
 		return Settlement{}, fail(op, err, "")
 	}
-	stmt, err := json.Marshal(st)
+	if err := insertSettlement(ctx, tx, st, now); err != nil {
+		return Settlement{}, fail(op, err, "")
+	}
+	s, err := getSettlement(ctx, tx, r.ID)
 	if err != nil {
 		return Settlement{}, fail(op, err, "")
 	}
+	return s, fail(op, tx.Commit(), "")
+}
+
+// insertSettlement stores a new statement as a settlement to carry out: the
+// refund and each provider's payout as steps (a zero payout is a step
+// already done; a payout is frozen while a dispute of the reservation is
+// open, held while the provider has not finished onboarding), and the
+// credit and fee entries written to the ledger (they move no money).
+func insertSettlement(ctx context.Context, tx *sql.Tx, st market.Statement, now time.Time) error {
+	stmt, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
 	var disputes int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM disputes WHERE reservation_id = ? AND status = ?`, r.ID, DisputeOpen).Scan(&disputes); err != nil {
-		return Settlement{}, fail(op, err, "")
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM disputes WHERE reservation_id = ? AND status = ?`, st.ReservationID, DisputeOpen).Scan(&disputes); err != nil {
+		return err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO settlements (reservation_id, statement_json, refund_cents, refund_done, state,
 		next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.ID, string(stmt), int64(st.Refund), boolInt(st.Refund == 0), string(SettlementPending), unix(now), unix(now), unix(now)); err != nil {
-		return Settlement{}, fail(op, err, "")
+		st.ReservationID, string(stmt), int64(st.Refund), boolInt(st.Refund == 0), string(SettlementPending), unix(now), unix(now), unix(now)); err != nil {
+		return err
 	}
 	for _, pp := range st.Payouts() {
-		state := TransferDone
-		if pp.Payout > 0 {
-			acct, err := getPayoutAccount(ctx, tx, pp.ProviderID)
-			switch {
-			case err != nil && market.ErrorCode(err) != market.CodeNotFound:
-				return Settlement{}, fail(op, err, "")
-			case disputes > 0:
-				state = TransferFrozen
-			case err == nil && acct.Onboarded():
-				state = TransferPending
-			default:
-				state = TransferHeld
-			}
+		state, err := payoutState(ctx, tx, pp.ProviderID, pp.Payout, disputes > 0)
+		if err != nil {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO settlement_transfers (reservation_id, provider_id, amount_cents, fee_cents, state)
-			VALUES (?, ?, ?, ?, ?)`, r.ID, pp.ProviderID, int64(pp.Payout), int64(pp.Fee), string(state)); err != nil {
-			return Settlement{}, fail(op, err, "")
+			VALUES (?, ?, ?, ?, ?)`, st.ReservationID, pp.ProviderID, int64(pp.Payout), int64(pp.Fee), string(state)); err != nil {
+			return err
 		}
 	}
 	var bookkeeping []market.LedgerEntry
@@ -323,16 +329,52 @@ func (db *DB) StartSettlement(ctx context.Context, reservationID int64, feeBP in
 		}
 	}
 	if err := insertEntries(ctx, tx, bookkeeping); err != nil {
-		return Settlement{}, fail(op, err, "")
+		return err
 	}
-	if err := finishSettlement(ctx, tx, r.ID, now); err != nil {
-		return Settlement{}, fail(op, err, "")
+	return finishSettlement(ctx, tx, st.ReservationID, now)
+}
+
+// payoutState is where a provider's payout of amount starts: done when
+// there is nothing to pay, frozen while a dispute is open, pending when the
+// provider can be paid, held otherwise.
+func payoutState(ctx context.Context, tx *sql.Tx, providerID int64, amount market.Cents, disputed bool) (TransferState, error) {
+	if amount <= 0 {
+		return TransferDone, nil
 	}
-	s, err := getSettlement(ctx, tx, r.ID)
+	if disputed {
+		return TransferFrozen, nil
+	}
+	acct, err := getPayoutAccount(ctx, tx, providerID)
+	switch {
+	case err != nil && market.ErrorCode(err) != market.CodeNotFound:
+		return "", err
+	case err == nil && acct.Onboarded():
+		return TransferPending, nil
+	}
+	return TransferHeld, nil
+}
+
+// saveStatement replaces a settlement's statement with st (after a dispute
+// credit) and brings every payout not yet sent in line with it: the new
+// amount and fee, and done when nothing is left to pay.
+func saveStatement(ctx context.Context, tx *sql.Tx, reservationID int64, st market.Statement, now time.Time) error {
+	stmt, err := json.Marshal(st)
 	if err != nil {
-		return Settlement{}, fail(op, err, "")
+		return err
 	}
-	return s, fail(op, tx.Commit(), "")
+	if _, err := tx.ExecContext(ctx, `UPDATE settlements SET statement_json = ?, updated_at = ? WHERE reservation_id = ?`,
+		string(stmt), unix(now), reservationID); err != nil {
+		return err
+	}
+	for _, pp := range st.Payouts() {
+		if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET amount_cents = ?, fee_cents = ?,
+			state = CASE WHEN ? <= 0 THEN ? ELSE state END
+			WHERE reservation_id = ? AND provider_id = ? AND state <> ?`,
+			int64(pp.Payout), int64(pp.Fee), int64(pp.Payout), string(TransferDone), reservationID, pp.ProviderID, string(TransferDone)); err != nil {
+			return err
+		}
+	}
+	return finishSettlement(ctx, tx, reservationID, now)
 }
 
 // finishSettlement sets the settlement's state from its steps: done (and
@@ -427,13 +469,13 @@ func (db *DB) RecordSettlementTransfer(ctx context.Context, reservationID, provi
 		if t.ProviderID != providerID || t.State == TransferDone {
 			continue
 		}
-		for _, e := range market.SettlementEntries(s.Statement, now) {
-			if e.Kind == market.EntryTransfer && e.Debit == market.ProviderAccount(providerID) {
-				e.StripeRef = transferRef
-				if err := insertEntries(ctx, tx, []market.LedgerEntry{e}); err != nil {
-					return Settlement{}, fail(op, err, "")
-				}
-			}
+		if t.State != TransferPending {
+			return Settlement{}, conflict("This payout is held or frozen and cannot be recorded as sent.")
+		}
+		// The entry is for the amount actually sent: the payout as it
+		// stands after any dispute credit, not the first statement's.
+		if err := insertEntries(ctx, tx, market.TransferEntry(reservationID, providerID, t.Amount, transferRef, now)); err != nil {
+			return Settlement{}, fail(op, err, "")
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET state = ?, transfer_ref = ? WHERE reservation_id = ? AND provider_id = ?`,
 			string(TransferDone), transferRef, reservationID, providerID); err != nil {

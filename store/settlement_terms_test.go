@@ -39,7 +39,7 @@ func TestSettlementFollowsBookedTerms(t *testing.T) {
 		if err := db.RecordCheckout(ctx, buyer.ID, r.ID, checkout, r.AmountCents, now); err != nil {
 			t.Fatal(err)
 		}
-		ev := PaymentEvent{EventID: "evt_" + intent, EventType: "payment_intent.succeeded", ReservationID: r.ID, PaymentIntentID: intent, Amount: r.AmountCents}
+		ev := PaymentEvent{EventID: "evt_" + intent, EventType: "payment_intent.succeeded", ReservationID: r.ID, PaymentIntentID: intent, Amount: r.AmountCents, Currency: "usd"}
 		if out, err := db.RecordPayment(ctx, ev, now); err != nil || out != PaymentConfirmed {
 			t.Fatalf("RecordPayment %d: %v %v", r.ID, out, err)
 		}

@@ -59,7 +59,7 @@ func (h *Handler) moderate(ctx context.Context, o market.Offer) bool {
 		return false
 	}
 	if ok {
-		h.refreshOffer(ctx, o.ID)
+		h.wf.RefreshOffer(ctx, o.ID)
 		h.log.Info("offer auto-approved", "offer_id", o.ID, "provider_id", o.ProviderID)
 	}
 	return ok
@@ -128,7 +128,7 @@ func (h *Handler) handleAdminReview(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h.refreshOffer(ctx, id)
+	h.wf.RefreshOffer(ctx, id)
 	logger(c).Info("offer reviewed", "offer_id", id, "decision", decision, "admin_id", currentUser(c).ID)
 	h.setFlash(c, "ok", fmt.Sprintf("“%s” %s.", o.Title, map[market.ReviewState]string{
 		market.ReviewApproved:         "approved",
@@ -153,7 +153,7 @@ func (h *Handler) handleAdminVerifyFigure(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h.refreshOffer(ctx, id)
+	h.wf.RefreshOffer(ctx, id)
 	logger(c).Info("figure verified", "offer_id", id, "kind", kind, "admin_id", currentUser(c).ID)
 	h.setFlash(c, "ok", "Figure marked verified.")
 	return c.Redirect(http.StatusSeeOther, safeBack(c, "/admin/offers"))
@@ -220,7 +220,7 @@ func (h *Handler) handleAdminSuspend(c echo.Context) error {
 	// Out of the matcher at once; the catalogue and the booking
 	// transaction already refuse a suspended provider's offers.
 	for _, offerID := range s.OfferIDs {
-		h.index().Remove(offerID)
+		h.wf.RemoveOffer(offerID)
 	}
 	logger(c).Info("provider suspended", "provider_id", id, "admin_id", currentUser(c).ID, "flagged", s.Flagged)
 	h.setFlash(c, "ok", fmt.Sprintf("Provider suspended: %d offer(s) unlisted, %d open reservation(s) flagged for review.", len(s.OfferIDs), s.Flagged))
@@ -238,7 +238,7 @@ func (h *Handler) handleAdminReinstate(c echo.Context) error {
 		return err
 	}
 	for _, offerID := range s.OfferIDs {
-		h.refreshOffer(ctx, offerID)
+		h.wf.RefreshOffer(ctx, offerID)
 	}
 	logger(c).Info("provider reinstated", "provider_id", id, "admin_id", currentUser(c).ID)
 	h.setFlash(c, "ok", "Provider reinstated; their approved offers are listed again.")

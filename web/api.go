@@ -263,7 +263,7 @@ func (h *Handler) handleAPIQuotes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := h.index().Match(req, h.now())
+	res, err := h.wf.Index().Match(req, h.now())
 	if err != nil {
 		return err
 	}
@@ -475,7 +475,7 @@ func (h *Handler) handleAPIOfferUpdate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h.refreshOffer(c.Request().Context(), id)
+	h.wf.RefreshOffer(c.Request().Context(), id)
 	if h.moderate(c.Request().Context(), updated) {
 		updated.Review = market.ReviewApproved
 	}
@@ -506,7 +506,7 @@ func (h *Handler) handleAPIOfferState(c echo.Context) error {
 	if err := h.db.SetOfferState(c.Request().Context(), currentUser(c).ID, id, state, h.now()); err != nil {
 		return err
 	}
-	h.refreshOffer(c.Request().Context(), id)
+	h.wf.RefreshOffer(c.Request().Context(), id)
 	return c.NoContent(http.StatusNoContent)
 }
 

@@ -26,30 +26,12 @@ type localProcessor interface {
 	CompleteOnboarding(accountID string, now time.Time) (billing.Event, error)
 }
 
-// Billing limits and timings, kept together.
+// Billing limits, kept together.
 const (
 	webhookBodyLimit = "64K"
-	// incidentAckDeadline is how long a provider has to acknowledge a
-	// buyer's incident report before it becomes a dispute for admins.
-	incidentAckDeadline = 72 * time.Hour
-	// settlementMaxAttempts bounds the retrier; after that a settlement
-	// is failed and waits for an admin.
-	settlementMaxAttempts = 8
-	// retryBase and retryMax shape the retrier's exponential backoff.
-	retryBase = 30 * time.Second
-	retryMax  = time.Hour
 	// minCheckoutExpiry is the shortest checkout expiry Stripe accepts.
 	minCheckoutExpiry = 31 * time.Minute
 )
-
-// backoff is the wait before attempt n+1 after n failed attempts.
-func backoff(attempts int) time.Duration {
-	d := retryBase
-	for i := 1; i < attempts && d < retryMax; i++ {
-		d *= 2
-	}
-	return min(d, retryMax)
-}
 
 // simulated reports whether payments only pretend to move money.
 func (h *Handler) simulated() bool { return h.pay.Simulated() }
@@ -149,7 +131,7 @@ func (h *Handler) localCheckout(c echo.Context) (billing.CheckoutInput, market.R
 	}
 	in, err := h.local.CheckoutInput(c.Param("id"))
 	if err != nil {
-		return billing.CheckoutInput{}, market.Reservation{}, market.Errorf(market.CodeNotFound, "This payment page does not exist (simulated payments are forgotten when the server restarts; start the payment again).")
+		return billing.CheckoutInput{}, market.Reservation{}, market.Errorf(market.CodeNotFound, "This payment page does not exist (start the payment again from the reservation).")
 	}
 	r, err := h.db.FindBuyerReservation(c.Request().Context(), currentUser(c).ID, in.ReservationID)
 	if err != nil {
@@ -183,89 +165,9 @@ type webhookReply struct {
 	Error    string `json:"error,omitempty"`
 }
 
-// applyEvent acts on one verified processor event, whether it came by
-// webhook or from the local processor's simulated pages. Every store call
-// deduplicates on the event id in the same transaction as its effect, so a
-// replay changes nothing; each is written to be safe in any order.
+// applyEvent acts on one verified processor event (workflow.ApplyEvent).
 func (h *Handler) applyEvent(ctx context.Context, log *slog.Logger, ev billing.Event) error {
-	now := h.now()
-	log = log.With("event_id", ev.ID, "event_type", ev.StripeType, "reservation_id", ev.ReservationID)
-	switch ev.Type {
-	case billing.EventPaymentSucceeded, billing.EventCheckoutCompleted:
-		if ev.Type == billing.EventCheckoutCompleted && ev.PaymentStatus != "paid" {
-			// Delayed payment methods: the payment event follows.
-			_, err := h.db.MarkEventProcessed(ctx, ev.ID, ev.StripeType, now)
-			return err
-		}
-		outcome, err := h.db.RecordPayment(ctx, store.PaymentEvent{
-			EventID: ev.ID, EventType: ev.StripeType, ReservationID: ev.ReservationID, CheckoutID: ev.CheckoutID,
-			PaymentIntentID: ev.PaymentIntentID, ChargeID: ev.ChargeID, Amount: ev.AmountCents,
-		}, now)
-		if err != nil {
-			return err
-		}
-		log.Info("payment event", "outcome", outcome, "amount_cents", int64(ev.AmountCents))
-		if outcome == store.PaymentLate {
-			h.refundLatePayments(ctx, now)
-		}
-	case billing.EventPaymentFailed:
-		if _, err := h.db.RecordPaymentFailed(ctx, ev.ID, ev.StripeType, ev.ReservationID, ev.PaymentIntentID, ev.FailureMessage, now); err != nil {
-			return err
-		}
-		log.Info("payment failed", "message", ev.FailureMessage)
-	case billing.EventChargeRefunded:
-		if _, err := h.db.RecordChargeRefunded(ctx, ev.ID, ev.StripeType, ev.ReservationID, ev.PaymentIntentID, ev.AmountCents, now); err != nil {
-			return err
-		}
-	case billing.EventDisputeCreated:
-		opened, err := h.db.OpenStripeDispute(ctx, ev.ID, ev.StripeType, ev.ReservationID, ev.PaymentIntentID, ev.ChargeID, ev.DisputeID, ev.AmountCents, now)
-		if err != nil {
-			return err
-		}
-		if opened {
-			log.Warn("chargeback: dispute opened, provider payouts frozen", "dispute_id", ev.DisputeID)
-		}
-	case billing.EventAccountUpdated:
-		released, err := h.db.UpdatePayoutAccount(ctx, store.AccountUpdate{
-			EventID: ev.ID, EventType: ev.StripeType, AccountID: ev.AccountID, DetailsSubmitted: ev.DetailsSubmitted,
-			ChargesEnabled: ev.ChargesEnabled, PayoutsEnabled: ev.PayoutsEnabled, At: ev.Created,
-		}, now)
-		if err != nil {
-			return err
-		}
-		if released > 0 {
-			log.Info("payouts released after onboarding", "account_id", ev.AccountID, "released", released)
-		}
-	default:
-		_, err := h.db.MarkEventProcessed(ctx, ev.ID, ev.StripeType, now)
-		return err
-	}
-	return nil
-}
-
-// refundLatePayments refunds in full every payment that arrived after its
-// reservation could no longer be confirmed, with the reservation's refund
-// idempotency key; a failure is retried later with backoff.
-func (h *Handler) refundLatePayments(ctx context.Context, now time.Time) {
-	due, err := h.db.ListDuePaymentRefunds(ctx, now)
-	if err != nil {
-		h.log.Error("background: list late payments", "err", err)
-		return
-	}
-	for _, p := range due {
-		ref, err := h.pay.Refund(ctx, p.PaymentIntentID, p.Amount, market.EntryKey(p.ReservationID, market.EntryRefund, 0))
-		if err == nil {
-			err = h.db.RecordPaymentRefund(ctx, p.ReservationID, ref.ID, now)
-		}
-		if err != nil {
-			h.log.Error("late payment refund failed; will retry", "reservation_id", p.ReservationID, "attempt", p.Attempts+1, "err", err)
-			if err := h.db.RecordPaymentRefundFailure(ctx, p.ReservationID, err.Error(), now.Add(backoff(p.Attempts+1)), now); err != nil {
-				h.log.Error("record late refund failure", "reservation_id", p.ReservationID, "err", err)
-			}
-			continue
-		}
-		h.log.Info("late payment refunded in full", "reservation_id", p.ReservationID, "refund_id", ref.ID)
-	}
+	return h.wf.ApplyEvent(ctx, log, ev)
 }
 
 // handlePayoutConnect creates the provider's connected account if needed

@@ -85,7 +85,7 @@ func (h *Handler) handleCatalogue(c echo.Context) error {
 	catalogueOptions(&v)
 	for _, l := range listings {
 		card := offerCard(l)
-		card.Reliability = market.FormatPercentBP(h.reliability(l.Offer.ProviderID)) + "%"
+		card.Reliability = market.FormatPercentBP(h.wf.Reliability(l.Offer.ProviderID)) + "%"
 		v.Offers = append(v.Offers, card)
 	}
 	switch total {
@@ -208,7 +208,7 @@ func (h *Handler) handleOfferShow(c echo.Context) error {
 		return market.Errorf(market.CodeNotFound, "There is no such offer.")
 	}
 	v := offerDetail(l)
-	v.Reliability = market.FormatPercentBP(h.reliability(o.ProviderID)) + "%"
+	v.Reliability = market.FormatPercentBP(h.wf.Reliability(o.ProviderID)) + "%"
 	if l.ProviderSuspended {
 		v.Status = "Not listed in the catalogue: the provider is suspended."
 	} else if !o.Listed() {

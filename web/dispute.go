@@ -247,25 +247,24 @@ func (h *Handler) handleAdminDisputeDecide(c echo.Context) error {
 			return h.adminDisputePage(c, http.StatusUnprocessableEntity, id, creditText, reason, map[string]string{"credit": "Enter the credit in dollars, e.g. 12.50, or reject the dispute."})
 		}
 	}
-	dec, err := h.db.DecideDispute(ctx, currentUser(c).ID, id, credit, reason, h.now())
+	d, refunded, err := h.wf.DecideDispute(ctx, currentUser(c).ID, id, credit, reason)
 	if market.ErrorCode(err) == market.CodeInvalid {
 		return h.adminDisputePage(c, http.StatusUnprocessableEntity, id, creditText, reason, market.FieldErrors(err))
 	}
 	if err != nil {
 		return err
 	}
-	logger(c).Info("dispute decided", "dispute_id", id, "status", dec.Case.Status, "credit_cents", int64(credit), "admin_id", currentUser(c).ID)
-	msg := "Dispute rejected; both parties have been told."
-	if dec.PaymentIntentID != "" {
-		if err := h.refundDispute(ctx, dec.Case, dec.PaymentIntentID); err != nil {
-			h.setFlash(c, "error", "The credit is granted but the refund did not go through yet; retry it from this page.")
-			return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/admin/disputes/%d", id))
-		}
-		msg = fmt.Sprintf("Credit of %s granted and refunded; both parties have been told.", credit)
-	} else if credit > 0 {
-		msg = fmt.Sprintf("Credit of %s granted (already returned by the chargeback).", credit)
+	logger(c).Info("dispute decided", "dispute_id", id, "status", d.Status, "credit_cents", int64(credit), "admin_id", currentUser(c).ID)
+	switch {
+	case !refunded:
+		h.setFlash(c, "error", "The credit is granted but the refund did not go through yet; it is retried automatically, or retry it from this page.")
+	case credit == 0:
+		h.setFlash(c, "ok", "Dispute rejected; both parties have been told.")
+	case d.Source == store.DisputeSourceStripe:
+		h.setFlash(c, "ok", fmt.Sprintf("The providers bear %s of the chargeback; the rest is the platform's loss. Both parties have been told.", credit))
+	default:
+		h.setFlash(c, "ok", fmt.Sprintf("Credit of %s granted and refunded; both parties have been told.", credit))
 	}
-	h.setFlash(c, "ok", msg)
 	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/admin/disputes/%d", id))
 }
 
@@ -274,39 +273,16 @@ func (h *Handler) handleAdminDisputeRefund(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	d, err := h.db.FindDispute(ctx, id)
-	if err != nil {
-		return err
-	}
-	if d.RefundState != store.DisputeRefundPending {
-		return market.Errorf(market.CodeConflict, "There is no refund waiting on this dispute.")
-	}
-	p, err := h.db.FindPayment(ctx, d.ReservationID)
-	if err != nil {
-		return err
-	}
-	if err := h.refundDispute(ctx, d, p.PaymentIntentID); err != nil {
+	if err := h.wf.RefundDispute(c.Request().Context(), id); err != nil {
+		if market.ErrorCode(err) == market.CodeConflict || market.ErrorCode(err) == market.CodeNotFound {
+			return err
+		}
+		logger(c).Error("dispute refund failed", "dispute_id", id, "err", err)
 		h.setFlash(c, "error", "The refund did not go through; try again later.")
 	} else {
 		h.setFlash(c, "ok", "Refund made.")
 	}
 	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/admin/disputes/%d", id))
-}
-
-// refundDispute refunds a granted credit through the processor, with the
-// dispute's idempotency key so a retry never refunds twice, and records it.
-func (h *Handler) refundDispute(ctx context.Context, d store.DisputeCase, paymentIntentID string) error {
-	ref, err := h.pay.Refund(ctx, paymentIntentID, d.CreditCents, market.DisputeKey(d.ID, market.EntryRefund, 0))
-	if err != nil {
-		h.log.Error("dispute refund failed", "dispute_id", d.ID, "err", err)
-		return err
-	}
-	if _, err := h.db.RecordDisputeRefund(ctx, d.ID, ref.ID, h.now()); err != nil {
-		h.log.Error("dispute refund made but not recorded; retry records it", "dispute_id", d.ID, "refund_id", ref.ID, "err", err)
-		return err
-	}
-	return nil
 }
 
 // statementExtras are the dispute credits and the buyer's ledger entries of

@@ -13,6 +13,7 @@ import (
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/views"
+	"github.com/gpumarket/gpumarket/workflow"
 )
 
 // incidentInput is the incident form as posted.
@@ -259,7 +260,7 @@ func incidentRows(incs []store.Incident, pieces []market.ReservationPiece, provi
 		case !i.DisputedAt.IsZero():
 			row.Status = "Not acknowledged in time: a dispute for the admins"
 		default:
-			row.Status = "Awaiting the provider's acknowledgement until " + formatTime(i.CreatedAt.Add(incidentAckDeadline))
+			row.Status = "Awaiting the provider's acknowledgement until " + formatTime(i.CreatedAt.Add(workflow.IncidentAckDeadline))
 			if provider && !settling {
 				row.AckURL = fmt.Sprintf("/provider/incidents/%d/acknowledge", i.ID)
 			}

@@ -23,7 +23,7 @@ func (h *Handler) matchCarbonAware(ctx context.Context, req market.Request, now 
 	if err != nil {
 		return market.Result{}, nil, err
 	}
-	return market.MatchCarbonAware(h.index().Match, req, now, profile)
+	return market.MatchCarbonAware(h.wf.Index().Match, req, now, profile)
 }
 
 // carbonProfiles returns the profile lookup for quote pieces: the offer's

@@ -143,7 +143,7 @@ func (h *Handler) handleOfferUpdate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h.refreshOffer(ctx, id) // back in review: out of the matcher until approved
+	h.wf.RefreshOffer(ctx, id) // back in review: out of the matcher until approved
 	logger(c).Info("offer updated", "offer_id", id, "provider_id", u.ID)
 	if h.moderate(ctx, updated) {
 		h.setFlash(c, "ok", fmt.Sprintf("“%s” is saved and listed: approved automatically on your track record.", updated.Title))
@@ -168,7 +168,7 @@ func (h *Handler) handleOfferState(c echo.Context) error {
 	if err := h.db.SetOfferState(c.Request().Context(), u.ID, id, state, h.now()); err != nil {
 		return err
 	}
-	h.refreshOffer(c.Request().Context(), id)
+	h.wf.RefreshOffer(c.Request().Context(), id)
 	msg := map[market.OfferState]string{
 		market.OfferActive:    "Offer resumed.",
 		market.OfferPaused:    "Offer paused: it is hidden from the catalogue until you resume it.",

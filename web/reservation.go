@@ -51,27 +51,14 @@ func (h *Handler) book(c echo.Context, buyerID int64, req market.Request, sig st
 	if err != nil {
 		return market.Reservation{}, err
 	}
-	r, err := h.db.CreateReservation(ctx, buyerID, pieces, string(reqJSON), now, holdDuration)
-	if err != nil {
-		return market.Reservation{}, err
-	}
-	for _, p := range r.Pieces {
-		h.index().AddCommitment(pieceCommitment(p))
-	}
-	logger(c).Info("reservation held", "reservation_id", r.ID, "buyer_id", buyerID, "amount_cents", int64(r.AmountCents))
-	return r, nil
+	return h.wf.Book(ctx, buyerID, pieces, string(reqJSON), holdDuration)
 }
 
-// cancel cancels the signed-in buyer's reservation under its policy and
-// releases its capacity in the matcher's index; shared by the browser and
-// the API so neither can forget the index.
+// cancel cancels the signed-in buyer's reservation under its policy
+// (workflow.Cancel: capacity released, a paid one refunded less the fee);
+// shared by the browser and the API.
 func (h *Handler) cancel(c echo.Context, id int64) (market.Reservation, error) {
-	r, err := h.db.CancelReservation(c.Request().Context(), currentUser(c).ID, id, h.now())
-	if err != nil {
-		return market.Reservation{}, err
-	}
-	h.releaseCommitments(r)
-	return r, nil
+	return h.wf.Cancel(c.Request().Context(), currentUser(c).ID, id)
 }
 
 func (h *Handler) handleReserve(c echo.Context) error {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/sessions"
@@ -18,8 +17,8 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/gpumarket/gpumarket/billing"
-	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/workflow"
 )
 
 // Config is what cmd hands the web layer; it reads no environment itself.
@@ -35,11 +34,15 @@ type Config struct {
 	APIRatePerSecond float64
 	// Now returns the current time; nil means time.Now in UTC. Tests fix it.
 	Now func() time.Time
-	// Billing is the payment processor; nil means the local test
-	// processor (simulated payments, no money moves).
+	// Workflow runs the multi-step operations; the process owner builds it
+	// and runs its background work. nil means New builds one from Billing,
+	// PlatformFeeBP and Now (tests; nobody runs its background work).
+	Workflow *workflow.Service
+	// Billing is the payment processor when Workflow is nil; nil means the
+	// local test processor (simulated payments, no money moves).
 	Billing billing.Processor
 	// PlatformFeeBP is the platform's fee in basis points of what a
-	// provider keeps after credits (cmd's default is 1000, 10%).
+	// provider keeps after credits, when Workflow is nil.
 	PlatformFeeBP int
 }
 
@@ -50,17 +53,13 @@ type Handler struct {
 	log     *slog.Logger
 	cookies *sessions.CookieStore
 	secure  bool // base URL is https: Secure cookies and HSTS
-	// idx is the matcher's in-memory index. It is rebuilt from the database
-	// at start and periodically, and follows every change this process
-	// makes; it only speeds up search (the store decides what fits).
-	idx atomic.Pointer[market.Index]
+	// wf runs the multi-step operations (booking, cancelling, payments,
+	// settlement, disputes, reconciliation) and owns the matcher's index.
+	wf *workflow.Service
 	// pwCost is the bcrypt cost; dummyHash, a hash at that cost compared
 	// against when a login names no account.
 	pwCost    int
 	dummyHash []byte
-	// scores are the providers' reliability scores (basis points) as of
-	// the last index load, for pages; see reliability.
-	scores atomic.Pointer[map[int64]int]
 	// pay moves money; local is set when it is the local test processor,
 	// whose simulated payment and onboarding pages this server serves.
 	pay     billing.Processor
@@ -80,7 +79,8 @@ const (
 )
 
 // New builds the handler and the Echo instance with every route and
-// middleware; the handler's RunBackground does the periodic work.
+// middleware. The periodic work is the workflow's (workflow.Service.Run),
+// started and stopped by the process owner.
 func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Handler, *echo.Echo, error) {
 	if len(cfg.SessionKey) < 32 {
 		return nil, nil, errors.New("web: session key must be at least 32 bytes")
@@ -93,14 +93,15 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 		cfg.Now = func() time.Time { return time.Now().UTC() }
 	}
 	h := &Handler{cfg: cfg, db: db, log: log, secure: strings.EqualFold(u.Scheme, "https")}
-	if cfg.Billing == nil {
-		cfg.Billing = billing.NewLocal(billing.LocalConfig{})
+	if cfg.Workflow == nil {
+		cfg.Workflow, err = workflow.New(ctx, workflow.Config{Billing: cfg.Billing, PlatformFeeBP: cfg.PlatformFeeBP, Now: cfg.Now}, db, log)
+		if err != nil {
+			return nil, nil, err
+		}
 	}
-	if cfg.PlatformFeeBP < 0 || cfg.PlatformFeeBP > 10000 {
-		return nil, nil, errors.New("web: platform fee must be between 0 and 10000 basis points")
-	}
-	h.cfg.Billing, h.pay, h.baseURL = cfg.Billing, cfg.Billing, strings.TrimSuffix(cfg.BaseURL, "/")
-	h.local, _ = cfg.Billing.(localProcessor)
+	h.wf, h.cfg.Workflow = cfg.Workflow, cfg.Workflow
+	h.pay, h.baseURL = h.wf.Processor(), strings.TrimSuffix(cfg.BaseURL, "/")
+	h.local, _ = h.pay.(localProcessor)
 	h.pwCost = cfg.PasswordCost
 	if h.pwCost == 0 {
 		h.pwCost = DefaultPasswordCost
@@ -118,12 +119,6 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 		SameSite: http.SameSiteLaxMode,
 	}
 
-	idx, scores, err := loadIndex(ctx, db, cfg.Now())
-	if err != nil {
-		return nil, nil, err
-	}
-	h.idx.Store(idx)
-	h.scores.Store(&scores)
 
 	e := echo.New()
 	// The client address (for throttling and logs) is the TCP peer: headers

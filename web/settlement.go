@@ -5,103 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/views"
 )
-
-// billingTick is the billing part of the background loop: buyer reports
-// left unacknowledged past the deadline become disputes, completed
-// reservations start settling, due settlement steps run (the bounded
-// retrier), and late payments are refunded. Every step's state is in the
-// database, so a restart picks up where the last run stopped, and every
-// processor call carries an idempotency key, so a repeated step never
-// moves money twice.
-func (h *Handler) billingTick(ctx context.Context, now time.Time) {
-	disputes, err := h.db.EscalateIncidents(ctx, now.Add(-incidentAckDeadline), now)
-	if err != nil {
-		h.log.Error("background: escalate incidents", "err", err)
-	}
-	for _, d := range disputes {
-		h.log.Warn("unacknowledged incident became a dispute", "reservation_id", d.ReservationID, "incident_id", d.IncidentID, "dispute_id", d.ID)
-	}
-	ids, err := h.db.ListSettleable(ctx)
-	if err != nil {
-		h.log.Error("background: list settleable", "err", err)
-	}
-	for _, id := range ids {
-		s, err := h.db.StartSettlement(ctx, id, h.cfg.PlatformFeeBP, now)
-		if err != nil {
-			h.log.Error("settlement not started", "reservation_id", id, "err", err)
-			continue
-		}
-		h.log.Info("settlement started", "reservation_id", id, "refund_cents", int64(s.RefundCents), "state", s.State)
-	}
-	due, err := h.db.ListDueSettlements(ctx, now)
-	if err != nil {
-		h.log.Error("background: list due settlements", "err", err)
-	}
-	for _, s := range due {
-		h.runSettlement(ctx, s, now)
-	}
-	h.refundLatePayments(ctx, now)
-}
-
-// runSettlement makes the settlement's remaining money movements in order,
-// the refund first, then each provider's transfer, recording each as soon
-// as the processor confirms it. The first failure stops the run and is
-// recorded with the time of the next attempt.
-func (h *Handler) runSettlement(ctx context.Context, s store.Settlement, now time.Time) {
-	log := h.log.With("reservation_id", s.ReservationID)
-	var err error
-	if !s.RefundDone {
-		var ref billing.Refund
-		ref, err = h.pay.Refund(ctx, s.PaymentIntentID, s.RefundCents, market.EntryKey(s.ReservationID, market.EntryRefund, 0))
-		if err != nil {
-			h.settlementFailed(ctx, s, "refund", err, now)
-			return
-		}
-		if s, err = h.db.RecordSettlementRefund(ctx, s.ReservationID, ref.ID, now); err != nil {
-			log.Error("settlement refund made but not recorded; will retry", "refund_id", ref.ID, "err", err)
-			return
-		}
-		log.Info("settlement refund made", "refund_id", ref.ID, "amount_cents", int64(s.RefundCents))
-	}
-	for _, t := range s.Transfers {
-		if t.State != store.TransferPending {
-			continue
-		}
-		tr, err := h.pay.Transfer(ctx, t.AccountID, t.Amount, market.TransferGroup(s.ReservationID),
-			market.EntryKey(s.ReservationID, market.EntryTransfer, t.ProviderID))
-		if err != nil {
-			h.settlementFailed(ctx, s, fmt.Sprintf("transfer to provider %d", t.ProviderID), err, now)
-			return
-		}
-		if _, err := h.db.RecordSettlementTransfer(ctx, s.ReservationID, t.ProviderID, tr.ID, now); err != nil {
-			log.Error("settlement transfer made but not recorded; will retry", "transfer_id", tr.ID, "err", err)
-			return
-		}
-		log.Info("settlement transfer made", "provider_id", t.ProviderID, "transfer_id", tr.ID, "amount_cents", int64(t.Amount))
-	}
-}
-
-// settlementFailed records a failed step: retried with exponential backoff
-// while the error is retryable and attempts remain, else failed for admins.
-func (h *Handler) settlementFailed(ctx context.Context, s store.Settlement, step string, err error, now time.Time) {
-	attempts := s.Attempts + 1
-	giveUp := attempts >= settlementMaxAttempts || !billing.Retryable(err)
-	next := now.Add(backoff(attempts))
-	h.log.Error("settlement step failed", "reservation_id", s.ReservationID, "step", step, "attempt", attempts, "give_up", giveUp, "err", err)
-	msg := fmt.Sprintf("%s: %v", step, err)
-	if rerr := h.db.RecordSettlementFailure(ctx, s.ReservationID, msg, next, giveUp, now); rerr != nil {
-		h.log.Error("record settlement failure", "reservation_id", s.ReservationID, "err", rerr)
-	}
-}
 
 // settlementNote writes, for a buyer (providerID 0) or a provider, where
 // the reservation's settlement stands, and reports whether it has started.

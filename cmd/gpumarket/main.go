@@ -17,11 +17,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/web"
+	"github.com/gpumarket/gpumarket/workflow"
 )
 
 func main() {
@@ -127,14 +129,29 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 
-	h, e, err := web.New(ctx, web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo, APIRatePerSecond: *apiRate,
-		Now: now, Billing: processor, PlatformFeeBP: *bf.feeBP}, db, log)
+	wf, err := workflow.New(ctx, workflow.Config{Billing: processor, PlatformFeeBP: *bf.feeBP, Now: now}, db, log)
 	if err != nil {
 		return err
 	}
+	_, e, err := web.New(ctx, web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo, APIRatePerSecond: *apiRate,
+		Now: now, Workflow: wf}, db, log)
+	if err != nil {
+		return err
+	}
+	// The background work is joined before the database closes (deferred
+	// above, so it runs after this): its step under way finishes first.
 	bgCtx, stopBackground := context.WithCancel(context.Background())
-	defer stopBackground()
-	go h.RunBackground(bgCtx, *tick)
+	var background sync.WaitGroup
+	background.Add(1)
+	go func() {
+		defer background.Done()
+		wf.Run(bgCtx, *tick)
+	}()
+	defer func() {
+		stopBackground()
+		background.Wait()
+		log.Info("background work stopped")
+	}()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", *addr, err)

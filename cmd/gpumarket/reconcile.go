@@ -5,15 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 
 	"github.com/gpumarket/gpumarket/store"
-	"github.com/gpumarket/gpumarket/web"
+	"github.com/gpumarket/gpumarket/workflow"
 )
 
-// reconcile compares the ledger with the Stripe objects it references and
-// prints every difference; it fails when there is any. Without a Stripe key
-// only the ledger's own checks run (simulated payments leave no objects to
-// retrieve from another process).
+// reconcile compares the ledger with the processor's objects it references
+// (Stripe's, or the local test processor's, kept in the same database),
+// checks that nothing owed is left unpaid, and prints every difference; it
+// fails when there is any.
 func reconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -31,11 +32,14 @@ func reconcile(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	opts := web.ReconcileOptions{LedgerOnly: processor.Simulated()}
-	if opts.LedgerOnly {
-		fmt.Fprintln(stdout, "no Stripe key: payments are simulated, checking the ledger only")
+	if processor.Simulated() {
+		fmt.Fprintln(stdout, "no Stripe key: checking against the local test processor's records")
 	}
-	diffs, err := web.Reconcile(ctx, db, processor, opts)
+	wf, err := workflow.New(ctx, workflow.Config{Billing: processor, PlatformFeeBP: *bf.feeBP}, db, slog.New(slog.NewTextHandler(stderr, nil)))
+	if err != nil {
+		return err
+	}
+	diffs, err := wf.Reconcile(ctx, workflow.ReconcileOptions{})
 	if err != nil {
 		return err
 	}

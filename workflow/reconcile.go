@@ -1,0 +1,188 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+)
+
+// Difference is one way the ledger and the processor disagree, the ledger
+// disagrees with itself, or money is owed that has not moved.
+type Difference struct {
+	ReservationID int64 // 0 for the ledger as a whole
+	What          string
+	Ledger        string
+	Processor     string
+}
+
+// ReconcileOptions controls Reconcile.
+type ReconcileOptions struct {
+	// LedgerOnly skips retrieving processor objects.
+	LedgerOnly bool
+}
+
+// Reconcile lists every difference, each a reason for `gpumarket reconcile`
+// to exit non-zero:
+//
+//   - the ledger's own checks: every reservation balances; every finished
+//     settlement (a settled reservation, or a cancelled paid one) leaves
+//     nothing owed;
+//   - money owed and not moved: a paid reservation that was cancelled or
+//     expired and is not refunded, a settlement that failed, a late or
+//     mismatched payment not refunded, a granted dispute credit not
+//     refunded;
+//   - the processor's objects: per payment intent the charges against the
+//     amount received, per refund and transfer the amount (and the account
+//     and transfer group), the processor's reported refund total against
+//     the ledger's refunds.
+func (s *Service) Reconcile(ctx context.Context, opts ReconcileOptions) ([]Difference, error) {
+	db := s.db
+	entries, err := db.ListAllLedger(ctx)
+	if err != nil {
+		return nil, err
+	}
+	payments, err := db.ListPayments(ctx)
+	if err != nil {
+		return nil, err
+	}
+	settlements, err := db.ListSettlements(ctx)
+	if err != nil {
+		return nil, err
+	}
+	exceptions, err := db.ListPaymentExceptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pendingDisputes, err := db.ListPendingDisputeRefunds(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Difference
+	add := func(id int64, what, ledger, processor string) {
+		out = append(out, Difference{ReservationID: id, What: what, Ledger: ledger, Processor: processor})
+	}
+	if err := market.CheckBalanced(entries); err != nil {
+		add(0, "ledger does not balance", err.Error(), "")
+	}
+	settled := map[int64]store.Settlement{}
+	for _, st := range settlements {
+		settled[st.ReservationID] = st
+		switch st.State {
+		case store.SettlementDone:
+			if err := market.CheckSettled(entries, st.ReservationID); err != nil {
+				add(st.ReservationID, "settled but accounts left open", err.Error(), "")
+			}
+		case store.SettlementFailed:
+			add(st.ReservationID, "settlement failed: money owed has not moved", st.LastError, "")
+		}
+	}
+	charged := map[string]market.Cents{}
+	chargeRes := map[string]int64{}
+	refundedByRes := map[int64]market.Cents{}
+	for _, e := range entries {
+		switch e.Kind {
+		case market.EntryCharge:
+			charged[e.StripeRef] += e.Amount
+			chargeRes[e.StripeRef] = e.ReservationID
+		case market.EntryRefund:
+			refundedByRes[e.ReservationID] += e.Amount
+		}
+	}
+	for _, p := range payments {
+		paid := p.Status == store.PaymentPaid || p.Status == store.PaymentRefundPending || p.Status == store.PaymentRefunded
+		if paid && charged[p.PaymentIntentID] != p.Amount {
+			add(p.ReservationID, "payment recorded but charge entries differ", charged[p.PaymentIntentID].String(), p.Amount.String())
+		}
+		if p.RefundedCents != 0 && p.RefundedCents != refundedByRes[p.ReservationID] {
+			add(p.ReservationID, "processor reports a different refund total", refundedByRes[p.ReservationID].String(), p.RefundedCents.String())
+		}
+		if p.Status == store.PaymentRefundPending {
+			add(p.ReservationID, "late payment not refunded yet", p.Amount.String(), p.LastError)
+		}
+		if p.Status == store.PaymentPaid {
+			r, err := db.FindReservation(ctx, p.ReservationID)
+			if err != nil {
+				return nil, err
+			}
+			st, ok := settled[r.ID]
+			switch {
+			case (r.State == market.ReservationCancelled || r.State == market.ReservationExpired) && !ok:
+				add(r.ID, fmt.Sprintf("paid reservation %s but never settled or refunded", r.State), p.Amount.String(), "")
+			case (r.State == market.ReservationCancelled || r.State == market.ReservationExpired) && !st.RefundDone:
+				add(r.ID, fmt.Sprintf("paid reservation %s, refund not made yet", r.State), st.RefundCents.String(), st.LastError)
+			}
+		}
+	}
+	for _, e := range exceptions {
+		if e.State == store.PaymentRefundPending {
+			add(e.ReservationID, "mismatched payment "+e.PaymentIntentID+" not refunded yet ("+e.Reason+")", e.Amount.String()+" "+e.Currency, e.LastError)
+		}
+	}
+	for _, d := range pendingDisputes {
+		add(d.ReservationID, fmt.Sprintf("dispute %d credit granted but not refunded yet", d.ID), d.CreditCents.String(), "")
+	}
+	if opts.LedgerOnly {
+		return out, nil
+	}
+	for pi, amount := range charged {
+		if pi == "" {
+			add(chargeRes[pi], "charge without a payment reference", amount.String(), "")
+			continue
+		}
+		p, err := s.pay.RetrievePayment(ctx, pi)
+		switch {
+		case err != nil:
+			add(chargeRes[pi], "payment "+pi+" cannot be retrieved", amount.String(), remoteError(err))
+		case !p.Succeeded:
+			add(chargeRes[pi], "payment "+pi+" has not succeeded", amount.String(), p.Status)
+		case p.AmountReceived != amount:
+			add(chargeRes[pi], "payment "+pi+" amount differs", amount.String(), p.AmountReceived.String())
+		}
+	}
+	for _, e := range entries {
+		switch {
+		case e.Kind == market.EntryRefund:
+			if e.StripeRef == "" {
+				add(e.ReservationID, "refund without a processor reference", e.Amount.String(), "")
+				continue
+			}
+			r, err := s.pay.RetrieveRefund(ctx, e.StripeRef)
+			switch {
+			case err != nil:
+				add(e.ReservationID, "refund "+e.StripeRef+" cannot be retrieved", e.Amount.String(), remoteError(err))
+			case r.Amount != e.Amount:
+				add(e.ReservationID, "refund "+e.StripeRef+" amount differs", e.Amount.String(), r.Amount.String())
+			case r.Status == "failed" || r.Status == "canceled":
+				add(e.ReservationID, "refund "+e.StripeRef+" did not go through", e.Amount.String(), r.Status)
+			}
+		case e.Kind == market.EntryTransfer:
+			if e.StripeRef == "" {
+				add(e.ReservationID, "transfer without a processor reference", e.Amount.String(), "")
+				continue
+			}
+			t, err := s.pay.RetrieveTransfer(ctx, e.StripeRef)
+			switch {
+			case err != nil:
+				add(e.ReservationID, "transfer "+e.StripeRef+" cannot be retrieved", e.Amount.String(), remoteError(err))
+			case t.Amount != e.Amount:
+				add(e.ReservationID, "transfer "+e.StripeRef+" amount differs", e.Amount.String(), t.Amount.String())
+			case t.TransferGroup != "" && t.TransferGroup != market.TransferGroup(e.ReservationID):
+				add(e.ReservationID, "transfer "+e.StripeRef+" is in another transfer group", market.TransferGroup(e.ReservationID), t.TransferGroup)
+			}
+		}
+	}
+	return out, nil
+}
+
+// remoteError is a processor error as a reconciliation line: the safe
+// message of a market error, else the error's text (admins only).
+func remoteError(err error) string {
+	var me *market.Error
+	if errors.As(err, &me) {
+		return me.Message
+	}
+	return err.Error()
+}

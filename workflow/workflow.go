@@ -1,0 +1,107 @@
+// Package workflow is the one home of the marketplace's multi-step
+// operations: booking and cancelling (with the matcher index kept in step),
+// applying the payment processor's events, settling reservations and
+// retrying their money movements, refunding late and mismatched payments,
+// deciding disputes, reconciling the ledger with the processor, and the
+// periodic work (hold expiry, lifecycle, clean-up). The web handlers and the
+// command line both call it; it decides nothing itself — the rules are in
+// market, the state in store, the money moves through billing.
+package workflow
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpumarket/gpumarket/billing"
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+)
+
+// Timings and limits of the money workflow, kept together.
+const (
+	// IncidentAckDeadline is how long a provider has to acknowledge a
+	// buyer's incident report before it becomes a dispute for admins.
+	IncidentAckDeadline = 72 * time.Hour
+	// SettlementMaxAttempts bounds the retrier; after that a settlement is
+	// failed and waits for an admin.
+	SettlementMaxAttempts = 8
+	// retryBase and retryMax shape the retrier's exponential backoff.
+	retryBase = 30 * time.Second
+	retryMax  = time.Hour
+	// indexReloadEvery bounds how stale the index can be for changes made
+	// by another replica.
+	indexReloadEvery = 5 * time.Minute
+	// pruneEvery is how often expired sessions and old throttle records are
+	// deleted; throttleKeep is how long throttle records are kept.
+	pruneEvery   = time.Hour
+	throttleKeep = 24 * time.Hour
+)
+
+// Config is what the process owner hands the workflow.
+type Config struct {
+	// Billing is the payment processor; nil means the local test processor
+	// over the same database (simulated payments, no money moves).
+	Billing billing.Processor
+	// PlatformFeeBP is the platform's fee in basis points of what a
+	// provider keeps after credits.
+	PlatformFeeBP int
+	// Now returns the current time; nil means time.Now in UTC.
+	Now func() time.Time
+}
+
+// Service runs the workflows over one database and one processor. It is
+// safe for concurrent use.
+type Service struct {
+	db    *store.DB
+	pay   billing.Processor
+	log   *slog.Logger
+	feeBP int
+	now   func() time.Time
+
+	// idx is the matcher's in-memory index, rebuilt from the database at
+	// start and periodically, and kept in step with every booking,
+	// cancellation, expiry and offer change made through the Service. It
+	// only speeds up search: the store re-checks capacity inside the booking
+	// transaction, so a stale index can cost a retry, never a double booking.
+	idx    atomic.Pointer[market.Index]
+	scores atomic.Pointer[map[int64]int]
+}
+
+// New builds the service and loads the matcher index from the database.
+func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Service, error) {
+	if cfg.PlatformFeeBP < 0 || cfg.PlatformFeeBP > 10000 {
+		return nil, errors.New("workflow: platform fee must be between 0 and 10000 basis points")
+	}
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time { return time.Now().UTC() }
+	}
+	if cfg.Billing == nil {
+		cfg.Billing = billing.NewLocal(billing.LocalConfig{Store: db})
+	}
+	s := &Service{db: db, pay: cfg.Billing, log: log, feeBP: cfg.PlatformFeeBP, now: func() time.Time { return cfg.Now().UTC() }}
+	if err := s.ReloadIndex(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Processor is the payment processor the service moves money through.
+func (s *Service) Processor() billing.Processor { return s.pay }
+
+// PlatformFeeBP is the platform's fee in basis points.
+func (s *Service) PlatformFeeBP() int { return s.feeBP }
+
+// Now is the service's clock, in UTC.
+func (s *Service) Now() time.Time { return s.now() }
+
+// backoff is the wait before attempt n+1 after n failed attempts.
+func backoff(attempts int) time.Duration {
+	d := retryBase
+	for i := 1; i < attempts && d < retryMax; i++ {
+		d *= 2
+	}
+	return min(d, retryMax)
+}
