@@ -15,7 +15,16 @@ var (
 	smallRegions = []string{"us-west-or", "eu-north-se", "ap-northeast-jp"}
 )
 
-// randomOffer is a valid, listed offer with hour-aligned times.
+// Software versions and network speeds offers and requests draw from.
+var (
+	smallDrivers = []string{"525.60", "535.104", "550.54", "560.35.03"}
+	smallCUDAs   = []string{"11.8", "12.2", "12.4", "12.6"}
+)
+
+// randomOffer is a valid, listed offer with hour-aligned times, varied in
+// everything a request can constrain: model, region, price, interconnect,
+// network, software, figures (verified or not, a relative throughput) and
+// carbon intensity.
 func randomOffer(rng *rand.Rand, id int64) Offer {
 	acc, _ := FindAccelerator(smallAccs[rng.IntN(len(smallAccs))])
 	dpn := 1 + rng.IntN(4)
@@ -26,7 +35,8 @@ func randomOffer(rng *rand.Rand, id int64) Offer {
 		AcceleratorID: acc.ID, MemoryGB: acc.MemoryGB, DevicesPerNode: dpn, Nodes: nodes,
 		Interconnect: InterconnectPCIe, NetworkID: "ethernet-25", PlacementGroup: rng.IntN(2) == 0,
 		CPUCores: 32, RAMGB: 256, StorageGB: 1000,
-		DriverVersion: "550.54", CUDAVersion: "12.4", OSImage: "Ubuntu 22.04", ContainerRuntime: "Docker",
+		DriverVersion: smallDrivers[rng.IntN(len(smallDrivers))], CUDAVersion: smallCUDAs[rng.IntN(len(smallCUDAs))],
+		OSImage: "Ubuntu 22.04", ContainerRuntime: "Docker",
 		RegionID: smallRegions[rng.IntN(len(smallRegions))], CarbonGPerKWh: 20 + rng.IntN(500),
 		AvailableFrom:  t0.Add(time.Duration(rng.IntN(12)) * time.Hour),
 		AvailableUntil: t0.Add(time.Duration(24+rng.IntN(48)) * time.Hour),
@@ -39,8 +49,20 @@ func randomOffer(rng *rand.Rand, id int64) Offer {
 	if dpn > 1 && rng.IntN(2) == 0 {
 		o.Interconnect = InterconnectNVLink
 	}
-	if o.PlacementGroup && nodes > 1 {
-		o.NetworkID = "infiniband-400"
+	switch {
+	case o.PlacementGroup && nodes > 1: // a multi-node placement group needs RDMA
+		o.NetworkID = []string{"roce-200", "infiniband-400"}[rng.IntN(2)]
+	case nodes > 1:
+		o.NetworkID = []string{"ethernet-25", "ethernet-100", "roce-200"}[rng.IntN(3)]
+	default:
+		o.NetworkID = []string{"none", "ethernet-10", "ethernet-25", "ethernet-100"}[rng.IntN(4)]
+	}
+	bases := []FigureBasis{FigureVerified, FigureGuaranteed, FigureEstimated}
+	if rng.IntN(2) == 0 {
+		o.Figures = append(o.Figures, Figure{Kind: FigureMemBandwidth, Value: int64(1000 + rng.IntN(3000)), Basis: bases[rng.IntN(3)], Method: "stream"})
+	}
+	if rng.IntN(3) == 0 {
+		o.Figures = append(o.Figures, Figure{Kind: FigureRelThroughput, Value: int64(300 + rng.IntN(3700)), Basis: bases[rng.IntN(3)], Method: "training run"})
 	}
 	if rng.IntN(3) == 0 {
 		o.Interruptible = true
@@ -78,6 +100,13 @@ func randomInstance(rng *rand.Rand, kind WorkloadKind) instance {
 				Start: s, End: s.Add(time.Duration(1+rng.IntN(12)) * time.Hour),
 			})
 		}
+		if rng.IntN(8) == 0 { // nearly all of it, for most of its window
+			s := o.AvailableFrom.Add(time.Duration(rng.IntN(4)) * time.Hour)
+			in.commits = append(in.commits, Commitment{
+				OfferID: o.ID, Devices: max(1, o.Devices()-rng.IntN(2)),
+				Start: s, End: s.Add(time.Duration(20+rng.IntN(40)) * time.Hour),
+			})
+		}
 	}
 	devices := 1 + rng.IntN(8)
 	in.req = Request{
@@ -90,6 +119,14 @@ func randomInstance(rng *rand.Rand, kind WorkloadKind) instance {
 	}
 	if kind != WorkTraining {
 		in.req.Workload.MinPieceDevices = 1 + rng.IntN(min(devices, 3))
+	} else if rng.IntN(4) == 0 {
+		// The work instead of the duration: hours per offer from its
+		// relative throughput (verified or guaranteed figure, else catalogue).
+		in.req.Workload.Hours = 0
+		in.req.Workload.WorkDeviceHours = int64(1 + rng.IntN(devices*12))
+		if rng.IntN(2) == 0 {
+			in.req.Workload.WorkModelID = smallAccs[rng.IntN(len(smallAccs))]
+		}
 	}
 	if rng.IntN(2) == 0 {
 		in.req.Workload.DataRegionID = smallRegions[rng.IntN(len(smallRegions))]
@@ -98,186 +135,67 @@ func randomInstance(rng *rand.Rand, kind WorkloadKind) instance {
 	if rng.IntN(3) == 0 {
 		c.EarliestStart = t0.Add(time.Duration(rng.IntN(24)) * time.Hour)
 	}
-	if rng.IntN(3) == 0 {
+	switch rng.IntN(6) {
+	case 0, 1:
 		c.Deadline = t0.Add(time.Duration(30+rng.IntN(40)) * time.Hour)
+	case 2: // tight: little room after the earliest start
+		lo := in.now
+		if c.EarliestStart.After(lo) {
+			lo = c.EarliestStart
+		}
+		c.Deadline = lo.Add(time.Duration(1+rng.IntN(8)) * time.Hour)
 	}
 	if rng.IntN(3) == 0 {
 		c.MaxPricePerDeviceHour = Cents(150 + rng.IntN(300))
+		if rng.IntN(2) == 0 { // on an offer's price, or a cent under it
+			c.MaxPricePerDeviceHour = in.cands[rng.IntN(len(in.cands))].Offer.PriceCentsPerDeviceHour - Cents(rng.IntN(2))
+		}
 	}
 	if rng.IntN(4) == 0 {
 		c.BudgetCents = Cents(1000 + rng.IntN(20000))
 	}
-	if rng.IntN(4) == 0 {
+	switch rng.IntN(8) {
+	case 0, 1:
 		c.RegionIDs = []string{smallRegions[rng.IntN(len(smallRegions))]}
+	case 2:
+		c.Countries = []string{[]string{"US", "SE", "JP"}[rng.IntN(3)]}
 	}
-	if rng.IntN(4) == 0 {
+	switch rng.IntN(8) {
+	case 0, 1:
 		c.Families = []string{"H100", "A100"}
+	case 2:
+		c.AcceleratorIDs = []string{smallAccs[rng.IntN(len(smallAccs))]}
+	}
+	if rng.IntN(8) == 0 {
+		c.MinMemoryGB = []int{40, 80}[rng.IntN(2)]
+	}
+	if rng.IntN(5) == 0 {
+		c.MinInterconnect = []Interconnect{InterconnectPCIe, InterconnectNVLink}[rng.IntN(2)]
+	}
+	if rng.IntN(5) == 0 {
+		c.MinNetworkGbps = []int{10, 25, 100, 200, 400}[rng.IntN(5)]
+	}
+	if rng.IntN(6) == 0 {
+		c.MinDriverVersion = smallDrivers[rng.IntN(len(smallDrivers))]
+	}
+	if rng.IntN(6) == 0 {
+		c.MinCUDAVersion = smallCUDAs[rng.IntN(len(smallCUDAs))]
+	}
+	c.RequireVerified = rng.IntN(6) == 0
+	if rng.IntN(5) == 0 {
+		c.MinReliabilityBP = 9000 + rng.IntN(1001)
+		if cand := in.cands[rng.IntN(len(in.cands))]; rng.IntN(2) == 0 && cand.ReliabilityBP > 0 {
+			c.MinReliabilityBP = min(10000, cand.ReliabilityBP+rng.IntN(2)) // on a provider's record, or just over
+		}
+	}
+	if rng.IntN(5) == 0 {
+		c.MaxCarbonGPerKWh = 50 + rng.IntN(450)
+		if rng.IntN(2) == 0 { // on an offer's intensity, or just under
+			c.MaxCarbonGPerKWh = max(1, in.cands[rng.IntN(len(in.cands))].Offer.CarbonGPerKWh-rng.IntN(2))
+		}
 	}
 	c.AllowInterruption = rng.IntN(2) == 0
 	return in
-}
-
-// refOffer is the brute-force view of one offer: whether it passes the
-// static constraints, and its free devices per hour over the horizon.
-type refOffer struct {
-	c      Candidate
-	ok     bool
-	intr   bool
-	hours  int
-	starts []time.Time // hour-aligned allowed starts
-}
-
-// reference filters offers independently of the engine's code, hour by
-// hour (every time in the instances is hour-aligned).
-func reference(in instance) []refOffer {
-	var out []refOffer
-	c := in.req.Constraints
-	lo := in.now
-	if c.EarliestStart.After(lo) {
-		lo = c.EarliestStart
-	}
-	for _, cand := range in.cands {
-		o := cand.Offer
-		r := refOffer{c: cand, hours: in.req.Workload.Hours}
-		r.intr = c.AllowInterruption && o.Interruptible
-		price := o.PriceCentsPerDeviceHour
-		if r.intr {
-			price = o.InterruptibleCentsPerDH
-		}
-		acc := o.Accelerator()
-		region := o.Region()
-		ok := true
-		if len(c.Families) > 0 && !inList(c.Families, acc.Family) {
-			ok = false
-		}
-		if len(c.RegionIDs) > 0 && !inList(c.RegionIDs, region.ID) {
-			ok = false
-		}
-		if c.MaxPricePerDeviceHour > 0 && price > c.MaxPricePerDeviceHour {
-			ok = false
-		}
-		need := in.req.Workload.Devices
-		if in.req.Workload.Kind != WorkTraining {
-			need = in.req.Workload.MinPieceDevices
-		}
-		if o.Devices() < need {
-			ok = false
-		}
-		if in.req.Workload.Kind == WorkTraining && need > o.DevicesPerNode && !o.PlacementGroup {
-			ok = false
-		}
-		if r.hours < o.MinRentalHours || r.hours > o.MaxRentalHours {
-			ok = false
-		}
-		r.ok = ok
-		start := lo
-		if o.AvailableFrom.After(start) {
-			start = o.AvailableFrom
-		}
-		end := o.AvailableUntil
-		if !c.Deadline.IsZero() && c.Deadline.Before(end) {
-			end = c.Deadline
-		}
-		for s := start; !s.Add(time.Duration(r.hours) * time.Hour).After(end); s = s.Add(time.Hour) {
-			r.starts = append(r.starts, s)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-// freeAt is the devices of o free throughout [s, s+hours), checked hour by hour.
-func freeAt(o Offer, commits []Commitment, s time.Time, hours int) int {
-	free := o.Devices()
-	for h := range hours {
-		t := s.Add(time.Duration(h) * time.Hour)
-		used := 0
-		for _, c := range commits {
-			if c.OfferID == o.ID && !t.Before(c.Start) && t.Before(c.End) {
-				used += c.Devices
-			}
-		}
-		free = min(free, o.Devices()-used)
-	}
-	return free
-}
-
-func refCost(t *testing.T, in instance, r refOffer, devices int) int64 {
-	t.Helper()
-	cb, err := EstimateCost(r.c, in.req, devices, r.hours)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cb.Total != cb.Instance+cb.Storage+cb.Egress+cb.Orchestration+cb.FailedWork+cb.Restart {
-		t.Fatalf("items do not add up: %+v", cb)
-	}
-	return int64(cb.Total)
-}
-
-// refGang returns the optimal gang cost and the feasible offer count.
-func refGang(t *testing.T, in instance) (best int64, feasible int, starts map[int64]time.Time) {
-	best = -1
-	starts = map[int64]time.Time{}
-	D := in.req.Workload.Devices
-	for _, r := range reference(in) {
-		if !r.ok {
-			continue
-		}
-		for _, s := range r.starts {
-			if freeAt(r.c.Offer, in.commits, s, r.hours) >= D {
-				cost := refCost(t, in, r, D)
-				if b := in.req.Constraints.BudgetCents; b > 0 && cost > int64(b) {
-					break
-				}
-				feasible++
-				starts[r.c.Offer.ID] = s
-				if best < 0 || cost < best {
-					best = cost
-				}
-				break
-			}
-		}
-	}
-	return best, feasible, starts
-}
-
-// refSplit enumerates every assignment of devices to offers.
-func refSplit(t *testing.T, in instance) int64 {
-	D, m := in.req.Workload.Devices, in.req.Workload.MinPieceDevices
-	var rs []refOffer
-	var avail []int
-	for _, r := range reference(in) {
-		if !r.ok {
-			continue
-		}
-		a := 0
-		for _, s := range r.starts {
-			a = max(a, freeAt(r.c.Offer, in.commits, s, r.hours))
-		}
-		if a >= m {
-			rs = append(rs, r)
-			avail = append(avail, min(a, D))
-		}
-	}
-	best := int64(-1)
-	var rec func(i, left int, cost int64)
-	rec = func(i, left int, cost int64) {
-		if left == 0 {
-			if b := in.req.Constraints.BudgetCents; (b == 0 || cost <= int64(b)) && (best < 0 || cost < best) {
-				best = cost
-			}
-			return
-		}
-		if i == len(rs) {
-			return
-		}
-		rec(i+1, left, cost)
-		for d := m; d <= avail[i] && d <= left; d++ {
-			rec(i+1, left-d, cost+refCost(t, in, rs[i], d))
-		}
-	}
-	rec(0, D, 0)
-	return best
 }
 
 // checkQuotes asserts what holds for every result: counts add up, no
@@ -309,7 +227,7 @@ func checkQuotes(t *testing.T, in instance, res Result) {
 			if err := FitsCapacity(o, in.commits, []Commitment{p.Commitment()}); err != nil {
 				t.Fatalf("piece %+v does not fit: %v", p, err)
 			}
-			if freeAt(o, in.commits, p.Start, p.Hours) < p.Devices {
+			if refFreeAt(o, in.commits, p.Start, p.Hours) < p.Devices {
 				t.Fatalf("piece %+v overcommits offer %d", p, o.ID)
 			}
 			if p.Start.Before(in.now) || p.Start.Before(in.req.Constraints.EarliestStart) ||
@@ -332,73 +250,107 @@ func checkQuotes(t *testing.T, in instance, res Result) {
 	}
 }
 
+// coverage counts, over a property test's instances, those where the
+// reference eliminated offers by each constraint and the relaxations it
+// checked, so a generator that stopped exercising one fails the test.
+type coverage struct {
+	eliminated map[Constraint]int
+	relaxed    map[Constraint]int
+}
+
+func newCoverage() coverage {
+	return coverage{eliminated: map[Constraint]int{}, relaxed: map[Constraint]int{}}
+}
+
+func (cv coverage) add(ref refResult) {
+	for c, n := range ref.counts {
+		if n > 0 {
+			cv.eliminated[c]++
+		}
+	}
+}
+
+// require fails unless every constraint eliminated offers in at least
+// minElim instances and every relaxation was checked at least minRelax times.
+func (cv coverage) require(t *testing.T, minElim, minRelax int) {
+	t.Helper()
+	for _, c := range []Constraint{ConstraintModel, ConstraintMemory, ConstraintRegion, ConstraintPrice,
+		ConstraintInterconnect, ConstraintNetwork, ConstraintSoftware, ConstraintVerified, ConstraintReliability,
+		ConstraintCarbon, ConstraintDevices, ConstraintWindow, ConstraintBooked, ConstraintBudget} {
+		if cv.eliminated[c] < minElim {
+			t.Errorf("%s eliminated offers in only %d instances (want ≥ %d): the generator does not exercise it", c, cv.eliminated[c], minElim)
+		}
+	}
+	for _, x := range relaxable {
+		if cv.relaxed[x.c] < minRelax {
+			t.Errorf("only %d %s relaxations checked (want ≥ %d)", cv.relaxed[x.c], x.c, minRelax)
+		}
+	}
+	t.Logf("eliminated: %v; relaxations checked: %v", cv.eliminated, cv.relaxed)
+}
+
 func TestMatchGangAgainstReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
+	cv := newCoverage()
 	matched := 0
-	for i := range 3000 {
+	for i := range 4000 {
 		in := randomInstance(rng, WorkTraining)
 		res, err := Match(in.cands, in.commits, in.req, in.now)
 		if err != nil {
 			t.Fatalf("instance %d: %v", i, err)
 		}
 		checkQuotes(t, in, res)
-		best, feasible, starts := refGang(t, in)
-		if res.Total != feasible {
-			t.Fatalf("instance %d: engine found %d feasible offers, reference %d", i, res.Total, feasible)
-		}
-		if best < 0 {
-			if len(res.Quotes) != 0 {
-				t.Fatalf("instance %d: engine quoted where the reference found nothing", i)
-			}
+		ref := refSolve(in)
+		cv.add(ref)
+		checkAgainstReference(t, i, in, res, ref)
+		checkRelaxations(t, i, in, res, cv.relaxed)
+		if ref.best < 0 {
 			continue
 		}
 		matched++
-		if got := int64(res.Quotes[0].Cost.Total); got != best {
-			t.Fatalf("instance %d: best quote costs %d, reference optimum %d", i, got, best)
-		}
-		for _, q := range res.Quotes {
-			if want := starts[q.Pieces[0].OfferID]; !q.Start.Equal(want) {
-				t.Fatalf("instance %d: offer %d starts %s, reference earliest %s", i, q.Pieces[0].OfferID, q.Start, want)
-			}
+		if got := int64(res.Quotes[0].Cost.Total); got != ref.best {
+			t.Fatalf("instance %d: best quote costs %d, reference optimum %d", i, got, ref.best)
 		}
 	}
-	if matched < 300 {
-		t.Fatalf("only %d of 3000 instances matched: the generator is too strict to test much", matched)
+	if matched < 400 {
+		t.Fatalf("only %d of 4000 instances matched: the generator is too strict to test much", matched)
 	}
+	t.Logf("%d of 4000 instances matched", matched)
+	cv.require(t, 20, 5)
 }
 
 func TestMatchSplitAgainstReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
+	cv := newCoverage()
 	matched := 0
-	for i := range 3000 {
+	for i := range 4000 {
 		in := randomInstance(rng, WorkBatch)
 		res, err := Match(in.cands, in.commits, in.req, in.now)
 		if err != nil {
 			t.Fatalf("instance %d: %v", i, err)
 		}
 		checkQuotes(t, in, res)
-		best := refSplit(t, in)
-		if best < 0 {
-			if len(res.Quotes) != 0 {
-				t.Fatalf("instance %d: engine quoted where the reference found nothing", i)
-			}
+		ref := refSolve(in)
+		cv.add(ref)
+		checkAgainstReference(t, i, in, res, ref)
+		checkRelaxations(t, i, in, res, cv.relaxed)
+		if ref.best < 0 {
 			continue
-		}
-		if len(res.Quotes) == 0 {
-			t.Fatalf("instance %d: no quote, reference optimum %d", i, best)
 		}
 		matched++
 		q := res.Quotes[0]
 		if !q.Exact {
 			t.Fatalf("instance %d: small instance solved inexactly", i)
 		}
-		if got := int64(q.Cost.Total); got != best {
-			t.Fatalf("instance %d: best split costs %d, reference optimum %d (%+v)", i, got, best, q.Pieces)
+		if got := int64(q.Cost.Total); got != ref.best {
+			t.Fatalf("instance %d: best split costs %d, reference optimum %d (%+v)", i, got, ref.best, q.Pieces)
 		}
 	}
-	if matched < 300 {
-		t.Fatalf("only %d of 3000 instances matched", matched)
+	if matched < 400 {
+		t.Fatalf("only %d of 4000 instances matched", matched)
 	}
+	t.Logf("%d of 4000 instances matched", matched)
+	cv.require(t, 20, 5)
 }
 
 // TestMatchSplitBoundedAgainstReference forces the bounded search and
@@ -406,7 +358,7 @@ func TestMatchSplitAgainstReference(t *testing.T) {
 func TestMatchSplitBoundedAgainstReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	matched, gaps := 0, 0
-	for i := range 2000 {
+	for i := range 3000 {
 		in := randomInstance(rng, WorkBatch)
 		idx := NewIndex()
 		idx.eng.evalBudget, idx.eng.boundedK = 0, 2
@@ -423,7 +375,7 @@ func TestMatchSplitBoundedAgainstReference(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkQuotes(t, in, res)
-		best := refSplit(t, in)
+		best := refSolve(in).best
 		for _, q := range res.Quotes {
 			if len(q.Pieces) < 2 {
 				continue
