@@ -87,10 +87,22 @@ func (k IncidentKind) Remedy() string {
 	return ""
 }
 
-// outage reports whether the kind takes devices away (they are not
-// delivered) as opposed to degrading them or ending interruptible use.
+// outageKinds are the kinds that take devices away (they are not
+// delivered), as opposed to degrading them or ending interruptible use.
+var outageKinds = []IncidentKind{IncidentHostFailure, IncidentPowerCurtailment, IncidentFewerDevices}
+
+// OutageKinds returns the incident kinds that are outages, for queries that
+// count lost device-time (the one list; never restate it).
+func OutageKinds() []IncidentKind { return append([]IncidentKind(nil), outageKinds...) }
+
+// outage reports whether the kind is an outage (OutageKinds).
 func (k IncidentKind) outage() bool {
-	return k == IncidentHostFailure || k == IncidentPowerCurtailment || k == IncidentFewerDevices
+	for _, o := range outageKinds {
+		if k == o {
+			return true
+		}
+	}
+	return false
 }
 
 // NetworkDegradationCreditBP is the credit for a degraded network when an

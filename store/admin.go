@@ -570,9 +570,14 @@ func providerRecords(ctx context.Context, q querier, providerID int64, now time.
 	}
 
 	// Device-time lost to acknowledged outages, clipped to the piece.
-	args = []any{string(market.IncidentHostFailure), string(market.IncidentPowerCurtailment), string(market.IncidentFewerDevices), since}
+	args = nil
+	for _, k := range market.OutageKinds() {
+		args = append(args, string(k))
+	}
+	outageIn := "(?" + strings.Repeat(", ?", len(args)-1) + ")"
+	args = append(args, since)
 	if err := each(`SELECT p.provider_id, SUM(CASE WHEN i.acknowledged = 1 THEN 1 ELSE 0 END),
-			SUM(CASE WHEN i.acknowledged = 1 AND i.kind IN (?, ?, ?) THEN i.devices_affected * (
+			SUM(CASE WHEN i.acknowledged = 1 AND i.kind IN `+outageIn+` THEN i.devices_affected * (
 				(CASE WHEN i.end_at < p.end_at THEN i.end_at ELSE p.end_at END) -
 				(CASE WHEN i.start_at > p.start_at THEN i.start_at ELSE p.start_at END)) ELSE 0 END)
 		FROM incidents i JOIN reservation_pieces p ON p.id = i.piece_id
