@@ -4,7 +4,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // DisputeReason is why a buyer opens a dispute; chargebacks from the
@@ -110,32 +109,4 @@ func DisputeKey(disputeID int64, kind string, providerID int64) string {
 		k += "_p" + strconv.FormatInt(providerID, 10)
 	}
 	return k
-}
-
-// DisputeCreditEntries records a granted credit in the ledger: per provider
-// its part moves from the provider's account to the buyer's (credit), and
-// the whole goes back to the buyer's card (refund, from the platform's
-// cash) — the refund entry carries refundRef, the processor's refund.
-// Parts of zero make no entry.
-func DisputeCreditEntries(reservationID, disputeID, buyerID int64, parts map[int64]Cents, refundRef string, at time.Time) []LedgerEntry {
-	buyer := BuyerAccount(buyerID)
-	ids := make([]int64, 0, len(parts))
-	var total Cents
-	for id, c := range parts {
-		if c > 0 {
-			ids = append(ids, id)
-			total += c
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	var out []LedgerEntry
-	for _, id := range ids {
-		out = append(out, LedgerEntry{ReservationID: reservationID, Kind: EntryCredit, Debit: ProviderAccount(id), Credit: buyer,
-			Amount: parts[id], IdempotencyKey: DisputeKey(disputeID, EntryCredit, id), At: at})
-	}
-	if total > 0 {
-		out = append(out, LedgerEntry{ReservationID: reservationID, Kind: EntryRefund, Debit: buyer, Credit: AccountPlatformCash,
-			Amount: total, StripeRef: refundRef, IdempotencyKey: DisputeKey(disputeID, EntryRefund, 0), At: at})
-	}
-	return out
 }

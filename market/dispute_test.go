@@ -3,7 +3,6 @@ package market
 import (
 	"reflect"
 	"testing"
-	"time"
 )
 
 func TestSplitCredit(t *testing.T) {
@@ -38,28 +37,6 @@ func TestSplitCredit(t *testing.T) {
 		if sum != credit {
 			t.Fatalf("parts of %d add up to %d", credit, sum)
 		}
-	}
-}
-
-func TestDisputeCreditEntries(t *testing.T) {
-	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	es := DisputeCreditEntries(12, 3, 40, map[int64]Cents{8: 300, 7: 200, 9: 0}, "re_1", at)
-	want := []LedgerEntry{
-		{ReservationID: 12, Kind: EntryCredit, Debit: "provider:7", Credit: "buyer:40", Amount: 200, IdempotencyKey: "dispute_3_credit_p7", At: at},
-		{ReservationID: 12, Kind: EntryCredit, Debit: "provider:8", Credit: "buyer:40", Amount: 300, IdempotencyKey: "dispute_3_credit_p8", At: at},
-		{ReservationID: 12, Kind: EntryRefund, Debit: "buyer:40", Credit: AccountPlatformCash, Amount: 500, StripeRef: "re_1", IdempotencyKey: "dispute_3_refund", At: at},
-	}
-	if !reflect.DeepEqual(es, want) {
-		t.Fatalf("entries:\n%+v\nwant\n%+v", es, want)
-	}
-	if err := CheckBalanced(es); err != nil {
-		t.Errorf("entries do not balance: %v", err)
-	}
-	if b := Balance(es); b["buyer:40"] != 0 {
-		t.Errorf("the buyer's account is %d after a credit refunded in full, want 0", b["buyer:40"])
-	}
-	if es := DisputeCreditEntries(1, 1, 1, nil, "", at); len(es) != 0 {
-		t.Errorf("no credit made entries: %v", es)
 	}
 }
 
