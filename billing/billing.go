@@ -34,6 +34,10 @@ type Processor interface {
 	CreateCheckout(ctx context.Context, in CheckoutInput) (Checkout, error)
 	// RetrieveCheckout returns a checkout's current state.
 	RetrieveCheckout(ctx context.Context, checkoutID string) (Checkout, error)
+	// ExpireCheckout closes an unpaid checkout so it can no longer be paid
+	// (the reservation's hold ended or it was cancelled); a checkout that is
+	// no longer open is left as it is.
+	ExpireCheckout(ctx context.Context, checkoutID string) error
 	// RetrievePayment returns a payment intent's current state.
 	RetrievePayment(ctx context.Context, paymentIntentID string) (Payment, error)
 

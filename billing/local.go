@@ -372,8 +372,7 @@ func (l *Local) CompleteCheckout(checkoutID string, succeed bool, now time.Time)
 
 // ExpireCheckout closes an unpaid simulated checkout, as Stripe does at its
 // expiry time.
-func (l *Local) ExpireCheckout(checkoutID string) error {
-	ctx := context.Background()
+func (l *Local) ExpireCheckout(ctx context.Context, checkoutID string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c, err := findObject[checkoutRecord](ctx, l, localCheckout, checkoutID)

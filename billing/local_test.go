@@ -141,7 +141,7 @@ func TestLocalCheckoutAndPayment(t *testing.T) {
 	}
 
 	other, _ := l.CreateCheckout(ctx, CheckoutInput{ReservationID: 43, Amount: 5, IdempotencyKey: "res_43_checkout"})
-	if err := l.ExpireCheckout(other.ID); err != nil {
+	if err := l.ExpireCheckout(ctx, other.ID); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := l.RetrieveCheckout(ctx, other.ID); got.Status != "expired" {
@@ -150,7 +150,7 @@ func TestLocalCheckoutAndPayment(t *testing.T) {
 	if _, err := l.CompleteCheckout(other.ID, true, now); market.ErrorCode(err) != market.CodeConflict {
 		t.Errorf("paying an expired checkout: %v", err)
 	}
-	if err := l.ExpireCheckout(co.ID); err != nil {
+	if err := l.ExpireCheckout(ctx, co.ID); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := l.RetrieveCheckout(ctx, co.ID); got.Status != "complete" {

@@ -128,6 +128,22 @@ func (s *Stripe) RetrieveCheckout(ctx context.Context, checkoutID string) (Check
 	return checkoutFrom(cs), nil
 }
 
+// ExpireCheckout expires an open Checkout Session, so the buyer can no
+// longer pay it. Stripe refuses to expire a session that is not open
+// (complete or already expired); that is no error here.
+func (s *Stripe) ExpireCheckout(ctx context.Context, checkoutID string) error {
+	p := &stripe.CheckoutSessionExpireParams{}
+	p.Context = ctx
+	p.SetIdempotencyKey(checkoutID + "_expire")
+	if _, err := s.api.CheckoutSessions.Expire(checkoutID, p); err != nil {
+		if co, gerr := s.RetrieveCheckout(ctx, checkoutID); gerr == nil && co.Status != string(stripe.CheckoutSessionStatusOpen) {
+			return nil
+		}
+		return wrap("expire checkout "+checkoutID, err)
+	}
+	return nil
+}
+
 func checkoutFrom(cs *stripe.CheckoutSession) Checkout {
 	c := Checkout{
 		ID: cs.ID, URL: cs.URL, Amount: market.Cents(cs.AmountTotal), Status: string(cs.Status),

@@ -132,6 +132,10 @@ func TestStripeCheckout(t *testing.T) {
 		t.Errorf("retrieved %+v", got)
 	}
 	wantForm(t, rec.last(t), "GET", "/v1/checkout/sessions/"+co.ID, "", nil)
+	if err := s.ExpireCheckout(ctx, co.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantForm(t, rec.last(t), "POST", "/v1/checkout/sessions/"+co.ID+"/expire", co.ID+"_expire", nil)
 	if stripe.Key != "" {
 		t.Error("the processor set the global stripe.Key")
 	}

@@ -3,6 +3,8 @@ package workflow
 import (
 	"context"
 	"time"
+
+	"github.com/gpumarket/gpumarket/store"
 )
 
 // Run does the periodic work every interval until ctx ends, then returns
@@ -49,6 +51,7 @@ func (s *Service) Tick(ctx context.Context, now time.Time) {
 	}
 	for _, r := range expired {
 		s.releaseCommitments(r)
+		s.expireCheckout(ctx, r.ID)
 		s.log.Info("hold expired", "reservation_id", r.ID)
 	}
 	if _, err := s.db.AdvanceReservations(ctx, now); err != nil {
@@ -70,5 +73,21 @@ func (s *Service) Prune(ctx context.Context, now time.Time) {
 	}
 	if sessions > 0 || hits > 0 {
 		s.log.Info("pruned", "sessions", sessions, "throttle_records", hits)
+	}
+}
+
+// expireCheckout closes the open checkout of a reservation that can no
+// longer be paid (its hold ended, or it was cancelled), so the buyer cannot
+// pay it by mistake. Stripe will not set a checkout's own expiry under 30
+// minutes away, which a 30-minute hold always is, so this is how a checkout
+// ends with its hold. If it fails, a payment that still arrives is a late
+// payment and is refunded in full.
+func (s *Service) expireCheckout(ctx context.Context, reservationID int64) {
+	p, err := s.db.FindPayment(ctx, reservationID)
+	if err != nil || p.CheckoutID == "" || (p.Status != store.PaymentOpen && p.Status != store.PaymentFailed) {
+		return
+	}
+	if err := s.pay.ExpireCheckout(ctx, p.CheckoutID); err != nil {
+		s.log.Warn("checkout not expired; a late payment will be refunded", "reservation_id", reservationID, "checkout_id", p.CheckoutID, "err", err)
 	}
 }

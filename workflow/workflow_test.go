@@ -593,3 +593,36 @@ func TestRunStopsWithItsContext(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 }
+
+// A checkout ends with its hold: once the hold expires (or the held
+// reservation is cancelled) the checkout can no longer be paid.
+func TestCheckoutExpiresWithTheHold(t *testing.T) {
+	f := newFixture(t, nil)
+	for i, end := range []func(r market.Reservation){
+		func(market.Reservation) { f.tick(f.now.Add(31 * time.Minute)) },
+		func(r market.Reservation) {
+			if _, err := f.wf.Cancel(f.ctx, f.buyer.ID, r.ID); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		r := f.book(t0.Add(time.Duration(48+24*i) * time.Hour))
+		co, err := f.local.CreateCheckout(f.ctx, billing.CheckoutInput{ReservationID: r.ID, Amount: r.AmountCents, Description: "test",
+			SuccessURL: "http://localhost/ok", CancelURL: "http://localhost/cancel", IdempotencyKey: fmt.Sprintf("checkout_%d", r.ID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.db.RecordCheckout(f.ctx, f.buyer.ID, r.ID, co.ID, r.AmountCents, f.now); err != nil {
+			t.Fatal(err)
+		}
+		end(r)
+		got, err := f.local.RetrieveCheckout(f.ctx, co.ID)
+		if err != nil || got.Status != "expired" {
+			t.Fatalf("case %d: checkout %+v, %v; want expired", i, got, err)
+		}
+		if _, err := f.local.CompleteCheckout(co.ID, true, f.now); market.ErrorCode(err) != market.CodeConflict {
+			t.Fatalf("case %d: paying an expired checkout: %v", i, err)
+		}
+	}
+	f.requireReconciled()
+}
