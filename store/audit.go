@@ -208,6 +208,19 @@ func moneyMoved(ctx context.Context, tx querier, e market.LedgerEntry) error {
 	if err != nil || !strings.HasPrefix(provider, "provider:") {
 		return nil
 	}
+	if e.Kind == market.EntryCharge {
+		// A payment that arrived too late confirms nothing: it is refunded,
+		// and the provider has no booking to hear about.
+		var state string
+		if err := tx.QueryRowContext(ctx, `SELECT state FROM reservations WHERE id = ?`, e.ReservationID).Scan(&state); err != nil {
+			return err
+		}
+		switch market.ReservationState(state) {
+		case market.ReservationConfirmed, market.ReservationActive, market.ReservationCompleted, market.ReservationSettled:
+		default:
+			return nil
+		}
+	}
 	n := Notification{UserID: id, Kind: NotifyBookingMade, CreatedAt: e.At, URL: fmt.Sprintf("/provider/bookings/%d", e.ReservationID),
 		Message: fmt.Sprintf("Booking #%d is paid and confirmed: %s for your devices.", e.ReservationID, e.Amount)}
 	if e.Kind == market.EntryTransfer {
