@@ -716,8 +716,7 @@ func (db *DB) OpenStripeDispute(ctx context.Context, eventID, eventType string, 
 	if err := insertEntries(ctx, tx, market.ChargebackEntries(reservationID, id, buyerID, amount, disputeID, now)); err != nil {
 		return false, fail(op, err, "")
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET state = ? WHERE reservation_id = ? AND state IN (?, ?)`,
-		string(TransferFrozen), reservationID, string(TransferPending), string(TransferHeld)); err != nil {
+	if err := freezePayouts(ctx, tx, reservationID); err != nil {
 		return false, fail(op, err, "")
 	}
 	return true, fail(op, tx.Commit(), "")

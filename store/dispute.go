@@ -236,8 +236,7 @@ func (db *DB) OpenDispute(ctx context.Context, buyerID, reservationID int64, rea
 		VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`, r.ID, DisputeSourceBuyer, DisputeOpen, statement, unix(now), buyerID, string(reason)).Scan(&id); err != nil {
 		return DisputeCase{}, fail(op, err, "")
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET state = ? WHERE reservation_id = ? AND state IN (?, ?)`,
-		string(TransferFrozen), r.ID, string(TransferPending), string(TransferHeld)); err != nil {
+	if err := freezePayouts(ctx, tx, r.ID); err != nil {
 		return DisputeCase{}, fail(op, err, "")
 	}
 	providers, err := reservationProviders(ctx, tx, r.ID)
@@ -464,10 +463,22 @@ func releaseFrozen(ctx context.Context, tx *sql.Tx, reservationID int64, now tim
 	if open > 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET state = CASE WHEN EXISTS (SELECT 1 FROM payout_accounts a
-			WHERE a.provider_id = settlement_transfers.provider_id AND a.details_submitted = 1 AND a.payouts_enabled = 1) THEN ? ELSE ? END
-		WHERE reservation_id = ? AND state = ?`, string(TransferPending), string(TransferHeld), reservationID, string(TransferFrozen)); err != nil {
+	ts, err := queryTransfers(ctx, tx, reservationID)
+	if err != nil {
 		return err
+	}
+	for _, t := range ts {
+		if t.State != TransferFrozen {
+			continue
+		}
+		state, err := payoutState(ctx, tx, t.ProviderID, t.Amount, false)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET state = ? WHERE reservation_id = ? AND provider_id = ?`,
+			string(state), reservationID, t.ProviderID); err != nil {
+			return err
+		}
 	}
 	var n int
 	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM settlements WHERE reservation_id = ?`, reservationID).Scan(&n); err != nil || n == 0 {

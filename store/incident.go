@@ -221,8 +221,7 @@ func (db *DB) EscalateIncidents(ctx context.Context, cutoff, now time.Time) ([]D
 		if _, err := tx.ExecContext(ctx, `UPDATE incidents SET disputed_at = ? WHERE id = ?`, unix(now), inc.ID); err != nil {
 			return nil, fail(op, err, "")
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET state = ? WHERE reservation_id = ? AND state IN (?, ?)`,
-			string(TransferFrozen), inc.ReservationID, string(TransferPending), string(TransferHeld)); err != nil {
+		if err := freezePayouts(ctx, tx, inc.ReservationID); err != nil {
 			return nil, fail(op, err, "")
 		}
 		out = append(out, d)

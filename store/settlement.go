@@ -10,32 +10,26 @@ import (
 	"github.com/gpumarket/gpumarket/market"
 )
 
-// SettlementState is where a settlement stands.
-type SettlementState string
+// SettlementState is where a settlement stands (market.SettlementState).
+type SettlementState = market.SettlementState
 
-// Settlement states.
+// Settlement states, as market defines them.
 const (
-	// SettlementPending has steps left; the retrier runs them at NextAttemptAt.
-	SettlementPending SettlementState = "pending"
-	// SettlementWaiting has made the refund and every payout it can; the
-	// rest are held until the provider finishes onboarding or frozen by
-	// a dispute.
-	SettlementWaiting SettlementState = "waiting"
-	// SettlementFailed gave up after the attempts allowed; an admin retries.
-	SettlementFailed SettlementState = "failed"
-	// SettlementDone: refund and payouts made; the reservation is settled.
-	SettlementDone SettlementState = "done"
+	SettlementPending = market.SettlementPending
+	SettlementWaiting = market.SettlementWaiting
+	SettlementFailed  = market.SettlementFailed
+	SettlementDone    = market.SettlementDone
 )
 
-// TransferState is where one provider's payout stands.
-type TransferState string
+// TransferState is where one provider's payout stands (market.PayoutState).
+type TransferState = market.PayoutState
 
-// Transfer states.
+// Transfer states, as market defines them.
 const (
-	TransferPending TransferState = "pending"
-	TransferHeld    TransferState = "held"   // the provider has not finished onboarding
-	TransferFrozen  TransferState = "frozen" // a dispute is open
-	TransferDone    TransferState = "done"
+	TransferPending = market.PayoutPending
+	TransferHeld    = market.PayoutHeld
+	TransferFrozen  = market.PayoutFrozen
+	TransferDone    = market.PayoutDone
 )
 
 // Settlement is a reservation's settlement: the statement and the state of
@@ -334,24 +328,31 @@ func insertSettlement(ctx context.Context, tx *sql.Tx, st market.Statement, now 
 	return finishSettlement(ctx, tx, st.ReservationID, now)
 }
 
-// payoutState is where a provider's payout of amount starts: done when
-// there is nothing to pay, frozen while a dispute is open, pending when the
-// provider can be paid, held otherwise.
+// payoutState is where a provider's payout of amount starts
+// (market.PayoutStateFor), with the provider's onboarding as recorded.
 func payoutState(ctx context.Context, tx *sql.Tx, providerID int64, amount market.Cents, disputed bool) (TransferState, error) {
-	if amount <= 0 {
-		return TransferDone, nil
-	}
-	if disputed {
-		return TransferFrozen, nil
-	}
-	acct, err := getPayoutAccount(ctx, tx, providerID)
-	switch {
-	case err != nil && market.ErrorCode(err) != market.CodeNotFound:
+	onboarded, err := providerOnboarded(ctx, tx, providerID)
+	if err != nil {
 		return "", err
-	case err == nil && acct.Onboarded():
-		return TransferPending, nil
 	}
-	return TransferHeld, nil
+	return market.PayoutStateFor(amount, disputed, onboarded), nil
+}
+
+// freezePayouts freezes a reservation's payouts not yet sent
+// (market.PayoutFrozen) when a dispute of it opens.
+func freezePayouts(ctx context.Context, tx *sql.Tx, reservationID int64) error {
+	_, err := tx.ExecContext(ctx, `UPDATE settlement_transfers SET state = ? WHERE reservation_id = ? AND state IN (?, ?)`,
+		string(TransferFrozen), reservationID, string(TransferPending), string(TransferHeld))
+	return err
+}
+
+// providerOnboarded reports whether the provider can be paid out.
+func providerOnboarded(ctx context.Context, tx *sql.Tx, providerID int64) (bool, error) {
+	acct, err := getPayoutAccount(ctx, tx, providerID)
+	if market.ErrorCode(err) == market.CodeNotFound {
+		return false, nil
+	}
+	return err == nil && acct.Onboarded(), err
 }
 
 // saveStatement replaces a settlement's statement with st (after a dispute
@@ -386,21 +387,15 @@ func finishSettlement(ctx context.Context, tx *sql.Tx, reservationID int64, now 
 	if err := tx.QueryRowContext(ctx, `SELECT refund_done, state FROM settlements WHERE reservation_id = ?`, reservationID).Scan(&refundDone, &state); err != nil {
 		return err
 	}
-	var pending, blocked int
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(state = ?), 0), COALESCE(SUM(state IN (?, ?)), 0)
-		FROM settlement_transfers WHERE reservation_id = ?`,
-		string(TransferPending), string(TransferHeld), string(TransferFrozen), reservationID).Scan(&pending, &blocked); err != nil {
+	ts, err := queryTransfers(ctx, tx, reservationID)
+	if err != nil {
 		return err
 	}
-	next := SettlementPending
-	switch {
-	case refundDone && pending == 0 && blocked == 0:
-		next = SettlementDone
-	case refundDone && pending == 0:
-		next = SettlementWaiting
-	case SettlementState(state) == SettlementFailed:
-		next = SettlementFailed
+	payouts := make([]market.PayoutState, len(ts))
+	for i, t := range ts {
+		payouts[i] = t.State
 	}
+	next := market.NextSettlementState(SettlementState(state), refundDone, payouts)
 	if next == SettlementDone {
 		if _, err := tx.ExecContext(ctx, `UPDATE settlements SET state = ?, last_error = '', settled_at = ?, updated_at = ? WHERE reservation_id = ?`,
 			string(next), unix(now), unix(now), reservationID); err != nil {
@@ -410,7 +405,7 @@ func finishSettlement(ctx context.Context, tx *sql.Tx, reservationID int64, now 
 			string(market.ReservationSettled), unix(now), reservationID, string(market.ReservationCompleted))
 		return err
 	}
-	_, err := tx.ExecContext(ctx, `UPDATE settlements SET state = ?, updated_at = ? WHERE reservation_id = ?`, string(next), unix(now), reservationID)
+	_, err = tx.ExecContext(ctx, `UPDATE settlements SET state = ?, updated_at = ? WHERE reservation_id = ?`, string(next), unix(now), reservationID)
 	return err
 }
 
