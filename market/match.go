@@ -174,7 +174,8 @@ type Explanation struct {
 	// quote (split jobs), or is empty.
 	Shortfall string
 	// Relaxations are computed by re-running the engine when no quote was
-	// found, nearest first in constraint order.
+	// found, in the order market.relax tries them (price, budget,
+	// deadline, interruption, then the other constraints).
 	Relaxations []Relaxation
 }
 
