@@ -394,14 +394,10 @@ func TestBookingRefusals(t *testing.T) {
 	if err := db.SetOfferState(ctx, prov.ID, o.ID, market.OfferActive, t0); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.SetUserSuspended(ctx, prov.ID, true); err != nil {
-		t.Fatal(err)
-	}
+	suspend(t, db, prov.ID)
 	_, err = db.CreateReservation(ctx, buyer.ID, []market.ReservationPiece{piece(o, 1, start, 1)}, "{}", t0, hold)
 	wantMessage(t, err, market.CodeConflict, "no longer available")
-	if err := db.SetUserSuspended(ctx, prov.ID, false); err != nil {
-		t.Fatal(err)
-	}
+	reinstate(t, db, prov.ID)
 	book(t, db, buyer.ID, t0, piece(o, 1, start, 1))
 }
 

@@ -102,9 +102,7 @@ func TestSuspensionEndsSessions(t *testing.T) {
 	s1, _ := db.CreateSession(ctx, u.ID, t0, time.Hour)
 	s2, _ := db.CreateSession(ctx, u.ID, t0, time.Hour)
 
-	if err := db.SetUserSuspended(ctx, u.ID, true); err != nil {
-		t.Fatal(err)
-	}
+	suspend(t, db, u.ID)
 	for _, s := range []Session{s1, s2} {
 		_, _, err := db.FindSession(ctx, s.ID, t0)
 		wantCode(t, err, market.CodeNotFound)
@@ -112,9 +110,7 @@ func TestSuspensionEndsSessions(t *testing.T) {
 	_, err := db.CreateSession(ctx, u.ID, t0, time.Hour)
 	wantCode(t, err, market.CodeForbidden)
 
-	if err := db.SetUserSuspended(ctx, u.ID, false); err != nil {
-		t.Fatal(err)
-	}
+	reinstate(t, db, u.ID)
 	s3, err := db.CreateSession(ctx, u.ID, t0, time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -207,3 +207,33 @@ func TestConcurrentWriters(t *testing.T) {
 		t.Errorf("sessions = %d, throttle hits = %d; want %d each", sessions, hits, n)
 	}
 }
+
+// suspend suspends an account the audited way an admin does
+// (SuspendProvider), and reinstate undoes it (ReinstateProvider).
+func suspend(t *testing.T, db *DB, userID int64) {
+	t.Helper()
+	if _, err := db.SuspendProvider(context.Background(), testAdmin(t, db), userID, "test", t0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func reinstate(t *testing.T, db *DB, userID int64) {
+	t.Helper()
+	if _, err := db.ReinstateProvider(context.Background(), testAdmin(t, db), userID, "test", t0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testAdmin returns the id of an admin account, created on first use.
+func testAdmin(t *testing.T, db *DB) int64 {
+	t.Helper()
+	ctx := context.Background()
+	if u, _, err := db.FindUserByEmail(ctx, "test-admin@example.com"); err == nil {
+		return u.ID
+	}
+	u := createUser(t, db, "test-admin@example.com", false)
+	if err := db.SetUserAdmin(ctx, u.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	return u.ID
+}

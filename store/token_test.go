@@ -96,16 +96,12 @@ func TestAPITokens(t *testing.T) {
 	}
 
 	// A suspended user's tokens stop working, and come back on reinstatement.
-	if err := db.SetUserSuspended(ctx, u.ID, true); err != nil {
-		t.Fatal(err)
-	}
+	suspend(t, db, u.ID)
 	_, _, err = db.FindAPIToken(ctx, rawRead, t0.Add(2*time.Hour))
 	wantCode(t, err, market.CodeUnauthorized)
 	_, _, err = db.CreateAPIToken(ctx, u.ID, "more", TokenScopeRead, t0)
 	wantCode(t, err, market.CodeForbidden)
-	if err := db.SetUserSuspended(ctx, u.ID, false); err != nil {
-		t.Fatal(err)
-	}
+	reinstate(t, db, u.ID)
 	if _, _, err := db.FindAPIToken(ctx, rawRead, t0.Add(2*time.Hour)); err != nil {
 		t.Errorf("token after reinstatement: %v", err)
 	}

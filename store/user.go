@@ -108,27 +108,6 @@ func (db *DB) UpdatePassword(ctx context.Context, userID int64, hash []byte, kee
 	return fail(op, tx.Commit(), "")
 }
 
-// SetUserSuspended suspends or reinstates an account. Suspending ends all of
-// the user's sessions at once.
-func (db *DB) SetUserSuspended(ctx context.Context, userID int64, suspended bool) error {
-	const op = "set user suspended"
-	tx, err := db.begin(ctx)
-	if err != nil {
-		return fail(op, err, "")
-	}
-	defer tx.Rollback()
-
-	if err := updateUser(ctx, tx, `UPDATE users SET suspended = ? WHERE id = ?`, boolInt(suspended), userID); err != nil {
-		return fail(op, err, "")
-	}
-	if suspended {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE user_id = ?`, userID); err != nil {
-			return fail(op, err, "")
-		}
-	}
-	return fail(op, tx.Commit(), "")
-}
-
 // SetUserRoles sets whether the account may rent (buyer) and list
 // (provider) compute.
 func (db *DB) SetUserRoles(ctx context.Context, userID int64, buyer, provider bool) error {

@@ -56,9 +56,6 @@ func TestUserUpdates(t *testing.T) {
 	if err := db.SetUserAdmin(ctx, u.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.SetUserSuspended(ctx, u.ID, true); err != nil {
-		t.Fatal(err)
-	}
 	if err := db.UpdatePassword(ctx, u.ID, []byte("new-hash"), ""); err != nil {
 		t.Fatal(err)
 	}
@@ -66,13 +63,12 @@ func TestUserUpdates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.IsBuyer || !got.IsProvider || !got.IsAdmin || !got.Suspended || string(hash) != "new-hash" {
+	if got.IsBuyer || !got.IsProvider || !got.IsAdmin || got.Suspended || string(hash) != "new-hash" {
 		t.Errorf("after updates: %+v hash %q", got, hash)
 	}
 
 	missing := u.ID + 100
 	wantCode(t, db.SetUserRoles(ctx, missing, true, true), market.CodeNotFound)
 	wantCode(t, db.SetUserAdmin(ctx, missing, true), market.CodeNotFound)
-	wantCode(t, db.SetUserSuspended(ctx, missing, true), market.CodeNotFound)
 	wantCode(t, db.UpdatePassword(ctx, missing, []byte("x"), ""), market.CodeNotFound)
 }
