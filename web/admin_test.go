@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -24,6 +25,17 @@ func (a *testApp) adminClient(email string) *client {
 		a.t.Fatal(err)
 	}
 	return c
+}
+
+// suspend has an admin suspend an account the audited way, through the
+// admin page.
+func (a *testApp) suspend(userID int64) {
+	a.t.Helper()
+	admin := a.adminClient(fmt.Sprintf("suspender%d@example.com", userID))
+	r := admin.post("/admin/providers", fmt.Sprintf("/admin/providers/%d/suspend", userID), url.Values{"reason": {"Test suspension"}})
+	if r.status != http.StatusSeeOther {
+		a.t.Fatalf("suspend %d: %d\n%s", userID, r.status, r.body)
+	}
 }
 
 var routeParam = regexp.MustCompile(`:[a-z_]+`)
@@ -233,8 +245,8 @@ func TestSuspensionTakesEffectAtOnce(t *testing.T) {
 	id := prov.createOffer(validOfferForm())
 	admin := app.adminClient("root@example.com")
 	admin.post("/admin/offers", "/admin/offers/"+itoa(id)+"/review", url.Values{"decision": {"approved"}})
-	if app.handler.index().Len() != 1 {
-		t.Fatalf("index holds %d offers before suspension, want 1", app.handler.index().Len())
+	if app.handler.wf.Index().Len() != 1 {
+		t.Fatalf("index holds %d offers before suspension, want 1", app.handler.wf.Index().Len())
 	}
 	if r := app.apiCall(http.MethodGet, "/api/v1/provider/offers", token, ""); r.status != http.StatusOK {
 		t.Fatalf("API before suspension: %d", r.status)
@@ -261,13 +273,15 @@ func TestSuspensionTakesEffectAtOnce(t *testing.T) {
 	if r := app.client().get("/offers/" + itoa(id)); r.status != http.StatusNotFound {
 		t.Errorf("suspended provider's offer page: %d, want 404", r.status)
 	}
-	if app.handler.index().Len() != 0 {
-		t.Errorf("index holds %d offers after suspension", app.handler.index().Len())
+	if app.handler.wf.Index().Len() != 0 {
+		t.Errorf("index holds %d offers after suspension", app.handler.wf.Index().Len())
 	}
 	// A reload of the index (as the background loop does) keeps it out.
-	idx, _, err := loadIndex(ctx, app.db, testNow)
-	if err != nil || idx.Len() != 0 {
-		t.Errorf("reloaded index: %d offers, %v", idx.Len(), err)
+	if err := app.handler.wf.ReloadIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := app.handler.wf.Index().Len(); n != 0 {
+		t.Errorf("reloaded index: %d offers, want 0", n)
 	}
 	mustContain(t, admin.get("/admin/providers").body, "Hardware not as listed", `data-testid="provider-status">suspended`)
 	mustContain(t, admin.get("/admin/audit?action="+store.AuditProviderSuspend).body, "Hardware not as listed")
@@ -275,8 +289,8 @@ func TestSuspensionTakesEffectAtOnce(t *testing.T) {
 	if r := admin.post("/admin/providers", "/admin/providers/"+itoa(provID)+"/reinstate", url.Values{}); r.status != http.StatusSeeOther {
 		t.Fatalf("reinstate: %d", r.status)
 	}
-	if app.handler.index().Len() != 1 {
-		t.Errorf("index holds %d offers after reinstating, want 1", app.handler.index().Len())
+	if app.handler.wf.Index().Len() != 1 {
+		t.Errorf("index holds %d offers after reinstating, want 1", app.handler.wf.Index().Len())
 	}
 	mustContain(t, app.client().get("/").body, "8× H100 SXM, Oregon")
 }

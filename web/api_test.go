@@ -165,9 +165,7 @@ func TestAPITokenRevocationAndSuspension(t *testing.T) {
 	}
 
 	tok2 := c.createToken("t2", "read")
-	if err := app.db.SetUserSuspended(context.Background(), c.userIDByEmail("rev@example.com"), true); err != nil {
-		t.Fatal(err)
-	}
+	app.suspend(c.userIDByEmail("rev@example.com"))
 	if r := app.apiCall("GET", "/api/v1/offers", tok2, ""); r.status != http.StatusUnauthorized {
 		t.Fatalf("suspended user's token still works: %d", r.status)
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/workflow"
 )
 
 // testClock is a clock the billing tests move forward.
@@ -30,16 +32,35 @@ func (c *testClock) set(t time.Time)      { c.ns.Store(t.UnixNano()) }
 func newTestClock(t time.Time) *testClock { c := &testClock{}; c.set(t); return c }
 
 // countingLocal wraps the local processor: it counts the refunds and
-// transfers that reached it and can fail the next transfer calls.
+// transfers that reached it and can fail the next refund or transfer calls,
+// as a timeout the retrier tries again (retryable) or as a refusal it gives
+// up on (permanent).
 type countingLocal struct {
 	*billing.Local
 	mu            sync.Mutex
 	refunds       map[string]market.Cents // by refund id
 	transfers     map[string]market.Cents // by transfer id
+	failRefunds   int
 	failTransfers int
+	permanent     bool
+}
+
+// failure is the error of a failed call: retryable unless permanent.
+func (p *countingLocal) failure(op string) error {
+	if p.permanent {
+		return &billing.Error{Op: op, Retryable: false, Err: fmt.Errorf("simulated refusal")}
+	}
+	return &billing.Error{Op: op, Retryable: true, Err: fmt.Errorf("simulated timeout")}
 }
 
 func (p *countingLocal) Refund(ctx context.Context, pi string, amount market.Cents, key string) (billing.Refund, error) {
+	p.mu.Lock()
+	if p.failRefunds > 0 {
+		p.failRefunds--
+		p.mu.Unlock()
+		return billing.Refund{}, p.failure("refund")
+	}
+	p.mu.Unlock()
 	r, err := p.Local.Refund(ctx, pi, amount, key)
 	if err == nil {
 		p.mu.Lock()
@@ -54,7 +75,7 @@ func (p *countingLocal) Transfer(ctx context.Context, acct string, amount market
 	if p.failTransfers > 0 {
 		p.failTransfers--
 		p.mu.Unlock()
-		return billing.Transfer{}, &billing.Error{Op: "transfer", Retryable: true, Err: fmt.Errorf("simulated timeout")}
+		return billing.Transfer{}, p.failure("transfer")
 	}
 	p.mu.Unlock()
 	t, err := p.Local.Transfer(ctx, acct, amount, group, key)
@@ -83,7 +104,7 @@ func newBillingApp(t *testing.T) *billingApp {
 	}
 	t.Cleanup(func() { db.Close() })
 	clock := newTestClock(testNow)
-	pay := &countingLocal{Local: billing.NewLocal(billing.LocalConfig{}), refunds: map[string]market.Cents{}, transfers: map[string]market.Cents{}}
+	pay := &countingLocal{Local: billing.NewLocal(billing.LocalConfig{Store: db}), refunds: map[string]market.Cents{}, transfers: map[string]market.Cents{}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h, e, err := New(ctx, Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), Now: clock.now,
 		Billing: pay, PlatformFeeBP: 1000}, db, log)
@@ -95,22 +116,39 @@ func newBillingApp(t *testing.T) *billingApp {
 	return &billingApp{testApp: &testApp{t: t, srv: srv, db: db, handler: h}, clock: clock, pay: pay}
 }
 
-// tick runs the background loop's lifecycle and billing steps at t.
+// tick moves the clock to at and runs one round of the background loop's
+// work there (hold expiry, lifecycle, settlement and its retrier, refunds).
 func (a *billingApp) tick(at time.Time) {
 	a.t.Helper()
 	a.clock.set(at)
-	ctx := context.Background()
-	if _, err := a.db.AdvanceReservations(ctx, at); err != nil {
-		a.t.Fatal(err)
+	a.handler.wf.Tick(context.Background(), at)
+}
+
+// requireReconciled runs the same check as `gpumarket reconcile` and fails
+// the test on any difference, printing each.
+func requireReconciled(t *testing.T, app *testApp) {
+	t.Helper()
+	diffs, err := app.handler.wf.Reconcile(context.Background(), workflow.ReconcileOptions{})
+	if err != nil {
+		t.Fatalf("reconcile: %v", err)
 	}
-	a.handler.billingTick(ctx, at)
+	for _, d := range diffs {
+		t.Errorf("reconcile: reservation %d: %s (ledger %q, processor %q)", d.ReservationID, d.What, d.Ledger, d.Processor)
+	}
 }
 
 // bookAndPay reserves the first quote for trainingQuery and pays it on the
 // simulated page; it returns the reservation.
 func (a *billingApp) bookAndPay(buyer *client) market.Reservation {
 	a.t.Helper()
-	reqJSON, sig := firstQuote(a.t, buyer.get("/requests?"+trainingQuery().Encode()).body)
+	return a.bookAndPayQuery(buyer, trainingQuery())
+}
+
+// bookAndPayQuery reserves the first quote for q and pays it on the
+// simulated page; it returns the reservation.
+func (a *billingApp) bookAndPayQuery(buyer *client, q url.Values) market.Reservation {
+	a.t.Helper()
+	reqJSON, sig := firstQuote(a.t, buyer.get("/requests?"+q.Encode()).body)
 	r := buyer.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "pieces": {sig}})
 	if r.status != http.StatusSeeOther {
 		a.t.Fatalf("reserve: %d\n%s", r.status, r.body)
@@ -162,14 +200,27 @@ func sumKind(es []market.LedgerEntry, kind string) market.Cents {
 // listing helper makes.
 func (a *billingApp) ownOffer(providerID int64) market.Offer {
 	a.t.Helper()
+	return a.ownOfferTerms(providerID, nil)
+}
+
+// ownOfferTerms is ownOffer with the copy's terms changed by edit (nil
+// changes nothing) before it is listed.
+func (a *billingApp) ownOfferTerms(providerID int64, edit func(*market.Offer)) market.Offer {
+	a.t.Helper()
 	ctx := context.Background()
 	o := a.listedOffer("nvidia-h100-80gb-sxm", 8, 1, "us-east-va", 219)
 	// Only the provider's copy stays listed.
 	if err := a.db.SetOfferState(ctx, o.ProviderID, o.ID, market.OfferPaused, testNow); err != nil {
 		a.t.Fatal(err)
 	}
-	a.handler.refreshOffer(ctx, o.ID)
+	a.handler.wf.RefreshOffer(ctx, o.ID)
 	o.ID, o.ProviderID = 0, providerID
+	if edit != nil {
+		edit(&o)
+		if err := market.ValidateOffer(&o, testNow); err != nil {
+			a.t.Fatal(err)
+		}
+	}
 	stored, err := a.db.CreateOffer(ctx, o, testNow)
 	if err != nil {
 		a.t.Fatal(err)
@@ -177,7 +228,7 @@ func (a *billingApp) ownOffer(providerID int64) market.Offer {
 	if err := a.db.ReviewOffer(ctx, stored.ID, market.ReviewApproved, "", testNow); err != nil {
 		a.t.Fatal(err)
 	}
-	a.handler.refreshOffer(ctx, stored.ID)
+	a.handler.wf.RefreshOffer(ctx, stored.ID)
 	return stored
 }
 
@@ -218,6 +269,7 @@ func TestPayConfirmsAndWritesCharge(t *testing.T) {
 	if r := buyer.post(fmt.Sprintf("/reservations/%d", r.ID), fmt.Sprintf("/reservations/%d/pay", r.ID), url.Values{}); r.status != http.StatusConflict {
 		t.Errorf("paying twice: %d, want 409", r.status)
 	}
+	requireReconciled(t, app.testApp)
 }
 
 // settledFlow books and pays, has the provider connect payouts and report
@@ -233,20 +285,7 @@ func settledFlow(t *testing.T, app *billingApp, failTransfers int) (int64, *clie
 	if r.Pieces[0].ProviderID != prov.userID() {
 		t.Fatalf("booked provider %d, want %d", r.Pieces[0].ProviderID, prov.userID())
 	}
-	// Connect payouts through the simulated onboarding.
-	c := prov.post("/provider/reservations", "/provider/payouts/connect", url.Values{})
-	if c.status != http.StatusSeeOther || !strings.HasPrefix(c.location, "/connect/local/") {
-		t.Fatalf("connect: %d → %q\n%s", c.status, c.location, c.body)
-	}
-	mustContain(t, prov.get(c.location).body, "TEST MODE")
-	path := strings.SplitN(c.location, "?", 2)[0]
-	if d := prov.post(c.location, path, url.Values{}); d.status != http.StatusSeeOther {
-		t.Fatalf("onboard: %d", d.status)
-	}
-	if d := prov.get("/provider/payouts/return"); d.status != http.StatusSeeOther {
-		t.Fatalf("return: %d", d.status)
-	}
-	mustContain(t, prov.get("/provider/reservations").body, "connected — payouts enabled")
+	app.connectPayouts(prov)
 
 	p := r.Pieces[0]
 	app.tick(p.Start.Add(time.Hour))
@@ -260,6 +299,32 @@ func settledFlow(t *testing.T, app *billingApp, failTransfers int) (int64, *clie
 	app.pay.failTransfers = failTransfers
 	app.tick(p.End.Add(time.Minute))
 	return r.ID, buyer, prov
+}
+
+// connectPayouts has a signed-in provider connect payouts through the
+// simulated onboarding.
+func (a *billingApp) connectPayouts(prov *client) {
+	a.t.Helper()
+	c := prov.post("/provider/reservations", "/provider/payouts/connect", url.Values{})
+	if c.status != http.StatusSeeOther || !strings.HasPrefix(c.location, "/connect/local/") {
+		a.t.Fatalf("connect: %d → %q\n%s", c.status, c.location, c.body)
+	}
+	mustContain(a.t, prov.get(c.location).body, "TEST MODE")
+	path := strings.SplitN(c.location, "?", 2)[0]
+	if d := prov.post(c.location, path, url.Values{}); d.status != http.StatusSeeOther {
+		a.t.Fatalf("onboard: %d", d.status)
+	}
+	if d := prov.get("/provider/payouts/return"); d.status != http.StatusSeeOther {
+		a.t.Fatalf("return: %d", d.status)
+	}
+	mustContain(a.t, prov.get("/provider/reservations").body, "connected — payouts enabled")
+}
+
+// shareHalfAway is bp basis points of a non-negative amount, rounded to the
+// cent half away from zero: the tests' own statement of the rounding rule,
+// independent of market's.
+func shareHalfAway(amount market.Cents, bp int) market.Cents {
+	return market.Cents((int64(amount)*int64(bp) + 5000) / 10000)
 }
 
 func TestHostFailureSettlesWithMarketRefund(t *testing.T) {
@@ -300,11 +365,7 @@ func TestHostFailureSettlesWithMarketRefund(t *testing.T) {
 	if len(app.pay.refunds) != 1 || len(app.pay.transfers) != 1 {
 		t.Fatalf("%d refunds and %d transfers reached the processor", len(app.pay.refunds), len(app.pay.transfers))
 	}
-	// Reconciliation finds nothing to report.
-	diffs, err := Reconcile(ctx, app.db, app.handler.pay, ReconcileOptions{})
-	if err != nil || len(diffs) != 0 {
-		t.Fatalf("reconcile: %v %+v", err, diffs)
-	}
+	requireReconciled(t, app.testApp)
 }
 
 func TestSettlementInterruptedThenResumed(t *testing.T) {
@@ -323,11 +384,14 @@ func TestSettlementInterruptedThenResumed(t *testing.T) {
 	}
 	mustContain(t, buyer.get(fmt.Sprintf("/reservations/%d", id)).body, "Settlement pending: retrying")
 	// Before the backoff nothing is retried; after it, the retrier finishes.
-	app.tick(app.clock.now().Add(time.Second))
-	if s, _ := app.db.FindSettlement(ctx, id); s.State != store.SettlementPending {
-		t.Fatalf("retried before the backoff: %s", s.State)
+	if !s.NextAttemptAt.After(app.clock.now().Add(time.Second)) {
+		t.Fatalf("next attempt at %s, no backoff after %s", s.NextAttemptAt, app.clock.now())
 	}
-	app.tick(app.clock.now().Add(backoff(1)))
+	app.tick(app.clock.now().Add(time.Second))
+	if s, _ := app.db.FindSettlement(ctx, id); s.State != store.SettlementPending || s.Attempts != 1 || len(app.pay.transfers) != 0 {
+		t.Fatalf("retried before the backoff: %s, %d attempts, %d transfers", s.State, s.Attempts, len(app.pay.transfers))
+	}
+	app.tick(s.NextAttemptAt)
 	s, err = app.db.FindSettlement(ctx, id)
 	if err != nil || s.State != store.SettlementDone {
 		t.Fatalf("after resuming: %v %+v", err, s)
@@ -345,6 +409,8 @@ func TestSettlementInterruptedThenResumed(t *testing.T) {
 	if len(app.pay.refunds) != 1 || len(app.pay.transfers) != 1 {
 		t.Fatalf("%d refunds and %d transfers, want one each", len(app.pay.refunds), len(app.pay.transfers))
 	}
+	requireReconciled(t, clean.testApp)
+	requireReconciled(t, app.testApp)
 }
 
 func TestBuyerIncidentUnacknowledgedBecomesDispute(t *testing.T) {
@@ -387,7 +453,7 @@ func TestBuyerIncidentUnacknowledgedBecomesDispute(t *testing.T) {
 		t.Fatalf("settled before the deadline: %v", err)
 	}
 	incs, _ := app.db.ListIncidents(ctx, r.ID)
-	app.tick(incs[0].CreatedAt.Add(incidentAckDeadline + time.Minute))
+	app.tick(incs[0].CreatedAt.Add(workflow.IncidentAckDeadline + time.Minute))
 	ds, err := app.db.ListReservationDisputes(ctx, r.ID)
 	if err != nil || len(ds) != 1 || ds[0].Source != store.DisputeSourceIncident || ds[0].Status != store.DisputeOpen || ds[0].IncidentID != incs[0].ID {
 		t.Fatalf("disputes %v %+v", err, ds)
@@ -401,6 +467,7 @@ func TestBuyerIncidentUnacknowledgedBecomesDispute(t *testing.T) {
 		t.Fatalf("pending incidents %v", s.Statement.Pending)
 	}
 	app.ledger(r.ID)
+	requireReconciled(t, app.testApp)
 }
 
 // webhook posts a signed event to the real route.
@@ -422,6 +489,9 @@ func (a *billingApp) heldReservation(buyer *client) market.Reservation {
 	a.t.Helper()
 	reqJSON, sig := firstQuote(a.t, buyer.get("/requests?"+trainingQuery().Encode()).body)
 	r := buyer.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "pieces": {sig}})
+	if r.status != http.StatusSeeOther {
+		a.t.Fatalf("reserve: %d\n%s", r.status, r.body)
+	}
 	id, _ := strconv.ParseInt(strings.TrimPrefix(r.location, "/reservations/"), 10, 64)
 	res, err := a.db.FindReservation(context.Background(), id)
 	if err != nil {
@@ -435,73 +505,226 @@ func paymentIntent(r market.Reservation, pi string) map[string]any {
 		"metadata": map[string]string{"reservation_id": strconv.FormatInt(r.ID, 10)}, "transfer_group": market.TransferGroup(r.ID)}
 }
 
-func TestWebhook(t *testing.T) {
+// startCheckout has the buyer press Pay on a held reservation and returns
+// the simulated checkout's id, without paying it.
+func (a *billingApp) startCheckout(buyer *client, r market.Reservation) string {
+	a.t.Helper()
+	resPath := fmt.Sprintf("/reservations/%d", r.ID)
+	res := buyer.post(resPath, resPath+"/pay", url.Values{})
+	if res.status != http.StatusSeeOther || !strings.HasPrefix(res.location, "/pay/local/") {
+		a.t.Fatalf("pay: %d → %q\n%s", res.status, res.location, res.body)
+	}
+	return strings.TrimPrefix(res.location, "/pay/local/")
+}
+
+// paidEvents completes a simulated checkout as the buyer would and returns
+// the events the processor sends for it, checkout completed and payment
+// succeeded, without applying them.
+func (a *billingApp) paidEvents(checkoutID string) (completed, succeeded billing.Event) {
+	a.t.Helper()
+	evs, err := a.pay.CompleteCheckout(checkoutID, true, a.clock.now())
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	for _, ev := range evs {
+		switch ev.Type {
+		case billing.EventCheckoutCompleted:
+			completed = ev
+		case billing.EventPaymentSucceeded:
+			succeeded = ev
+		}
+	}
+	if completed.ID == "" || succeeded.ID == "" || succeeded.PaymentIntentID == "" {
+		a.t.Fatalf("checkout %s gave events %+v", checkoutID, evs)
+	}
+	return completed, succeeded
+}
+
+// apply applies one processor event in-process, as the local processor's
+// pages do.
+func (a *billingApp) apply(ev billing.Event) {
+	a.t.Helper()
+	if err := a.handler.applyEvent(context.Background(), a.handler.log, ev); err != nil {
+		a.t.Fatalf("apply %s %s: %v", ev.StripeType, ev.ID, err)
+	}
+}
+
+var tagRe = regexp.MustCompile(`<[^>]*>`)
+
+// testidText is the text (tags removed, trimmed) of the first element
+// marked data-testid="id" on a page, "" when there is none.
+func testidText(body, id string) string {
+	m := regexp.MustCompile(`data-testid="` + regexp.QuoteMeta(id) + `"[^>]*>([\s\S]*?)</(td|p|span|strong|div|li)>`).FindStringSubmatch(body)
+	if m == nil {
+		return ""
+	}
+	return strings.TrimSpace(tagRe.ReplaceAllString(m[1], ""))
+}
+
+func countKind(es []market.LedgerEntry, kind string) int {
+	n := 0
+	for _, e := range es {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// In local mode the public webhook believes nobody: events signed with the
+// old built-in secret, any other secret or none are refused with 400 and
+// change nothing (no payment, no dispute, no onboarding).
+func TestWebhookRefusedInLocalMode(t *testing.T) {
 	app := newBillingApp(t)
 	app.listedOffer("nvidia-h100-80gb-sxm", 8, 4, "us-east-va", 219)
 	buyer := app.client()
 	buyer.signUp("hook@example.com", false)
 	ctx := context.Background()
-	const secret = "local_whsec"
-
 	r := app.heldReservation(buyer)
-	// A bad signature is refused and changes nothing.
-	if res := app.webhook("wrong_secret", "evt_bad", "payment_intent.succeeded", paymentIntent(r, "pi_1")); res.status != http.StatusBadRequest {
-		t.Fatalf("bad signature: %d", res.status)
+	prov := app.client()
+	prov.signUp("acct@example.com", true)
+	if res := prov.post("/provider/reservations", "/provider/payouts/connect", url.Values{}); res.status != http.StatusSeeOther {
+		t.Fatalf("connect: %d", res.status)
+	}
+	acct, err := app.db.FindPayoutAccount(ctx, prov.userID())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	forged := []struct {
+		typ string
+		obj map[string]any
+	}{
+		{"payment_intent.succeeded", paymentIntent(r, "pi_forged")},
+		{"checkout.session.completed", map[string]any{"id": "cs_forged", "object": "checkout.session", "payment_intent": "pi_forged",
+			"payment_status": "paid", "amount_total": int64(r.AmountCents), "currency": "usd", "client_reference_id": strconv.FormatInt(r.ID, 10)}},
+		{"charge.dispute.created", map[string]any{"id": "dp_forged", "object": "dispute", "amount": int64(r.AmountCents), "currency": "usd",
+			"payment_intent": "pi_forged", "charge": "ch_forged"}},
+		{"account.updated", map[string]any{"id": acct.AccountID, "object": "account", "details_submitted": true,
+			"charges_enabled": true, "payouts_enabled": true}},
+	}
+	for _, secret := range []string{"local_whsec", "whsec_test", ""} {
+		for i, f := range forged {
+			res := app.webhook(secret, fmt.Sprintf("evt_forged_%d", i), f.typ, f.obj)
+			if res.status != http.StatusBadRequest {
+				t.Errorf("%s signed with %q: %d, want 400", f.typ, secret, res.status)
+			}
+			mustContain(t, res.body, "accepts no webhook events")
+		}
 	}
 	req, _ := http.NewRequest(http.MethodPost, app.srv.URL+"/webhooks/stripe", strings.NewReader(`{"id":"evt_x"}`))
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("missing signature: %v %v", err, resp.StatusCode)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got, _ := app.db.FindReservation(ctx, r.ID); got.State != market.ReservationHeld || len(app.ledger(r.ID)) != 0 {
-		t.Fatalf("a refused webhook changed the reservation: %s", got.State)
+	if res := read(t, resp); res.status != http.StatusBadRequest {
+		t.Errorf("missing signature: %d, want 400", res.status)
 	}
 
-	// Out of order: the failure of an earlier attempt after the success
-	// changes nothing; a replay of the success changes nothing either.
-	if res := app.webhook(secret, "evt_ok", "payment_intent.succeeded", paymentIntent(r, "pi_1")); res.status != http.StatusOK {
-		t.Fatalf("valid: %d %s", res.status, res.body)
+	if got, err := app.db.FindReservation(ctx, r.ID); err != nil || got.State != market.ReservationHeld {
+		t.Errorf("reservation after forged events: %v %s, want held", err, got.State)
 	}
-	failed := paymentIntent(r, "pi_1")
-	failed["status"] = "requires_payment_method"
-	if res := app.webhook(secret, "evt_fail", "payment_intent.payment_failed", failed); res.status != http.StatusOK {
-		t.Fatalf("failure: %d", res.status)
+	if es := app.ledger(r.ID); len(es) != 0 {
+		t.Errorf("ledger entries after forged events: %+v", es)
 	}
-	if res := app.webhook(secret, "evt_ok", "payment_intent.succeeded", paymentIntent(r, "pi_1")); res.status != http.StatusOK {
-		t.Fatalf("replay: %d", res.status)
+	if _, err := app.db.FindPayment(ctx, r.ID); market.ErrorCode(err) != market.CodeNotFound {
+		t.Errorf("a payment was recorded from a forged event: %v", err)
 	}
+	if ds, err := app.db.ListReservationDisputes(ctx, r.ID); err != nil || len(ds) != 0 {
+		t.Errorf("disputes after forged events: %v %+v", err, ds)
+	}
+	if a, err := app.db.FindPayoutAccount(ctx, prov.userID()); err != nil || a.Onboarded() {
+		t.Errorf("forged account event onboarded the provider: %v %+v", err, a)
+	}
+	mustContain(t, buyer.get(fmt.Sprintf("/reservations/%d", r.ID)).body, `data-testid="pay"`, "Not paid.")
+	requireReconciled(t, app.testApp)
+}
+
+// The processor's events, applied in-process: out of order and replayed
+// they confirm a payment once; a payment after the hold is refunded in
+// full; a chargeback opens one dispute and one chargeback entry however
+// often it arrives; an older account event does not undo a newer one.
+func TestProcessorEventsAppliedOnceInAnyOrder(t *testing.T) {
+	app := newBillingApp(t)
+	app.listedOffer("nvidia-h100-80gb-sxm", 8, 4, "us-east-va", 219)
+	buyer := app.client()
+	buyer.signUp("hook@example.com", false)
+	ctx := context.Background()
+
+	r := app.heldReservation(buyer)
+	completed, succeeded := app.paidEvents(app.startCheckout(buyer, r))
+	if succeeded.AmountCents != r.AmountCents || succeeded.Currency != "usd" {
+		t.Fatalf("payment event %s %s, want %s usd", succeeded.AmountCents, succeeded.Currency, r.AmountCents)
+	}
+	// The success first; then the failure of an earlier attempt; then the
+	// checkout's completion; then the success again.
+	app.apply(succeeded)
+	app.apply(billing.Event{ID: "evt_fail_earlier", Type: billing.EventPaymentFailed, StripeType: "payment_intent.payment_failed",
+		Created: succeeded.Created.Add(-time.Minute), ReservationID: r.ID, PaymentIntentID: succeeded.PaymentIntentID,
+		AmountCents: r.AmountCents, Currency: "usd", FailureMessage: "Your card was declined."})
+	app.apply(completed)
+	app.apply(succeeded)
 	got, _ := app.db.FindReservation(ctx, r.ID)
-	p, _ := app.db.FindPayment(ctx, r.ID)
-	if got.State != market.ReservationConfirmed || p.Status != store.PaymentPaid || sumKind(app.ledger(r.ID), market.EntryCharge) != r.AmountCents {
-		t.Fatalf("after success, failure and replay: %s %s %s", got.State, p.Status, sumKind(app.ledger(r.ID), market.EntryCharge))
+	p, err := app.db.FindPayment(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
 	}
+	es := app.ledger(r.ID)
+	if got.State != market.ReservationConfirmed || p.Status != store.PaymentPaid || p.PaymentIntentID != succeeded.PaymentIntentID ||
+		countKind(es, market.EntryCharge) != 1 || sumKind(es, market.EntryCharge) != r.AmountCents {
+		t.Fatalf("after success, failure, completion and replay: %s %s %q, ledger %+v", got.State, p.Status, p.PaymentIntentID, es)
+	}
+	mustContain(t, buyer.get(fmt.Sprintf("/reservations/%d", r.ID)).body, "Paid "+r.AmountCents.String())
 
-	// A payment arriving after the hold expired is refunded in full.
+	// A payment whose events arrive after the hold expired is refunded in
+	// full: the buyer pays a minute before the hold ends, the processor's
+	// events come after it.
 	late := app.heldReservation(buyer)
+	lateCheckout := app.startCheckout(buyer, late)
+	app.clock.set(late.HoldExpiresAt.Add(-time.Minute))
+	lateCompleted, lateSucceeded := app.paidEvents(lateCheckout)
 	app.tick(late.HoldExpiresAt.Add(time.Minute))
-	if res := app.webhook(secret, "evt_late", "payment_intent.succeeded", paymentIntent(late, "pi_late")); res.status != http.StatusOK {
-		t.Fatalf("late: %d", res.status)
+	if got, _ := app.db.FindReservation(ctx, late.ID); got.State != market.ReservationExpired {
+		t.Fatalf("late reservation %s after its hold, want expired", got.State)
 	}
+	app.apply(lateCompleted)
+	app.apply(lateSucceeded)
+	app.apply(lateSucceeded)
 	p, _ = app.db.FindPayment(ctx, late.ID)
-	es := app.ledger(late.ID)
-	if p.Status != store.PaymentRefunded || sumKind(es, market.EntryRefund) != late.AmountCents {
+	es = app.ledger(late.ID)
+	if p.Status != store.PaymentRefunded || countKind(es, market.EntryRefund) != 1 || sumKind(es, market.EntryRefund) != late.AmountCents {
 		t.Fatalf("late payment: %s, ledger %+v", p.Status, es)
 	}
 	if err := market.CheckSettled(es, late.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := app.db.FindReservation(ctx, late.ID); got.State == market.ReservationConfirmed {
+	if got, _ := app.db.FindReservation(ctx, late.ID); got.State != market.ReservationExpired {
 		t.Fatalf("late payment revived the reservation: %s", got.State)
 	}
-
-	// A chargeback opens a dispute once, however often it is delivered.
-	dispute := map[string]any{"id": "dp_1", "object": "dispute", "amount": int64(r.AmountCents), "payment_intent": "pi_1", "charge": "ch_1"}
-	for _, id := range []string{"evt_dp", "evt_dp", "evt_dp_again"} {
-		if res := app.webhook(secret, id, "charge.dispute.created", dispute); res.status != http.StatusOK {
-			t.Fatalf("dispute: %d", res.status)
-		}
+	var refunded market.Cents
+	for _, a := range app.pay.refunds {
+		refunded += a
 	}
-	if ds, _ := app.db.ListReservationDisputes(ctx, r.ID); len(ds) != 1 || ds[0].Source != store.DisputeSourceStripe {
-		t.Fatalf("disputes %+v", ds)
+	if len(app.pay.refunds) != 1 || refunded != late.AmountCents {
+		t.Fatalf("processor refunds %v, want one of %s", app.pay.refunds, late.AmountCents)
+	}
+	mustContain(t, buyer.get("/notifications").body, `data-kind="refund_sent"`, late.AmountCents.String())
+
+	// A chargeback opens a dispute once, however often it is delivered; the
+	// event names the payment, not the reservation.
+	chargeback := billing.Event{ID: "evt_dp", Type: billing.EventDisputeCreated, StripeType: "charge.dispute.created", Created: app.clock.now(),
+		PaymentIntentID: succeeded.PaymentIntentID, ChargeID: succeeded.ChargeID, DisputeID: "dp_1", AmountCents: r.AmountCents, Currency: "usd"}
+	app.apply(chargeback)
+	app.apply(chargeback)
+	chargeback.ID = "evt_dp_again"
+	app.apply(chargeback)
+	ds, err := app.db.ListReservationDisputes(ctx, r.ID)
+	if err != nil || len(ds) != 1 || ds[0].Source != store.DisputeSourceStripe || ds[0].StripeDisputeID != "dp_1" || ds[0].AmountCents != r.AmountCents {
+		t.Fatalf("disputes %v %+v", err, ds)
+	}
+	es = app.ledger(r.ID)
+	if countKind(es, market.EntryChargeback) != 1 || sumKind(es, market.EntryChargeback) != r.AmountCents {
+		t.Fatalf("chargeback entries: %+v", es)
 	}
 
 	// An older account event delivered after a newer one does not undo it.
@@ -514,15 +737,53 @@ func TestWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := app.handler.applyEvent(ctx, app.handler.log, billing.Event{ID: "evt_acct_new", Type: billing.EventAccountUpdated, StripeType: "account.updated",
-		Created: time.Now(), AccountID: acct.AccountID, DetailsSubmitted: true, PayoutsEnabled: true}); err != nil {
-		t.Fatal(err)
-	}
-	if err := app.handler.applyEvent(ctx, app.handler.log, billing.Event{ID: "evt_acct_old", Type: billing.EventAccountUpdated, StripeType: "account.updated",
-		Created: time.Now().Add(-time.Hour), AccountID: acct.AccountID}); err != nil {
-		t.Fatal(err)
-	}
+	app.apply(billing.Event{ID: "evt_acct_new", Type: billing.EventAccountUpdated, StripeType: "account.updated",
+		Created: app.clock.now(), AccountID: acct.AccountID, DetailsSubmitted: true, ChargesEnabled: true, PayoutsEnabled: true})
+	app.apply(billing.Event{ID: "evt_acct_old", Type: billing.EventAccountUpdated, StripeType: "account.updated",
+		Created: app.clock.now().Add(-time.Hour), AccountID: acct.AccountID})
 	if acct, _ := app.db.FindPayoutAccount(ctx, prov.userID()); !acct.Onboarded() {
 		t.Fatal("an older account event undid onboarding")
+	}
+	requireReconciled(t, app.testApp)
+}
+
+// charge.refunded reports the processor's refund total for a payment;
+// reconciliation compares it with the ledger's refunds. Replays and older
+// totals change nothing; a total the ledger does not show is a difference.
+func TestChargeRefundedEvent(t *testing.T) {
+	app := newBillingApp(t)
+	id, _, _ := settledFlow(t, app, 0)
+	ctx := context.Background()
+	p, err := app.db.FindPayment(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refunded := sumKind(app.ledger(id), market.EntryRefund)
+	if refunded == 0 || p.RefundedCents != 0 {
+		t.Fatalf("before the event: ledger refunds %s, payment's refunded total %s", refunded, p.RefundedCents)
+	}
+	ev := billing.Event{ID: "evt_refunded", Type: billing.EventChargeRefunded, StripeType: "charge.refunded", Created: app.clock.now(),
+		ReservationID: id, PaymentIntentID: p.PaymentIntentID, ChargeID: p.ChargeID, AmountCents: refunded, Currency: "usd"}
+	app.apply(ev)
+	app.apply(ev)
+	older := ev
+	older.ID, older.AmountCents, older.Created = "evt_refunded_older", refunded-100, ev.Created.Add(-time.Minute)
+	app.apply(older)
+	if p, _ := app.db.FindPayment(ctx, id); p.RefundedCents != refunded {
+		t.Fatalf("refunded total %s after the event, a replay and an older total; want %s", p.RefundedCents, refunded)
+	}
+	requireReconciled(t, app.testApp)
+
+	// A refund made outside the marketplace shows as a difference.
+	outside := ev
+	outside.ID, outside.AmountCents = "evt_refunded_outside", refunded+100
+	app.apply(outside)
+	diffs, err := app.handler.wf.Reconcile(ctx, workflow.ReconcileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diffs) != 1 || diffs[0].ReservationID != id || diffs[0].What != "processor reports a different refund total" ||
+		diffs[0].Ledger != refunded.String() || diffs[0].Processor != (refunded+100).String() {
+		t.Fatalf("differences %+v, want the refund total alone", diffs)
 	}
 }

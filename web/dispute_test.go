@@ -108,9 +108,16 @@ func TestDisputeOpenAnswerDecideRefund(t *testing.T) {
 	if keys[market.DisputeKey(id, market.EntryRefund, 0)] != 5000 || keys[market.DisputeKey(id, market.EntryCredit, prov.userID())] != 5000 {
 		t.Errorf("dispute ledger entries: %v", keys)
 	}
+	// The provider keeps what was paid less the credit, and the platform's
+	// 10% is taken from that: the fee falls with the credit.
+	kept := r.AmountCents - 5000
+	fee := shareHalfAway(kept, 1000)
+	if before := r.AmountCents - shareHalfAway(r.AmountCents, 1000); payout != before {
+		t.Errorf("frozen payout before the credit %s, want %s", payout, before)
+	}
 	s, _ = app.db.FindSettlement(ctx, r.ID)
-	if s.Transfers[0].Amount != payout-5000 || s.Transfers[0].State == store.TransferFrozen {
-		t.Errorf("payout after the credit: %s %s, want %s and released", s.Transfers[0].Amount, s.Transfers[0].State, payout-5000)
+	if s.Transfers[0].Amount != kept-fee || s.Transfers[0].State != store.TransferHeld {
+		t.Errorf("payout after the credit: %s %s, want %s and held for onboarding", s.Transfers[0].Amount, s.Transfers[0].State, kept-fee)
 	}
 
 	// Both parties see outcome and reason; the buyer sees the refund on the
@@ -126,6 +133,40 @@ func TestDisputeOpenAnswerDecideRefund(t *testing.T) {
 	if res := admin.post(adminPath, adminPath+"/decide", url.Values{"decision": {"reject"}, "reason": {"again"}}); res.status != http.StatusConflict {
 		t.Errorf("deciding twice: %d, want 409", res.status)
 	}
+
+	// The provider finishes payout onboarding: the reduced payout is what
+	// is transferred, recorded, notified and shown.
+	if len(app.pay.transfers) != 0 {
+		t.Fatalf("transfers before onboarding: %v", app.pay.transfers)
+	}
+	app.connectPayouts(prov)
+	var transferred market.Cents
+	for _, a := range app.pay.transfers {
+		transferred += a
+	}
+	if len(app.pay.transfers) != 1 || transferred != kept-fee {
+		t.Fatalf("processor transfers %v, want one of %s", app.pay.transfers, kept-fee)
+	}
+	es = app.ledger(r.ID)
+	if sumKind(es, market.EntryTransfer) != kept-fee || sumKind(es, market.EntryFee)-sumKind(es, market.EntryFeeReversal) != fee {
+		t.Errorf("ledger after the payout: %+v, want transfer %s and net fee %s", es, kept-fee, fee)
+	}
+	if err := market.CheckSettled(es, r.ID); err != nil {
+		t.Error(err)
+	}
+	mustContain(t, prov.get("/notifications").body, `data-kind="payout_sent"`, "Payout of "+(kept-fee).String())
+	pst := prov.get(fmt.Sprintf("/provider/bookings/%d/statement", r.ID)).body
+	if got := testidText(pst, "statement-payout"); got != (kept - fee).String() {
+		t.Errorf("provider's statement payout %q, want %s", got, kept-fee)
+	}
+	if got := testidText(pst, "statement-fee"); got != fee.String() {
+		t.Errorf("provider's statement fee %q, want %s", got, fee)
+	}
+	mustContain(t, buyer.get("/notifications").body, `data-kind="refund_sent"`, "A refund of $50.00")
+	if got := testidText(buyer.get(resPath+"/statement").body, "statement-refund"); got != "$50.00" {
+		t.Errorf("buyer's statement refund %q, want $50.00", got)
+	}
+	requireReconciled(t, app.testApp)
 }
 
 // Every movement of money lands in the audit trail in the same transaction
@@ -150,4 +191,5 @@ func TestMoneyMovementsAreAudited(t *testing.T) {
 	mustContain(t, notes, `data-kind="booking_made"`, `data-kind="payout_sent"`)
 	// The provider reported the incident; the buyer is told.
 	mustContain(t, buyer.get("/notifications").body, `data-kind="incident_reported"`)
+	requireReconciled(t, app.testApp)
 }

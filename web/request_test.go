@@ -47,7 +47,7 @@ func (a *testApp) listedOffer(acc string, perNode, nodes int, region string, cen
 	if err := a.db.ReviewOffer(ctx, o.ID, market.ReviewApproved, "", testNow); err != nil {
 		a.t.Fatal(err)
 	}
-	a.handler.refreshOffer(ctx, o.ID)
+	a.handler.wf.RefreshOffer(ctx, o.ID)
 	o.Review = market.ReviewApproved
 	return o
 }

@@ -368,9 +368,7 @@ func TestSuspensionEndsSessionAtOnce(t *testing.T) {
 	c := app.client()
 	c.signUp("bad@example.com", true)
 	id := c.userID()
-	if err := app.db.SetUserSuspended(context.Background(), id, true); err != nil {
-		t.Fatal(err)
-	}
+	app.suspend(id)
 	if r := c.get("/provider/offers"); r.status != http.StatusSeeOther {
 		t.Fatalf("suspended provider still served: %d", r.status)
 	}
