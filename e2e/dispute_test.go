@@ -1,8 +1,9 @@
 package e2e
 
 import (
-	"net/url"
+	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,13 +11,23 @@ import (
 	"github.com/playwright-community/playwright-go"
 )
 
-// TestDispute: a buyer pays for a booking and, while it runs, opens a dispute (hardware not as
-// listed); the provider answers; after the booking ends the settlement waits on the frozen payout;
-// the admin reads the reservation's timeline and grants a partial credit; the buyer sees the
-// decision, and the refund on the statement and in the ledger. Time passes by restarting the
-// server on the same database with a larger -clock-offset, as in the billing test.
+// TestDispute follows two paid bookings of a provider who has not connected payouts, on one server:
+//
+//   - A: a host failure during the booking gives the buyer the SLA credits (capped by the terms);
+//     the buyer's dispute (hardware not as listed) is answered by the provider; after the booking
+//     ends the settlement refunds the buyer and the payout waits, frozen and held; the admin reads
+//     the timeline and grants a small credit. When the provider finishes payout onboarding the
+//     payout is transferred: the provider's notification, statement and ledger all show the
+//     amount actually transferred, the held payout less the credit with the fee recomputed.
+//   - B: the admin grants the largest credit the form allows (what was paid, less refunds), more
+//     than the held payout: the payout becomes $0.00, the settlement completes at once, and no
+//     transfer is made, not even at onboarding.
+//
+// Every figure is computed here from the offer's terms (settlementOf, afterCredit), and the test
+// ends with `gpumarket reconcile` clean. Time passes by restarting the server on the same
+// database with a larger -clock-offset, as in the billing test.
 func TestDispute(t *testing.T) {
-	srv := startServer(t, withArgs("-tick", "1s"))
+	srv := startServer(t, withArgs(moneyArgs...))
 
 	provider := newPage(t)
 	signUp(t, provider, srv, "pia@dispute.test", "Pia Provider", "Dispute Compute", false, true)
@@ -24,6 +35,7 @@ func TestDispute(t *testing.T) {
 	o := quebecH100
 	o.MemoryGB = "80"
 	fillOffer(t, provider, o)
+	fillTerms(t, provider)
 	click(t, provider.GetByTestId("offer-submit"), "submit the offer")
 
 	srv.createAdmin(t, "ops@dispute.test", "an admin password 123")
@@ -32,92 +44,235 @@ func TestDispute(t *testing.T) {
 	gotoOK(t, admin, srv.URL+"/admin/offers")
 	click(t, admin.GetByTestId("review-row").Filter(playwright.LocatorFilterOptions{HasText: o.Title}).GetByTestId("approve"), "approve")
 
-	gotoOK(t, provider, srv.URL+"/provider/reservations")
-	click(t, provider.GetByTestId("connect-payouts"), "Connect payouts")
-	click(t, provider.GetByTestId("onboard-simulated"), "Complete onboarding")
-
-	// The buyer books 4 H100s for 4 hours and pays.
+	// The buyer books 2 of the 4 H100s for 4 hours twice (A and B) and pays for both.
+	const devices, hours = 2, 4
 	buyer := newPage(t)
 	signUp(t, buyer, srv, "bo@dispute.test", "Bo Buyer", "", true, false)
 	start := time.Now().UTC().Truncate(time.Hour).Add(2 * time.Hour)
-	q := url.Values{
-		"workload.kind": {"training"}, "workload.devices": {"4"}, "workload.hours": {"4"},
-		"workload.checkpoint_mins": {"60"}, "workload.restart_mins": {"10"}, "constraints.families": {"H100"},
-		"constraints.earliest_start": {start.Format("2006-01-02T15:04")}, "constraints.deadline": {start.Add(48 * time.Hour).Format("2006-01-02T15:04")},
-		"preferences.cost_weight": {"100"},
+	var ids [2]string
+	for i := range ids {
+		ids[i] = reserve(t, buyer, srv, devices, hours, start)
+		click(t, buyer.GetByTestId("pay"), "Pay")
+		click(t, buyer.GetByTestId("pay-simulated"), "Pay (simulated)")
+		expectText(t, buyer.GetByTestId("reservation-state"), "confirmed", "state after paying")
 	}
-	gotoOK(t, buyer, srv.URL+"/requests?"+q.Encode())
-	click(t, buyer.GetByTestId("quote").First().GetByTestId("reserve"), "Reserve")
-	resID := regexp.MustCompile(`/reservations/(\d+)`).FindStringSubmatch(buyer.URL())
-	if resID == nil {
-		t.Fatalf("not on a reservation page: %s", buyer.URL())
+	resA, resB := ids[0], ids[1]
+
+	// An hour into the bookings the provider reports a host failure on A: 1 of the 2 devices for
+	// 30 minutes, so uptime falls below the last tier and the SLA credits reach the cap.
+	const lostDeviceMinutes = 1 * 30
+	settledA, settledB := settlementOf(devices, hours, lostDeviceMinutes), settlementOf(devices, hours, 0)
+	if settledA.refund != roundHalfAway(settledA.paid*capBP, 10000) {
+		t.Fatalf("the test means A's SLA credits to reach the cap: %+v", settledA)
 	}
-	click(t, buyer.GetByTestId("pay"), "Pay")
-	click(t, buyer.GetByTestId("pay-simulated"), "Pay (simulated)")
-	expectText(t, buyer.GetByTestId("reservation-state"), "confirmed", "state after paying")
+	srv = restartAt(t, srv, start.Add(time.Hour))
+	reportHostFailure(t, provider, srv, resA, start.Add(time.Hour), start.Add(90*time.Minute), 1)
 
-	// The buyer opens a dispute with a statement.
-	click(t, buyer.GetByTestId("open-dispute-link"), "Open a dispute")
-	selectOption(t, field(buyer, "What is the dispute about?"), "Hardware not as listed")
-	fill(t, buyer.Locator("#f-statement"), "Two of the four devices report as A100 40GB in nvidia-smi; log attached to ticket BB-7.")
-	click(t, buyer.GetByTestId("submit-dispute"), "Open the dispute")
-	expectText(t, buyer.GetByTestId("dispute-status"), "open", "dispute status")
-	disputeURL := buyer.URL()
-	disputePath := strings.TrimPrefix(disputeURL, srv.URL) // the port changes when the server restarts
-
-	// The provider is notified and answers.
+	// The buyer opens a dispute on each with a statement; the provider is notified and answers A's.
+	disputeA := openDispute(t, buyer, srv, resA, "One of the two devices reports as an A100 40GB in nvidia-smi; log attached to ticket BB-7.")
+	disputeB := openDispute(t, buyer, srv, resB, "Both devices report as A100 40GB in nvidia-smi for the whole booking; ticket BB-8.")
 	gotoOK(t, provider, srv.URL+"/notifications")
-	click(t, provider.GetByTestId("notification").Filter(playwright.LocatorFilterOptions{HasText: "opened a dispute"}).GetByRole("link"), "the dispute notification")
-	expectURL(t, provider, disputeURL)
-	fill(t, provider.Locator("#f-statement"), "All four devices were H100 SXM; two were misreported by an old driver, fixed within the hour.")
+	click(t, provider.GetByTestId("notification").Filter(playwright.LocatorFilterOptions{HasText: "opened a dispute on reservation #" + resA + " "}).GetByRole("link"), "the dispute notification")
+	expectURL(t, provider, srv.URL+disputeA)
+	fill(t, provider.Locator("#f-statement"), "Both devices were H100 SXM; one was misreported by an old driver, fixed within the hour.")
 	click(t, provider.GetByTestId("dispute-answer"), "Add statement")
 	expectText(t, provider.GetByTestId("dispute-statement").Last(), "misreported by an old driver", "the provider's answer")
 
-	// After the booking ends the settlement is computed; the payout waits on the dispute.
-	srv.stop(t)
-	srv.reported = true
-	srv = startServer(t, withDB(srv.DB), withArgs("-tick", "1s", "-clock-offset", offsetTo(start.Add(5*time.Hour))))
-	waitFor(t, buyer, srv.URL+"/reservations/"+resID[1], "completed")
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if n, _ := buyer.GetByTestId("statement-link").Count(); n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no settlement statement after the booking ended")
-		}
-		time.Sleep(500 * time.Millisecond)
-		gotoOK(t, buyer, srv.URL+"/reservations/"+resID[1])
+	// After the bookings end they are settled: the buyer is refunded A's SLA credits and the
+	// payouts wait on the disputes (and on onboarding).
+	srv = restartAt(t, srv, start.Add(5*time.Hour))
+	for _, id := range ids {
+		waitFor(t, buyer, srv.URL+"/reservations/"+id, "completed")
+		waitForStatement(t, buyer, srv.URL+"/reservations/"+id)
 	}
+	gotoOK(t, buyer, srv.URL+"/reservations/"+resA+"/statement")
+	expectSummary(t, buyer, settledA, "A's statement before the dispute is decided")
 
-	// The admin reads the whole timeline and grants a partial credit.
+	// The admin reads A's whole timeline and grants a small credit.
+	const creditA = 689
+	wantA := settledA.afterCredit(creditA)
 	gotoOK(t, admin, srv.URL+"/admin/disputes")
-	click(t, admin.GetByTestId("open-dispute").First(), "the dispute")
+	click(t, admin.GetByTestId("admin-dispute-row").Filter(playwright.LocatorFilterOptions{HasText: "#" + resA}).GetByTestId("open-dispute"), "A's dispute")
+	expectURL(t, admin, srv.URL+"/admin"+disputeA)
 	for _, kind := range []string{"booking", "payment", "dispute", "statement", "ledger", "settlement"} {
 		expectVisible(t, admin.Locator(`[data-testid="timeline-event"][data-kind="`+kind+`"]`).First(), "a "+kind+" event on the timeline")
 	}
-	fill(t, field(admin, "Credit to the buyer (US$; 0 or empty to reject)"), "25.00")
-	fill(t, admin.Locator("#f-reason"), "Partly substantiated: the misreporting cost the buyer the first hour of two devices.")
-	shot(t, admin, "decide")
-	click(t, admin.GetByTestId("grant-credit"), "Grant the credit")
-	expectText(t, admin.GetByTestId("flash"), "Credit of $25.00 granted and refunded", "flash after granting")
+	decide(t, admin, creditA, "Partly substantiated: the misreporting cost the buyer the first hour of one device.")
+	expectText(t, admin.GetByTestId("flash"), "Credit of "+usd(creditA)+" granted and refunded", "flash after granting")
 	expectText(t, admin.GetByTestId("dispute-status"), "granted", "dispute status after granting")
 
-	// Both parties see the outcome and the reason.
-	gotoOK(t, provider, srv.URL+disputePath)
-	expectText(t, provider.GetByTestId("dispute-outcome"), "a credit of $25.00", "the provider sees the outcome")
-	gotoOK(t, buyer, srv.URL+disputePath)
+	// Both parties see the outcome and the reason; the buyer's refund is made.
+	gotoOK(t, provider, srv.URL+disputeA)
+	expectText(t, provider.GetByTestId("dispute-outcome"), "a credit of "+usd(creditA), "the provider sees the outcome")
+	gotoOK(t, buyer, srv.URL+disputeA)
 	expectText(t, buyer.GetByTestId("dispute-outcome"), "the misreporting cost the buyer", "the buyer sees the reason")
-	expectText(t, buyer.GetByTestId("dispute-refund"), "Refunded $25.00", "the buyer sees the refund")
+	expectText(t, buyer.GetByTestId("dispute-refund"), "Refunded "+usd(creditA), "the buyer sees the refund")
+	expectNotification(t, buyer, srv, fmt.Sprintf("A refund of %s for reservation #%s", usd(creditA), resA), "the buyer's dispute refund")
 
-	// The refund is on the buyer's statement and in the ledger.
-	gotoOK(t, buyer, srv.URL+"/reservations/"+resID[1]+"/statement")
-	expectText(t, buyer.GetByTestId("adjustment-amount").First(), "$25.00", "the dispute credit on the statement")
-	refund := buyer.Locator(`[data-testid="ledger-row"][data-kind="refund"]`).Filter(playwright.LocatorFilterOptions{HasText: "$25.00"})
+	// The credit is on the buyer's statement and in the ledger, and the summary adds it up.
+	gotoOK(t, buyer, srv.URL+"/reservations/"+resA+"/statement")
+	expectAmount(t, buyer.GetByTestId("adjustment-amount"), usd(creditA), "the dispute credit on the buyer's statement")
+	expectSummary(t, buyer, wantA, "A's buyer statement after the credit")
+	refund := buyer.Locator(`[data-testid="ledger-row"][data-kind="refund"]`).Filter(playwright.LocatorFilterOptions{HasText: usd(creditA)})
 	expectVisible(t, refund, "the dispute refund in the ledger")
-	text, _ := refund.TextContent()
-	if !strings.Contains(text, "platform:cash") {
+	if text, _ := refund.TextContent(); !strings.Contains(text, "platform:cash") {
 		t.Errorf("the ledger refund row does not show money leaving the platform's cash: %q", text)
 	}
 	shot(t, buyer, "statement")
+
+	// The provider's statement shows the held payout after the credit.
+	gotoOK(t, provider, srv.URL+"/provider/bookings/"+resA+"/statement")
+	expectSummary(t, provider, wantA, "A's provider statement after the credit")
+	expectAmount(t, provider.GetByTestId("payout-state"), fmt.Sprintf("Payout of %s held until you connect payouts.", usd(wantA.payout)), "A's payout state before onboarding")
+
+	// On B the admin first asks for a cent more than the form allows, then grants the most it allows:
+	// everything paid (B had no SLA refund), more than the held payout.
+	creditB := settledB.paid - settledB.refund
+	wantB := settledB.afterCredit(creditB)
+	if creditB <= settledB.payout || wantB.payout != 0 {
+		t.Fatalf("the test means B's credit to exceed the held payout and leave nothing to pay: %+v → %+v", settledB, wantB)
+	}
+	gotoOK(t, admin, srv.URL+"/admin"+disputeB)
+	decideRejected(t, admin, creditB+1, usd(creditB))
+	decide(t, admin, creditB, "Substantiated: neither device was the hardware listed.")
+	expectText(t, admin.GetByTestId("flash"), "Credit of "+usd(creditB)+" granted and refunded", "flash after granting B's credit")
+
+	// B is settled at once, with nothing to pay the provider.
+	waitFor(t, buyer, srv.URL+"/reservations/"+resB, "settled")
+	gotoOK(t, buyer, srv.URL+"/reservations/"+resB+"/statement")
+	expectText(t, buyer.GetByTestId("settlement-state"), "done", "B's settlement state")
+	expectSummary(t, buyer, wantB, "B's buyer statement after the credit")
+	gotoOK(t, provider, srv.URL+"/provider/bookings/"+resB+"/statement")
+	expectSummary(t, provider, wantB, "B's provider statement after the credit")
+	expectAmount(t, provider.GetByTestId("payout-state"), "Payout — nothing to pay.", "B's payout state")
+
+	// The provider finishes payout onboarding: A's held payout is transferred at once.
+	gotoOK(t, provider, srv.URL+"/provider/reservations")
+	expectText(t, provider.GetByTestId("onboarding-state"), "not connected", "onboarding state before connecting")
+	click(t, provider.GetByTestId("connect-payouts"), "Connect payouts")
+	click(t, provider.GetByTestId("onboard-simulated"), "Complete onboarding")
+	expectText(t, provider.GetByTestId("onboarding-state"), "connected — payouts enabled", "onboarding state after connecting")
+	waitFor(t, buyer, srv.URL+"/reservations/"+resA, "settled")
+
+	// The provider's notification, payout list, statement and ledger show the amount transferred.
+	transferred := usd(wantA.payout)
+	expectNotification(t, provider, srv, fmt.Sprintf("Payout of %s for booking #%s sent to your connected account.", transferred, resA), "A's payout")
+	if n, _ := provider.GetByTestId("notification").Filter(playwright.LocatorFilterOptions{HasText: "for booking #" + resB + " sent"}).Count(); n != 0 {
+		t.Errorf("the provider was told of %d payout(s) for B, whose payout is $0.00", n)
+	}
+	gotoOK(t, provider, srv.URL+"/provider/reservations")
+	for id, want := range map[string]string{resA: transferred, resB: usd(0)} {
+		row := provider.GetByTestId("provider-settlement-row").Filter(playwright.LocatorFilterOptions{HasText: "#" + id})
+		expectText(t, row, "Settled", "the provider's settlement row of #"+id)
+		expectAmount(t, row.GetByTestId("provider-payout"), want, "the payout of #"+id+" in the provider's list")
+	}
+	gotoOK(t, provider, srv.URL+"/provider/bookings/"+resA+"/statement")
+	expectText(t, provider.GetByTestId("settlement-state"), "done", "A's settlement state")
+	expectAmount(t, provider.GetByTestId("payout-state"), fmt.Sprintf("Payout of %s paid to your connected account.", transferred), "A's payout state")
+	expectSummary(t, provider, wantA, "A's provider statement after the transfer")
+	expectAmount(t, provider.GetByTestId("adjustment-amount"), usd(creditA), "the dispute credit on the provider's statement")
+	shot(t, provider, "provider-statement")
+
+	ledgerA := providerLedger(t, admin, srv, resA)
+	if want := []int64{wantA.payout}; fmt.Sprint(ledgerA.transfers) != fmt.Sprint(want) {
+		t.Errorf("A's ledger transfers to the provider: %v, want %v", ledgerA.transfers, want)
+	}
+	if ledgerA.balance != 0 {
+		t.Errorf("the provider's account for A is left at %s, want $0.00 once paid", usd(ledgerA.balance))
+	}
+	ledgerB := providerLedger(t, admin, srv, resB)
+	if len(ledgerB.transfers) != 0 || ledgerB.balance != 0 {
+		t.Errorf("B's ledger: transfers %v and the provider's account at %s; want no transfer and $0.00", ledgerB.transfers, usd(ledgerB.balance))
+	}
+
+	srv.reconcile(t)
+}
+
+// openDispute has the buyer open a dispute (hardware not as listed) on the reservation and
+// returns the dispute's path (the port changes when the server restarts).
+func openDispute(t *testing.T, buyer playwright.Page, srv *server, resID, statement string) string {
+	t.Helper()
+	gotoOK(t, buyer, srv.URL+"/reservations/"+resID)
+	click(t, buyer.GetByTestId("open-dispute-link"), "Open a dispute")
+	selectOption(t, field(buyer, "What is the dispute about?"), "Hardware not as listed")
+	fill(t, buyer.Locator("#f-statement"), statement)
+	click(t, buyer.GetByTestId("submit-dispute"), "Open the dispute")
+	expectText(t, buyer.GetByTestId("dispute-status"), "open", "dispute status")
+	if err := expect.Page(buyer).ToHaveURL(regexp.MustCompile(`/disputes/\d+$`)); err != nil {
+		t.Fatalf("not on the dispute's page: %v", err)
+	}
+	return strings.TrimPrefix(buyer.URL(), srv.URL)
+}
+
+// decide fills the admin's decision form on the open dispute page and grants credit.
+func decide(t *testing.T, admin playwright.Page, credit int64, reason string) {
+	t.Helper()
+	fill(t, field(admin, "Credit to the buyer (US$; 0 or empty to reject)"), strings.TrimPrefix(usd(credit), "$"))
+	fill(t, admin.Locator("#f-reason"), reason)
+	click(t, admin.GetByTestId("grant-credit"), "Grant the credit")
+}
+
+// decideRejected asks for credit and expects the form back with the limit next to the field.
+func decideRejected(t *testing.T, admin playwright.Page, credit int64, limit string) {
+	t.Helper()
+	decide(t, admin, credit, "More than the form allows.")
+	expectText(t, admin.GetByTestId("error-credit"), "at most "+limit, "the credit field's error")
+	expectText(t, admin.GetByTestId("dispute-status"), "open", "the dispute after a refused credit")
+}
+
+// waitForStatement reloads the reservation page until it links to a settlement statement.
+func waitForStatement(t *testing.T, page playwright.Page, url string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		gotoOK(t, page, url)
+		if n, _ := page.GetByTestId("statement-link").Count(); n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no settlement statement after the booking ended", url)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// ledgerView is the provider's side of a reservation's ledger as the admin's timeline shows it.
+type ledgerView struct {
+	transfers []int64 // the transfer entries to the provider, in cents
+	balance   int64   // what the ledger still owes the provider: credits less debits
+}
+
+var ledgerEvent = regexp.MustCompile(`(\w+) \$([\d,]+)\.(\d\d): debit (\S+), credit (\S+) \(`)
+
+// providerLedger reads the ledger entries on the admin's timeline of the reservation (its only
+// provider's account is the one named provider:…).
+func providerLedger(t *testing.T, admin playwright.Page, srv *server, resID string) ledgerView {
+	t.Helper()
+	gotoOK(t, admin, srv.URL+"/admin/reservations/"+resID)
+	events := admin.Locator(`[data-testid="timeline-event"][data-kind="ledger"]`)
+	expectVisible(t, events.First(), "a ledger event on #"+resID+"'s timeline")
+	texts, err := events.AllInnerTexts()
+	if err != nil {
+		t.Fatalf("read #%s's ledger: %v", resID, err)
+	}
+	var v ledgerView
+	for _, text := range texts {
+		m := ledgerEvent.FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("unreadable ledger event on #%s's timeline: %q", resID, text)
+		}
+		whole, _ := strconv.ParseInt(strings.ReplaceAll(m[2], ",", ""), 10, 64)
+		frac, _ := strconv.ParseInt(m[3], 10, 64)
+		amount := whole*100 + frac
+		if strings.HasPrefix(m[5], "provider:") {
+			v.balance += amount
+		}
+		if strings.HasPrefix(m[4], "provider:") {
+			v.balance -= amount
+			if m[1] == "transfer" {
+				v.transfers = append(v.transfers, amount)
+			}
+		}
+	}
+	return v
 }

@@ -319,6 +319,28 @@ func (s *server) createAdmin(t *testing.T, email, password string) {
 	}
 }
 
+// reconcile stops the server, so the background loop moves no money while the books are read,
+// and runs `gpumarket reconcile -db` on its database as an operator would (no Stripe key: the
+// ledger against the local test processor's records in the same file). The test fails unless it
+// exits 0 saying there are no differences. Every test that moves money ends with it.
+func (s *server) reconcile(t *testing.T) {
+	t.Helper()
+	s.stop(t)
+	s.reported = true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, env.binary, "reconcile", "-db", s.DB)
+	cmd.Env = serverEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("gpumarket reconcile -db %s: %v, want exit 0\n%s", s.DB, err, out)
+		return
+	}
+	if !strings.Contains(string(out), "reconciled: no differences") {
+		t.Errorf("gpumarket reconcile -db %s exited 0 without saying it reconciled:\n%s", s.DB, out)
+	}
+}
+
 // serverEnv is the test process's environment without GPUMARKET_* settings, so a developer's own
 // configuration cannot leak into a test server; tests pass what they mean as flags.
 func serverEnv() []string {
