@@ -284,35 +284,3 @@ func (h *Handler) handleAdminDisputeRefund(c echo.Context) error {
 	}
 	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/admin/disputes/%d", id))
 }
-
-// statementExtras are the dispute credits and the buyer's ledger entries of
-// a reservation, for the buyer's statement.
-func (h *Handler) statementExtras(ctx context.Context, r market.Reservation) (views.StatementExtras, error) {
-	var v views.StatementExtras
-	ds, err := h.db.ListReservationDisputeCases(ctx, r.ID)
-	if err != nil {
-		return v, err
-	}
-	for _, d := range ds {
-		if d.Status != store.DisputeGranted {
-			continue
-		}
-		state := "refund pending"
-		if d.RefundState == store.DisputeRefundDone {
-			state = "refunded"
-		}
-		v.Adjustments = append(v.Adjustments, views.StatementAdjustment{Label: fmt.Sprintf("Dispute %d credit (%s)", d.ID, d.Reason.Label()), Amount: d.CreditCents.String(), State: state})
-	}
-	es, err := h.db.ListLedger(ctx, r.ID)
-	if err != nil {
-		return v, err
-	}
-	buyer := market.BuyerAccount(r.BuyerID)
-	for _, e := range es {
-		if e.Debit != buyer && e.Credit != buyer {
-			continue
-		}
-		v.Ledger = append(v.Ledger, views.LedgerRow{At: formatTime(e.At), Kind: e.Kind, Debit: e.Debit, Credit: e.Credit, Amount: e.Amount.String(), Ref: orDash(e.StripeRef)})
-	}
-	return v, nil
-}

@@ -230,6 +230,9 @@ func (h *Handler) handleProviderBooking(c echo.Context) error {
 		return err
 	}
 	settling := h.settlementNote(ctx, r.ID, currentUser(c).ID, &v.Note)
+	if note := awaitingNote(r, incs, currentUser(c).ID); !settling && note != "" {
+		v.Note = note
+	}
 	v.Incidents = incidentRows(incs, mine, true, settling)
 	if !settling && (r.State == market.ReservationActive || r.State == market.ReservationCompleted) {
 		v.ReportURL = base + "/incidents/new"
@@ -296,6 +299,9 @@ func (h *Handler) reservationBilling(ctx context.Context, r market.Reservation) 
 		return v, err
 	}
 	settling := h.settlementNote(ctx, r.ID, 0, &v.SettlementNote)
+	if note := awaitingNote(r, incs, 0); !settling && note != "" {
+		v.SettlementNote = note
+	}
 	v.Incidents = incidentRows(incs, r.Pieces, false, settling)
 	if !settling && (r.State == market.ReservationActive || r.State == market.ReservationCompleted) {
 		v.ReportURL = base + "/incidents/new"

@@ -3,6 +3,7 @@ package web
 import (
 	"fmt"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -35,12 +36,36 @@ func (h *Handler) handleAdminReconciliation(c echo.Context) error {
 		if s.State == store.SettlementDone {
 			continue
 		}
-		row := views.SettlementAdminRow{ReservationID: strconv.FormatInt(s.ReservationID, 10), State: settlementAdminState(s),
-			Attempts: strconv.Itoa(s.Attempts), NextAttempt: formatTime(s.NextAttemptAt), LastError: s.LastError}
+		row := views.SettlementAdminRow{ReservationID: strconv.FormatInt(s.ReservationID, 10), URL: fmt.Sprintf("/admin/reservations/%d", s.ReservationID),
+			State: settlementAdminState(s), Attempts: strconv.Itoa(s.Attempts), NextAttempt: formatTime(s.NextAttemptAt), LastError: s.LastError}
 		if s.State == store.SettlementFailed {
 			row.RetryURL = fmt.Sprintf("/admin/settlements/%d/retry", s.ReservationID)
 		}
 		v.Settlements = append(v.Settlements, row)
+	}
+	// Completed reservations whose settlement has not started because a
+	// buyer's report awaits the provider's acknowledgement.
+	incs, err := h.db.ListIncidentsAwaitingAcknowledgement(ctx)
+	if err != nil {
+		return err
+	}
+	byReservation := map[int64][]store.Incident{}
+	var waiting []int64
+	for _, i := range incs {
+		if _, ok := byReservation[i.ReservationID]; !ok {
+			waiting = append(waiting, i.ReservationID)
+		}
+		byReservation[i.ReservationID] = append(byReservation[i.ReservationID], i)
+	}
+	sort.Slice(waiting, func(a, b int) bool { return waiting[a] < waiting[b] })
+	for _, id := range waiting {
+		until := awaitingUntil(byReservation[id])
+		if until.IsZero() {
+			continue
+		}
+		v.Settlements = append(v.Settlements, views.SettlementAdminRow{ReservationID: strconv.FormatInt(id, 10), URL: fmt.Sprintf("/admin/reservations/%d", id),
+			State:    fmt.Sprintf("not started. %s Unacknowledged buyer reports: %d; after that they become disputes and the booking is settled without them.", awaitingHead(until), len(byReservation[id])),
+			Attempts: "0", NextAttempt: formatTime(until)})
 	}
 	ds, err := h.db.ListOpenDisputes(ctx)
 	if err != nil {
