@@ -442,7 +442,8 @@ func compile(req Request, now time.Time) (*query, error) {
 		q.deadline = c.Deadline.Unix()
 	}
 	for i, a := range accelerators {
-		if inList(c.AcceleratorIDs, a.ID) || inList(c.Families, a.Family) || (len(c.AcceleratorIDs) == 0 && len(c.Families) == 0) {
+		// Families are the rule, model ids narrow within them (see Constraints).
+		if (len(c.Families) == 0 || inList(c.Families, a.Family)) && (len(c.AcceleratorIDs) == 0 || inList(c.AcceleratorIDs, a.ID)) {
 			q.modelMask |= 1 << i
 		}
 		if a.MemoryGB >= c.MinMemoryGB {
@@ -458,7 +459,8 @@ func compile(req Request, now time.Time) (*query, error) {
 		userGroups = append(userGroups, r.Group)
 	}
 	for i, r := range regions {
-		ok := (len(c.RegionIDs) == 0 && len(c.Countries) == 0) || inList(c.RegionIDs, r.ID) || inList(c.Countries, r.Country)
+		// Countries are the residency rule, regions narrow within them.
+		ok := (len(c.Countries) == 0 || inList(c.Countries, r.Country)) && (len(c.RegionIDs) == 0 || inList(c.RegionIDs, r.ID))
 		if w.Kind == WorkInference && len(userGroups) > 0 && !inList(userGroups, r.Group) {
 			ok = false
 		}

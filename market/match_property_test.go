@@ -159,12 +159,19 @@ func randomInstance(rng *rand.Rand, kind WorkloadKind) instance {
 		c.RegionIDs = []string{smallRegions[rng.IntN(len(smallRegions))]}
 	case 2:
 		c.Countries = []string{[]string{"US", "SE", "JP"}[rng.IntN(3)]}
+	case 3: // a region narrowing the allowed countries (its own and another)
+		k := rng.IntN(len(smallRegions))
+		c.RegionIDs = []string{smallRegions[k]}
+		c.Countries = []string{[]string{"US", "SE", "JP"}[k], []string{"US", "SE", "JP"}[(k+1+rng.IntN(2))%3]}
 	}
 	switch rng.IntN(8) {
 	case 0, 1:
 		c.Families = []string{"H100", "A100"}
 	case 2:
 		c.AcceleratorIDs = []string{smallAccs[rng.IntN(len(smallAccs))]}
+	case 3: // a model narrowing the allowed families
+		c.Families = []string{"H100", "A100"}
+		c.AcceleratorIDs = []string{smallAccs[rng.IntN(2)]}
 	}
 	if rng.IntN(8) == 0 {
 		c.MinMemoryGB = []int{40, 80}[rng.IntN(2)]
@@ -358,7 +365,7 @@ func TestMatchSplitAgainstReference(t *testing.T) {
 func TestMatchSplitBoundedAgainstReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	matched, gaps := 0, 0
-	for i := range 3000 {
+	for i := range 4000 {
 		in := randomInstance(rng, WorkBatch)
 		idx := NewIndex()
 		idx.eng.evalBudget, idx.eng.boundedK = 0, 2

@@ -248,11 +248,13 @@ func refClassify(in instance) []refOffer {
 			r.starts = append(r.starts, s)
 		}
 		switch {
-		case len(c.AcceleratorIDs)+len(c.Families) > 0 && !refIn(c.AcceleratorIDs, acc.ID) && !refIn(c.Families, acc.Family):
+		// Families and countries are the rules; model ids and regions, when
+		// given, narrow within them: an offer must pass both lists.
+		case (len(c.Families) > 0 && !refIn(c.Families, acc.Family)) || (len(c.AcceleratorIDs) > 0 && !refIn(c.AcceleratorIDs, acc.ID)):
 			r.reason = ConstraintModel
 		case acc.MemoryGB < c.MinMemoryGB:
 			r.reason = ConstraintMemory
-		case len(c.RegionIDs)+len(c.Countries) > 0 && !refIn(c.RegionIDs, region.ID) && !refIn(c.Countries, region.Country):
+		case (len(c.Countries) > 0 && !refIn(c.Countries, region.Country)) || (len(c.RegionIDs) > 0 && !refIn(c.RegionIDs, region.ID)):
 			r.reason = ConstraintRegion
 		case c.MaxPricePerDeviceHour > 0 && r.price > c.MaxPricePerDeviceHour:
 			r.reason = ConstraintPrice
@@ -453,10 +455,11 @@ var relaxable = []struct {
 	{ConstraintModel, func(r Request) bool { return len(r.Constraints.AcceleratorIDs)+len(r.Constraints.Families) > 0 }, func(r *Request) {
 		r.Constraints.AcceleratorIDs, r.Constraints.Families = nil, nil
 	}},
+	// The allowed countries are data residency: no relaxation leaves them.
 	{ConstraintRegion, func(r Request) bool {
-		return len(r.Constraints.RegionIDs)+len(r.Constraints.Countries)+len(r.Workload.UserRegionIDs) > 0
+		return len(r.Constraints.RegionIDs)+len(r.Workload.UserRegionIDs) > 0
 	}, func(r *Request) {
-		r.Constraints.RegionIDs, r.Constraints.Countries, r.Workload.UserRegionIDs = nil, nil, nil
+		r.Constraints.RegionIDs, r.Workload.UserRegionIDs = nil, nil
 	}},
 	{ConstraintInterconnect, func(r Request) bool { return r.Constraints.MinInterconnect != "" }, func(r *Request) { r.Constraints.MinInterconnect = "" }},
 	{ConstraintNetwork, func(r Request) bool { return r.Constraints.MinNetworkGbps > 0 }, func(r *Request) { r.Constraints.MinNetworkGbps = 0 }},

@@ -11,7 +11,8 @@ import (
 // constraint's value where feasibility is monotone (price, carbon,
 // reliability, memory), a run without the limit then a run at the needed
 // value (budget, deadline), or a run without the constraint (regions,
-// models, interruption, software, network, verified figures).
+// models, interruption, software, network, verified figures). The allowed
+// countries are the data-residency rule and are never relaxed.
 func (e *engine) relax(src source, q *query, now time.Time) []Relaxation {
 	base := q.req
 	// lastFit is the request of the latest run that found quotes; every add
@@ -123,6 +124,10 @@ func (e *engine) relax(src source, q *query, now time.Time) []Relaxation {
 			}
 		}
 	}
+	anyRegion := "allow any region"
+	if len(c.Countries) > 0 {
+		anyRegion = "allow any region in the allowed countries"
+	}
 	type drop struct {
 		active bool
 		c      Constraint
@@ -133,8 +138,9 @@ func (e *engine) relax(src source, q *query, now time.Time) []Relaxation {
 		{len(c.AcceleratorIDs)+len(c.Families) > 0, ConstraintModel, "allow any model", func(r *Request) {
 			r.Constraints.AcceleratorIDs, r.Constraints.Families = nil, nil
 		}},
-		{len(c.RegionIDs)+len(c.Countries)+len(base.Workload.UserRegionIDs) > 0, ConstraintRegion, "allow any region", func(r *Request) {
-			r.Constraints.RegionIDs, r.Constraints.Countries, r.Workload.UserRegionIDs = nil, nil, nil
+		// The allowed countries are the data-residency rule: never relaxed.
+		{len(c.RegionIDs)+len(base.Workload.UserRegionIDs) > 0, ConstraintRegion, anyRegion, func(r *Request) {
+			r.Constraints.RegionIDs, r.Workload.UserRegionIDs = nil, nil
 		}},
 		{c.MinInterconnect != "", ConstraintInterconnect, "accept any interconnect", func(r *Request) { r.Constraints.MinInterconnect = "" }},
 		{c.MinNetworkGbps > 0, ConstraintNetwork, "accept any network", func(r *Request) { r.Constraints.MinNetworkGbps = 0 }},

@@ -2,6 +2,7 @@ package market
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -71,13 +72,20 @@ type Workload struct {
 
 // Constraints are hard: an offer that fails one is not used.
 type Constraints struct {
-	AcceleratorIDs  []string // allowed models; empty = any
-	Families        []string // allowed families; empty = any
+	// Families are the allowed accelerator families (empty = any);
+	// AcceleratorIDs narrows within them (empty = every model of the
+	// allowed families). A model outside the allowed families is invalid.
+	AcceleratorIDs  []string
+	Families        []string
 	MinMemoryGB     int
 	MinInterconnect Interconnect // empty = any
 	MinNetworkGbps  int
-	RegionIDs       []string // allowed regions; empty = any
-	Countries       []string // allowed countries (data residency); empty = any
+	// Countries is the data-residency rule: every piece of every quote is
+	// in one of them (empty = any). RegionIDs narrows within them (empty =
+	// every region of the allowed countries); a region outside the allowed
+	// countries is invalid.
+	RegionIDs []string
+	Countries []string
 	// EarliestStart and Deadline bound the job: it must run inside
 	// [max(now, EarliestStart), Deadline). Zero values mean now and no deadline.
 	EarliestStart time.Time
@@ -207,6 +215,7 @@ func ValidateRequest(r *Request) error {
 			p.Add("constraints.countries", fmt.Sprintf("No region in country %q.", cc))
 		}
 	}
+	checkNarrowing(p, c)
 	if !c.Deadline.IsZero() && !c.EarliestStart.IsZero() && !c.Deadline.After(c.EarliestStart) {
 		p.Add("constraints.deadline", "The deadline must be after the earliest start.")
 	}
@@ -255,6 +264,43 @@ func ValidateRequest(r *Request) error {
 		p.Add("limit", fmt.Sprintf("The limit must be between 1 and %d.", MaxQuoteLimit))
 	}
 	return p.Err()
+}
+
+// checkNarrowing refuses a region outside the allowed countries and a
+// model outside the allowed families, naming both fields of each pair: the
+// inner list narrows the outer one and never widens it.
+func checkNarrowing(p Problems, c *Constraints) {
+	var regions, models []string
+	for _, id := range c.RegionIDs {
+		if r, ok := FindRegion(id); ok && len(c.Countries) > 0 && !inList(c.Countries, r.Country) {
+			regions = append(regions, fmt.Sprintf("%s (%s)", r.Name, r.Country))
+		}
+	}
+	if n := len(regions); n > 0 {
+		list := strings.Join(regions, ", ")
+		p.Add("constraints.regions", fmt.Sprintf("%s %s outside the allowed countries (data residency): remove %s or allow %s.",
+			list, either(n, "is", "are"), either(n, "it", "them"), either(n, "its country", "their countries")))
+		p.Add("constraints.countries", fmt.Sprintf("The allowed regions name %s, outside these countries: every region must be in an allowed country.", list))
+	}
+	for _, id := range c.AcceleratorIDs {
+		if a, ok := FindAccelerator(id); ok && len(c.Families) > 0 && !inList(c.Families, a.Family) {
+			models = append(models, fmt.Sprintf("%s (%s)", a.Name, a.Family))
+		}
+	}
+	if n := len(models); n > 0 {
+		list := strings.Join(models, ", ")
+		p.Add("constraints.accelerators", fmt.Sprintf("%s %s outside the allowed families: remove %s or allow %s.",
+			list, either(n, "is", "are"), either(n, "it", "them"), either(n, "its family", "their families")))
+		p.Add("constraints.families", fmt.Sprintf("The allowed models name %s, outside these families: every model must be in an allowed family.", list))
+	}
+}
+
+// either is one when n is 1, else many.
+func either(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func knownFamily(f string) bool {

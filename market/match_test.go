@@ -1,0 +1,174 @@
+package market
+
+import (
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// plainOffer is a listed single-node offer with no extras: no provisioning
+// time, whole-hour rentals over 30 days from t0.
+func plainOffer(id int64, acc, region string, devices int, price Cents) Offer {
+	a, _ := FindAccelerator(acc)
+	return Offer{
+		ID: id, ProviderID: id, Title: "offer", AcceleratorID: acc, MemoryGB: a.MemoryGB,
+		DevicesPerNode: devices, Nodes: 1, Interconnect: InterconnectPCIe, NetworkID: "ethernet-25",
+		CPUCores: 32, RAMGB: 256, StorageGB: 1000, DriverVersion: "550.54", CUDAVersion: "12.4",
+		OSImage: "Ubuntu 22.04", ContainerRuntime: "Docker", RegionID: region, CarbonGPerKWh: 100,
+		AvailableFrom: t0, AvailableUntil: t0.Add(30 * 24 * time.Hour), MinRentalHours: 1, MaxRentalHours: 720,
+		PriceCentsPerDeviceHour: price, BillingBasis: BillingWallClock, UptimeBP: 9900,
+		Review: ReviewApproved, State: OfferActive,
+	}
+}
+
+func oneDeviceJob(kind WorkloadKind) Request {
+	return Request{Workload: Workload{Kind: kind, Devices: 1, Hours: 1}}
+}
+
+// quotedOffers returns the offer ids of every piece of every quote, sorted.
+func quotedOffers(res Result) []int64 {
+	var ids []int64
+	for _, q := range res.Quotes {
+		for _, p := range q.Pieces {
+			ids = append(ids, p.OfferID)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+func sameIDs(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestResidencyAndModelListsNarrow: allowed countries are the data
+// residency rule and hold for every quote, regions narrow within them; a
+// region outside them is invalid, naming both fields. Families and model
+// ids work the same way.
+func TestResidencyAndModelListsNarrow(t *testing.T) {
+	const h100, a100, l4 = "nvidia-h100-80gb-sxm", "nvidia-a100-80gb-sxm", "nvidia-l4-24gb-pcie"
+	cands := []Candidate{
+		{Offer: plainOffer(1, h100, "us-east-va", 1, 100)},
+		{Offer: plainOffer(2, h100, "us-west-or", 1, 100)},
+		{Offer: plainOffer(3, h100, "eu-central-de", 1, 100)},
+		{Offer: plainOffer(4, a100, "eu-central-de", 1, 100)},
+		{Offer: plainOffer(5, l4, "eu-central-de", 1, 100)},
+	}
+	for _, tc := range []struct {
+		name                          string
+		countries, regions            []string
+		families, accelerators        []string
+		want                          []int64  // quoted offers
+		wantFields                    []string // invalid: these fields, no others
+		wantRegionMsg, wantCountryMsg string   // substrings of the field messages
+	}{
+		{name: "countries alone", countries: []string{"DE"}, want: []int64{3, 4, 5}},
+		{name: "regions alone", regions: []string{"us-east-va", "eu-central-de"}, want: []int64{1, 3, 4, 5}},
+		{name: "a region narrows its country", countries: []string{"US"}, regions: []string{"us-east-va"}, want: []int64{1}},
+		{name: "a country without a listed region adds nothing", countries: []string{"US", "DE"}, regions: []string{"us-east-va"}, want: []int64{1}},
+		{name: "region outside the countries", countries: []string{"DE"}, regions: []string{"us-east-va"},
+			wantFields: []string{"constraints.countries", "constraints.regions"}, wantRegionMsg: "US East (Virginia)", wantCountryMsg: "US East (Virginia)"},
+		{name: "families alone", families: []string{"H100", "A100"}, want: []int64{1, 2, 3, 4}},
+		{name: "a model narrows its family", families: []string{"H100", "A100"}, accelerators: []string{a100}, want: []int64{4}},
+		{name: "model outside the families", families: []string{"H100"}, accelerators: []string{l4},
+			wantFields: []string{"constraints.accelerators", "constraints.families"}},
+		{name: "both rules at once", countries: []string{"DE"}, regions: []string{"eu-central-de"}, families: []string{"H100"},
+			accelerators: []string{h100}, want: []int64{3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := oneDeviceJob(WorkBatch)
+			req.Constraints.Countries, req.Constraints.RegionIDs = tc.countries, tc.regions
+			req.Constraints.Families, req.Constraints.AcceleratorIDs = tc.families, tc.accelerators
+			req.Limit = MaxQuoteLimit
+			res, err := Match(cands, nil, req, t0)
+			if tc.wantFields != nil {
+				fields := FieldErrors(err)
+				if ErrorCode(err) != CodeInvalid || len(fields) != len(tc.wantFields) {
+					t.Fatalf("err %v, want invalid naming %v", err, tc.wantFields)
+				}
+				for _, f := range tc.wantFields {
+					if fields[f] == "" {
+						t.Fatalf("no message for %s: %v", f, fields)
+					}
+				}
+				if !strings.Contains(fields["constraints.regions"], tc.wantRegionMsg) || !strings.Contains(fields["constraints.countries"], tc.wantCountryMsg) {
+					t.Fatalf("messages %v do not name the region", fields)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := quotedOffers(res); !sameIDs(got, tc.want) {
+				t.Fatalf("quoted offers %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRegionRelaxationKeepsResidency: the "allow any region" relaxation
+// drops the regions but never the allowed countries.
+func TestRegionRelaxationKeepsResidency(t *testing.T) {
+	cands := []Candidate{
+		{Offer: plainOffer(1, "nvidia-h100-80gb-sxm", "us-west-or", 1, 100)},
+		{Offer: plainOffer(2, "nvidia-h100-80gb-sxm", "eu-central-de", 1, 100)},
+	}
+	req := oneDeviceJob(WorkTraining)
+	req.Constraints.Countries, req.Constraints.RegionIDs = []string{"US"}, []string{"us-east-va"}
+	res, err := Match(cands, nil, req, t0)
+	if err != nil || len(res.Quotes) != 0 {
+		t.Fatalf("%v, %d quotes", err, len(res.Quotes))
+	}
+	var found bool
+	for _, rl := range res.Explanation.Relaxations {
+		if rl.Constraint != ConstraintRegion {
+			continue
+		}
+		found = true
+		c := rl.Request.Constraints
+		if len(c.RegionIDs) != 0 || !sameStrings(c.Countries, []string{"US"}) || rl.Offers != 1 ||
+			!strings.Contains(rl.Message, "allowed countries") {
+			t.Fatalf("region relaxation %+v", rl)
+		}
+		again, err := Match(cands, nil, rl.Request, t0)
+		if err != nil || !sameIDs(quotedOffers(again), []int64{1}) {
+			t.Fatalf("relaxed request: %v, offers %v", err, quotedOffers(again))
+		}
+	}
+	if !found {
+		t.Fatalf("no region relaxation: %+v", res.Explanation.Relaxations)
+	}
+	// Countries alone: no relaxation may leave them.
+	req.Constraints.RegionIDs = nil
+	req.Constraints.Countries = []string{"FR"}
+	res, err = Match(cands, nil, req, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rl := range res.Explanation.Relaxations {
+		if !sameStrings(rl.Request.Constraints.Countries, []string{"FR"}) {
+			t.Fatalf("relaxation %+v widens the allowed countries", rl)
+		}
+	}
+}
+
+func sameStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
