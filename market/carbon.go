@@ -155,7 +155,7 @@ func ApplyHourlyEmissions(q *Quote, profile ProfileFunc) {
 // CarbonShift is what a carbon-aware start changed about one quote.
 type CarbonShift struct {
 	Rank       int
-	Delay      time.Duration // how much later the (latest-starting piece's) start is
+	Delay      time.Duration // how much later the quote's Start (its earliest piece's) is
 	SavedG     int64         // emissions saved, grams
 	ExtraCents Cents         // effective cost added (negative: saved)
 	FromG      int64         // emissions at the earliest start

@@ -57,8 +57,12 @@ type Quote struct {
 	EmissionsG    int64
 	ReliabilityBP int // device-weighted mean of the pieces' providers
 	Providers     int
-	Start         time.Time // earliest piece start
-	End           time.Time // latest piece end
+	// Start is the earliest piece's start and End the latest piece's end:
+	// the window [Start, End) covers every piece, and it is what the buyer
+	// sees. A split's pieces may start at different times (each at its own
+	// earliest); the start preference ranks by Start.
+	Start time.Time
+	End   time.Time
 	// Score is the weighted preference score; lower is better.
 	Score int64
 	// Exact is false when a split was chosen by the bounded search; then
@@ -889,7 +893,7 @@ func multiCand(q *query, ps []pieceRef, exact bool, lower int64) quoteCand {
 		if e := p.start + p.f.hours()*3600; e > c.end {
 			c.end = e
 		}
-		if d := p.start - q.lo; c.metrics[mStart] < 0 || d > c.metrics[mStart] {
+		if d := p.start - q.lo; c.metrics[mStart] < 0 || d < c.metrics[mStart] {
 			c.metrics[mStart] = d
 		}
 	}

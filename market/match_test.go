@@ -172,3 +172,44 @@ func sameStrings(a, b []string) bool {
 	}
 	return true
 }
+
+// TestSplitStartIsWhatRanks: a split quote's Start is its earliest piece's
+// start, and the start preference ranks by that Start.
+func TestSplitStartIsWhatRanks(t *testing.T) {
+	const l4 = "nvidia-l4-24gb-pcie"
+	cands := []Candidate{
+		{Offer: plainOffer(1, l4, "us-east-va", 1, 100)}, // free now
+		{Offer: plainOffer(2, l4, "us-east-va", 1, 100)}, // free from +5 h
+		{Offer: plainOffer(3, l4, "us-east-va", 2, 500)}, // both devices free from +2 h
+	}
+	commits := []Commitment{
+		{OfferID: 2, Devices: 1, Start: t0, End: t0.Add(5 * time.Hour)},
+		{OfferID: 3, Devices: 1, Start: t0, End: t0.Add(2 * time.Hour)},
+	}
+	req := Request{Workload: Workload{Kind: WorkBatch, Devices: 2, Hours: 1}, Limit: MaxQuoteLimit}
+	req.Preferences.StartWeight = 100
+	res, err := Match(cands, commits, req, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Quotes) != 2 {
+		t.Fatalf("%d quotes, want the combination 1+2 and offer 3 alone", len(res.Quotes))
+	}
+	for i, q := range res.Quotes {
+		earliest := q.Pieces[0].Start
+		for _, p := range q.Pieces {
+			if p.Start.Before(earliest) {
+				earliest = p.Start
+			}
+		}
+		if !q.Start.Equal(earliest) {
+			t.Errorf("quote %d starts %s, its earliest piece %s", i+1, q.Start, earliest)
+		}
+		if i > 0 && q.Start.Before(res.Quotes[i-1].Start) {
+			t.Errorf("ranked by start, quote %d (%s) comes after quote %d (%s)", i+1, q.Start, i, res.Quotes[i-1].Start)
+		}
+	}
+	if first := res.Quotes[0]; len(first.Pieces) != 2 || !first.Start.Equal(t0) {
+		t.Errorf("first quote %+v, want the combination starting now", first)
+	}
+}
