@@ -1028,6 +1028,10 @@ func (e *engine) solveSplit(q *query, fits []*fit) ([]pieceRef, bool, int64, boo
 	return ps, exact, lower, ok
 }
 
+// roundingSlackPerPiece is the most, in cents, by which a piece's cost
+// can fall below its share of the full offer's cost (see bounded).
+const roundingSlackPerPiece = 3
+
 // unitLess orders fits by cost per device at full use, then id.
 func unitLess(q *query, a, b *fit, ca, cb int64) bool {
 	l, r := ca*b.avail, cb*a.avail
@@ -1039,9 +1043,13 @@ func unitLess(q *query, a, b *fit, ca, cb int64) bool {
 
 // bounded keeps the boundedK offers cheapest per device at full use and
 // computes the LP lower bound over all fits: fill devices fractionally in
-// that order. cost_o(d) ≥ d·cost_o(a)/a − 2¢ for d ≤ a (per-device cost
-// falls with size, up to the rounding of four items), so the bound minus
-// 2¢ per possible piece is below every split's cost.
+// that order. A piece's cost is a part fixed per piece (storage, egress),
+// a part exactly linear in devices (instance) and three items linear in
+// devices before each is rounded once (orchestration, failed work,
+// restart); rounding moves each by at most ½¢, so for d ≤ a
+// d·round(a·x)/a − round(d·x) ≤ ½·d/a + ½ ≤ 1¢ per item and
+// cost_o(d) ≥ d·cost_o(a)/a − 3¢. The bound minus 3¢ per possible piece is
+// therefore below every split's cost.
 func (e *engine) bounded(q *query, fits []*fit) ([]*fit, int64) {
 	type uc struct {
 		f *fit
@@ -1061,7 +1069,7 @@ func (e *engine) bounded(q *query, fits []*fit) ([]*fit, int64) {
 		lb += u.c * take / u.f.avail
 		need -= take
 	}
-	lb -= 2 * (q.devices / q.minPiece)
+	lb -= roundingSlackPerPiece * (q.devices / q.minPiece)
 	if lb < 0 {
 		lb = 0
 	}

@@ -1,6 +1,7 @@
 package market
 
 import (
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"testing"
@@ -211,5 +212,40 @@ func TestSplitStartIsWhatRanks(t *testing.T) {
 	}
 	if first := res.Quotes[0]; len(first.Pieces) != 2 || !first.Start.Equal(t0) {
 		t.Errorf("first quote %+v, want the combination starting now", first)
+	}
+}
+
+// TestBoundedSplitLowerBoundHolds is the case: 1,506 devices in
+// pieces of at least 502 over three 504-device offers, where the only
+// split is 502 on each. The bounded search's LowerBound must not exceed
+// that optimum, priced by the independent reference.
+func TestBoundedSplitLowerBoundHolds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for i := range 3000 {
+		var cands []Candidate
+		w := Workload{Kind: WorkBatch, Devices: 1506, MinPieceDevices: 502, Hours: 1 + rng.IntN(48),
+			CheckpointMins: rng.IntN(120), RestartMins: rng.IntN(30)}
+		// Alike offers leave the LP bound closest to the optimum, so the
+		// rounding of the pieces' cost lines decides.
+		price, prov, rel := Cents(100+rng.IntN(900)), rng.IntN(60), 9000+rng.IntN(1000)
+		for id := int64(1); id <= 3; id++ {
+			o := plainOffer(id, "nvidia-a100-80gb-sxm", "us-east-va", 8, price)
+			o.Nodes, o.PlacementGroup, o.NetworkID = 63, true, "infiniband-400"
+			o.ProvisioningMins = prov
+			cands = append(cands, Candidate{Offer: o, ReliabilityBP: rel})
+		}
+		res, err := Match(cands, nil, Request{Workload: w}, t0)
+		if err != nil || len(res.Quotes) != 1 {
+			t.Fatalf("instance %d: %v, %d quotes", i, err, len(res.Quotes))
+		}
+		var opt int64
+		for _, c := range cands {
+			opt += int64(refPieceCost(w, c, 502, w.Hours, false).Total)
+		}
+		q := res.Quotes[0]
+		if q.Exact || int64(q.Cost.Total) != opt || int64(q.LowerBound) > opt {
+			t.Fatalf("instance %d (%+v, price %s, provisioning %d min, reliability %d): exact %t, cost %d, bound %d, optimum %d",
+				i, w, price, prov, rel, q.Exact, q.Cost.Total, q.LowerBound, opt)
+		}
 	}
 }
