@@ -360,6 +360,24 @@ func refSolve(in instance) refResult {
 	return res
 }
 
+// refEarliestDeadline is the earliest deadline at which the instance has
+// a quote, trying every hour after the earliest allowed start (every time
+// in the instances is hour-aligned, so every end is too); zero if none
+// within a week.
+func refEarliestDeadline(in instance) time.Time {
+	lo := in.now
+	if in.req.Constraints.EarliestStart.After(lo) {
+		lo = in.req.Constraints.EarliestStart
+	}
+	for h := 1; h <= 7*24; h++ {
+		d := lo.Add(time.Duration(h) * time.Hour)
+		if refWith(in, func(r *Request) { r.Constraints.Deadline = d }).best >= 0 {
+			return d
+		}
+	}
+	return time.Time{}
+}
+
 // refWith solves the instance with the request changed by mod.
 func refWith(in instance, mod func(r *Request)) refResult {
 	mod(&in.req)
@@ -588,6 +606,9 @@ func checkRelaxations(t *testing.T, i int, in instance, res Result, covered map[
 		case ConstraintDeadline:
 			if end := refWith(in, func(r *Request) { r.Constraints.Deadline = time.Time{} }).minEnd; gang && !c.Deadline.Equal(end) {
 				t.Fatalf("instance %d: deadline relaxed to %s, reference earliest end %s", i, c.Deadline, end)
+			}
+			if end := refEarliestDeadline(in); !gang && !c.Deadline.Equal(end) {
+				t.Fatalf("instance %d: split deadline relaxed to %s, reference earliest feasible deadline %s", i, c.Deadline, end)
 			}
 		}
 		if nearOK && !reflect.DeepEqual(near, base) && feasible(near) {

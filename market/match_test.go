@@ -249,3 +249,37 @@ func TestBoundedSplitLowerBoundHolds(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitDeadlineRelaxationIsEarliestEnd is the repro: the
+// suggested deadline is the earliest end of any feasible split, not the
+// cheapest split's end.
+func TestSplitDeadlineRelaxationIsEarliestEnd(t *testing.T) {
+	const l4 = "nvidia-l4-24gb-pcie"
+	cands := []Candidate{
+		{Offer: plainOffer(1, l4, "us-east-va", 1, 100)},
+		{Offer: plainOffer(2, l4, "us-east-va", 1, 100)},
+		{Offer: plainOffer(3, l4, "us-east-va", 1, 300)},
+	}
+	commits := []Commitment{{OfferID: 2, Devices: 1, Start: t0, End: t0.Add(10 * time.Hour)}}
+	req := Request{Workload: Workload{Kind: WorkBatch, Devices: 2, Hours: 2}}
+	req.Constraints.Deadline = t0.Add(time.Hour)
+	res, err := Match(cands, commits, req, t0)
+	if err != nil || len(res.Quotes) != 0 {
+		t.Fatalf("%v, %d quotes", err, len(res.Quotes))
+	}
+	var rl *Relaxation
+	for i := range res.Explanation.Relaxations {
+		if res.Explanation.Relaxations[i].Constraint == ConstraintDeadline {
+			rl = &res.Explanation.Relaxations[i]
+		}
+	}
+	want := t0.Add(2 * time.Hour)
+	if rl == nil || !rl.Request.Constraints.Deadline.Equal(want) || rl.Offers != 1 ||
+		!strings.Contains(rl.Message, "1 Dec 2025 02:00 UTC") {
+		t.Fatalf("deadline relaxation %+v, want %s", rl, want)
+	}
+	again, err := Match(cands, commits, rl.Request, t0)
+	if err != nil || len(again.Quotes) != 1 || again.Quotes[0].Cost.Total != 800 || !sameIDs(quotedOffers(again), []int64{1, 3}) {
+		t.Fatalf("at the suggested deadline: %v, %+v", err, again.Quotes)
+	}
+}

@@ -9,10 +9,11 @@ import (
 // relax finds, for each active constraint, the nearest change that makes
 // the engine return quotes, by re-running it: binary search over the
 // constraint's value where feasibility is monotone (price, carbon,
-// reliability, memory), a run without the limit then a run at the needed
-// value (budget, deadline), or a run without the constraint (regions,
-// models, interruption, software, network, verified figures). The allowed
-// countries are the data-residency rule and are never relaxed.
+// reliability, memory, a split's deadline), a run without the limit then
+// a run at the needed value (budget, a gang's deadline), or a run without
+// the constraint (regions, models, interruption, software, network,
+// verified figures). The allowed countries are the data-residency rule
+// and are never relaxed.
 func (e *engine) relax(src source, q *query, now time.Time) []Relaxation {
 	base := q.req
 	// lastFit is the request of the latest run that found quotes; every add
@@ -78,9 +79,23 @@ func (e *engine) relax(src source, q *query, now time.Time) []Relaxation {
 	}
 	if !c.Deadline.IsZero() {
 		if _, xt, ok := try(func(r *Request) { r.Constraints.Deadline = time.Time{} }); ok {
-			d := time.Unix(xt.minEnd, 0).UTC()
-			if res, _, ok := try(func(r *Request) { r.Constraints.Deadline = d }); ok {
-				add(ConstraintDeadline, res.Total, "move the deadline to %s", d.Format("2 Jan 2006 15:04 UTC"))
+			at := func(unix int) func(r *Request) {
+				return func(r *Request) { r.Constraints.Deadline = time.Unix(int64(unix), 0).UTC() }
+			}
+			// A gang's earliest end is its earliest-ending quote's. A split's
+			// quotes are only the cheapest combinations, which need not end
+			// first, so search the deadline: quotes only gain room as it
+			// moves later, and the earliest-ending quote's end already works.
+			lo := int(xt.minEnd)
+			if q.split {
+				lo = int(q.lo) + 1
+			}
+			v, res, ok := search(lo, int(xt.minEnd), func(v int) (Result, bool) {
+				r, _, ok := try(at(v))
+				return r, ok
+			})
+			if ok {
+				add(ConstraintDeadline, res.Total, "move the deadline to %s", formatDeadline(time.Unix(int64(v), 0).UTC()))
 			}
 		}
 	}
@@ -157,6 +172,15 @@ func (e *engine) relax(src source, q *query, now time.Time) []Relaxation {
 		}
 	}
 	return out
+}
+
+// formatDeadline shows the seconds only when there are some, so a
+// suggested deadline is never shown earlier than it is.
+func formatDeadline(t time.Time) string {
+	if t.Second() != 0 {
+		return t.Format("2 Jan 2006 15:04:05 UTC")
+	}
+	return t.Format("2 Jan 2006 15:04 UTC")
 }
 
 func containsInt(xs []int, v int) bool {
