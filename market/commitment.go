@@ -1,74 +1,224 @@
 package market
 
 import (
-	"fmt"
+	"sort"
 	"time"
 )
 
+// NodeShare is the devices a commitment holds on one node of its offer.
+// An offer's nodes are numbered from 0 to Nodes−1.
+type NodeShare struct {
+	Node    int
+	Devices int
+}
+
 // Commitment holds some of an offer's devices over the half-open interval
 // [Start, End): a reservation, or a piece of one.
+//
+// Capacity lives on nodes. A gang (Gang: tightly coupled devices, a
+// training job) of at most DevicesPerNode devices holds devices of one
+// node; a larger gang holds ⌈Devices/DevicesPerNode⌉ whole nodes of an
+// offer with a placement group — all their devices, so its shares add up
+// to more than Devices when Devices is not a multiple of DevicesPerNode.
+// Loosely coupled devices (split pieces) may be spread over several nodes
+// and share nodes with others. Nodes records where the devices are; a
+// commitment to be booked without Nodes is placed by PlaceCommitments, and
+// an existing one without Nodes counts as held on node 0 (exact on a
+// one-node offer; the store records the nodes of every piece).
 type Commitment struct {
 	ID      int64
 	OfferID int64
 	Devices int
 	Start   time.Time
 	End     time.Time
+	Gang    bool
+	Nodes   []NodeShare
 }
 
 // FitsCapacity reports whether the commitments in add can be booked on offer
-// beside existing (commitments of other offers in either list are ignored).
-// It returns nil when they fit; an invalid *Error for a malformed piece; a
-// conflict *Error when a piece lies outside the offer's availability window
-// or rental limits, or when at some instant the devices committed would
-// exceed what the offer has. The store calls it inside its write
-// transaction to re-check capacity at booking time.
+// beside existing (commitments of other offers in either list are ignored),
+// node by node: it is PlaceCommitments without the placement. It returns nil
+// when they fit; an invalid *Error for a malformed piece; a conflict *Error
+// when a piece lies outside the offer's availability window or rental
+// limits, is a gang larger than a node on an offer without a placement
+// group, or does not fit the nodes' free devices. The store calls it
+// (through PlaceCommitments) inside its write transaction to re-check
+// capacity at booking time.
 func FitsCapacity(offer Offer, existing []Commitment, add []Commitment) error {
+	_, err := PlaceCommitments(offer, existing, add)
+	return err
+}
+
+// PlaceCommitments places the commitments in add on offer's nodes beside
+// existing, in order (each sees those before it), and returns add with
+// Nodes set; commitments of other offers are returned unchanged and
+// ignored. A commitment that already names its nodes is checked where it
+// is. Otherwise the nodes are chosen to limit fragmentation: a gang that
+// fits in one node goes to the node with the fewest free devices that
+// still holds it (best fit, lowest node on ties); a larger gang takes the
+// lowest-numbered wholly free nodes; a split piece goes to one node by
+// best fit when one holds it, else fills the nodes with the fewest free
+// devices first. Free means free throughout the piece's interval; a node
+// never counts fewer than zero free devices. Errors are FitsCapacity's.
+func PlaceCommitments(offer Offer, existing []Commitment, add []Commitment) ([]Commitment, error) {
+	sh := shape{nodes: int64(offer.Nodes), dpn: int64(offer.DevicesPerNode)}
 	total := offer.Devices()
 	var spans []span
 	for _, c := range existing {
-		if c.OfferID == offer.ID && c.End.After(c.Start) && c.Devices > 0 {
-			spans = append(spans, newSpan(c))
+		if c.OfferID == offer.ID {
+			spans = appendSpans(spans, c)
 		}
 	}
+	out := make([]Commitment, len(add))
 	for i, c := range add {
+		out[i] = c
 		if c.OfferID != offer.ID {
 			continue
 		}
 		switch {
 		case c.Devices < 1:
-			return Errorf(CodeInvalid, "Piece %d must hold at least one device.", i+1)
+			return nil, Errorf(CodeInvalid, "Piece %d must hold at least one device.", i+1)
 		case !c.End.After(c.Start):
-			return Errorf(CodeInvalid, "Piece %d must end after it starts.", i+1)
+			return nil, Errorf(CodeInvalid, "Piece %d must end after it starts.", i+1)
 		case c.Devices > total:
-			return Errorf(CodeConflict, "Offer %d has %d devices; piece %d asks for %d.", offer.ID, total, i+1, c.Devices)
+			return nil, Errorf(CodeConflict, "Offer %d has %d devices; piece %d asks for %d.", offer.ID, total, i+1, c.Devices)
 		case c.Start.Before(offer.AvailableFrom) || c.End.After(offer.AvailableUntil):
-			return Errorf(CodeConflict, "Offer %d is not available for the whole of piece %d.", offer.ID, i+1)
+			return nil, Errorf(CodeConflict, "Offer %d is not available for the whole of piece %d.", offer.ID, i+1)
 		}
 		d := c.End.Sub(c.Start)
 		if d < time.Duration(offer.MinRentalHours)*time.Hour || (offer.MaxRentalHours > 0 && d > time.Duration(offer.MaxRentalHours)*time.Hour) {
-			return Errorf(CodeConflict, "Offer %d rents for %d to %d hours; piece %d lasts %s.", offer.ID, offer.MinRentalHours, offer.MaxRentalHours, i+1, d)
+			return nil, Errorf(CodeConflict, "Offer %d rents for %d to %d hours; piece %d lasts %s.", offer.ID, offer.MinRentalHours, offer.MaxRentalHours, i+1, d)
 		}
-		spans = append(spans, newSpan(c))
+		l := layoutOf(c.Gang, int64(c.Devices), sh.dpn)
+		if l == layoutWhole && !offer.PlacementGroup {
+			return nil, Errorf(CodeConflict, "Offer %d has no placement group, so a gang must fit in one of its %d-device nodes; piece %d has %d devices.",
+				offer.ID, offer.DevicesPerNode, i+1, c.Devices)
+		}
+		from, to := compactUnix(c.Start), compactUnix(c.End)
+		var shares []NodeShare
+		if len(c.Nodes) > 0 {
+			if err := checkShares(offer, c, l, i); err != nil {
+				return nil, err
+			}
+			shares = append([]NodeShare(nil), c.Nodes...)
+			with := appendShareSpans(spans, c.Start, c.End, shares)
+			for _, s := range shares {
+				if used := nodeUsage(with, uint16(s.Node), from, to); used > sh.dpn {
+					return nil, Errorf(CodeConflict, "Node %d of offer %d would be overbooked: %d of its %d devices committed at once. Someone may have booked it a moment ago; ask for a new quote.",
+						s.Node+1, offer.ID, used, offer.DevicesPerNode)
+				}
+			}
+		} else {
+			var ok bool
+			if shares, _, ok = place(spans, sh, l, int64(c.Devices), from, to); !ok {
+				return nil, overbooked(offer, l, c.Devices, i, freeIn(spans, sh, from, to))
+			}
+		}
+		out[i].Nodes = shares
+		spans = appendShareSpans(spans, c.Start, c.End, shares)
 	}
-	for _, c := range add {
-		if c.OfferID != offer.ID {
-			continue
+	return out, nil
+}
+
+// overbooked is the conflict of a piece that does not fit the nodes' free devices.
+func overbooked(offer Offer, l layout, devices, i int, f nodeFree) error {
+	const again = " Someone may have booked it a moment ago; ask for a new quote."
+	switch l {
+	case layoutNode:
+		return Errorf(CodeConflict, "No node of offer %d has %d devices free for the whole of piece %d (%d at most)."+again, offer.ID, devices, i+1, f.most)
+	case layoutWhole:
+		return Errorf(CodeConflict, "Offer %d has %d wholly free nodes for the whole of piece %d, which needs %d."+again,
+			offer.ID, max(f.idle, 0), i+1, (devices+offer.DevicesPerNode-1)/offer.DevicesPerNode)
+	}
+	return Errorf(CodeConflict, "Offer %d would be overbooked: piece %d needs %d devices and %d are free on its nodes throughout."+again, offer.ID, i+1, devices, f.sum)
+}
+
+// checkShares checks the nodes a commitment names against its offer and
+// its layout.
+func checkShares(offer Offer, c Commitment, l layout, i int) error {
+	sum := 0
+	for k, s := range c.Nodes {
+		if s.Node < 0 || s.Node >= offer.Nodes || s.Devices < 1 || s.Devices > offer.DevicesPerNode {
+			return Errorf(CodeInvalid, "Piece %d names %d devices on node %d; offer %d has nodes 1 to %d of %d devices.",
+				i+1, s.Devices, s.Node+1, offer.ID, offer.Nodes, offer.DevicesPerNode)
 		}
-		if used := maxUsage(spans, c.Start.Unix(), c.End.Unix()); used > int64(total) {
-			return &Error{Code: CodeConflict, Message: fmt.Sprintf(
-				"Offer %d would be overbooked: %d of its %d devices committed at once. Someone may have booked it a moment ago; ask for a new quote.",
-				offer.ID, used, total)}
+		for _, o := range c.Nodes[:k] {
+			if o.Node == s.Node {
+				return Errorf(CodeInvalid, "Piece %d names node %d twice.", i+1, s.Node+1)
+			}
+		}
+		sum += s.Devices
+	}
+	switch l {
+	case layoutNode:
+		if len(c.Nodes) != 1 || sum != c.Devices {
+			return Errorf(CodeInvalid, "Piece %d is a gang of %d devices and must be on one node.", i+1, c.Devices)
+		}
+	case layoutWhole:
+		if len(c.Nodes) != (c.Devices+offer.DevicesPerNode-1)/offer.DevicesPerNode || sum != len(c.Nodes)*offer.DevicesPerNode {
+			return Errorf(CodeInvalid, "Piece %d is a gang of %d devices and must hold whole nodes.", i+1, c.Devices)
+		}
+	default:
+		if sum != c.Devices {
+			return Errorf(CodeInvalid, "Piece %d has %d devices but names %d on its nodes.", i+1, c.Devices, sum)
 		}
 	}
 	return nil
 }
 
-// span is a commitment in the matcher's compact form: seconds since
-// compactEpoch, saturating at both ends (before 2000 nothing is matched, and
-// after 2136 nothing is asked).
+// Availability is what an offer has free throughout a window, counted as
+// requests can get it.
+type Availability struct {
+	// Free is the devices free throughout on each node, by node.
+	Free []int
+	// Spread is their sum: the most a split piece (loosely coupled work)
+	// can have.
+	Spread int
+	// Gang is the largest gang (tightly coupled job) that fits: the most
+	// free on one node or, on an offer with a placement group, all the
+	// devices of its wholly free nodes if that is more.
+	Gang int
+}
+
+// FreeDevices returns what offer has free throughout [from, to) beside the
+// commitments cs (those of other offers are ignored), node by node, for
+// calendars and "free now". Outside the offer's availability window, or for
+// an empty window, nothing is free.
+func FreeDevices(offer Offer, cs []Commitment, from, to time.Time) Availability {
+	a := Availability{Free: make([]int, max(offer.Nodes, 0))}
+	if !to.After(from) || from.Before(offer.AvailableFrom) || to.After(offer.AvailableUntil) {
+		return a
+	}
+	var spans []span
+	for _, c := range cs {
+		if c.OfferID == offer.ID {
+			spans = appendSpans(spans, c)
+		}
+	}
+	f, t := compactUnix(from), compactUnix(to)
+	idle := 0
+	for n := range a.Free {
+		free := max(offer.DevicesPerNode-int(nodeUsage(spans, uint16(n), f, t)), 0)
+		a.Free[n] = free
+		a.Spread += free
+		a.Gang = max(a.Gang, free)
+		if free == offer.DevicesPerNode {
+			idle++
+		}
+	}
+	if offer.PlacementGroup {
+		a.Gang = max(a.Gang, idle*offer.DevicesPerNode)
+	}
+	return a
+}
+
+// span is a commitment's devices on one node in the matcher's compact
+// form: seconds since compactEpoch, saturating at both ends (before 2000
+// nothing is matched, and after 2136 nothing is asked).
 type span struct {
 	start, end uint32
-	devices    int32
+	node       uint16
+	devices    uint16 // saturating; a node has at most 255
 }
 
 // compactEpoch is 2000-01-01T00:00:00Z in unix seconds.
@@ -79,57 +229,173 @@ func compactTime(unix int64) uint32 {
 	return uint32(min(max(unix-compactEpoch, 0), 1<<32-1))
 }
 
-func newSpan(c Commitment) span {
-	return span{start: compactTime(c.Start.Unix()), end: compactTime(c.End.Unix()), devices: int32(c.Devices)}
+// compactUnix is t as unix seconds after a round trip through compactTime.
+func compactUnix(t time.Time) int64 { return int64(compactTime(t.Unix())) + compactEpoch }
+
+func clampDevices(n int) uint16 { return uint16(min(max(n, 0), 1<<16-1)) }
+
+// appendSpans appends the spans of c: one per node share, or one on node 0
+// when c names no nodes. Commitments with no devices or an empty interval
+// hold nothing.
+func appendSpans(spans []span, c Commitment) []span {
+	if c.Devices < 1 || !c.End.After(c.Start) {
+		return spans
+	}
+	if len(c.Nodes) == 0 {
+		return append(spans, span{start: compactTime(c.Start.Unix()), end: compactTime(c.End.Unix()), devices: clampDevices(c.Devices)})
+	}
+	return appendShareSpans(spans, c.Start, c.End, c.Nodes)
+}
+
+func appendShareSpans(spans []span, start, end time.Time, shares []NodeShare) []span {
+	s, e := compactTime(start.Unix()), compactTime(end.Unix())
+	for _, n := range shares {
+		if n.Devices > 0 && n.Node >= 0 && n.Node < 1<<16 {
+			spans = append(spans, span{start: s, end: e, node: uint16(n.Node), devices: clampDevices(n.Devices)})
+		}
+	}
+	return spans
 }
 
 func (s span) from() int64 { return int64(s.start) + compactEpoch }
 func (s span) to() int64   { return int64(s.end) + compactEpoch }
 
-// maxUsage is the largest number of devices the spans hold at any instant
-// of [from, to). Usage only rises at a span's start, so it is enough to look
-// at from and at every span start inside the interval.
-func maxUsage(spans []span, from, to int64) int64 {
+// overlaps reports whether s holds devices during [from, to).
+func (s span) overlaps(from, to int64) bool { return s.devices > 0 && s.from() < to && s.to() > from }
+
+// shape is an offer's nodes: how many, and devices on each.
+type shape struct{ nodes, dpn int64 }
+
+// layout is how a commitment's devices may be placed on nodes.
+type layout uint8
+
+const (
+	layoutSpread layout = iota // loosely coupled: any nodes, shared with others
+	layoutNode                 // a gang within one node
+	layoutWhole                // a gang on whole nodes of a placement group
+)
+
+func layoutOf(gang bool, devices, dpn int64) layout {
+	switch {
+	case !gang:
+		return layoutSpread
+	case devices <= dpn:
+		return layoutNode
+	}
+	return layoutWhole
+}
+
+// wholeNodes is the number of whole nodes a gang of devices holds.
+func wholeNodes(devices, dpn int64) int64 { return (devices + dpn - 1) / dpn }
+
+// nodeUsage is the most devices the spans hold at once on node during
+// [from, to). Usage only rises at a span's start, so it is enough to look
+// at from and at every start of the node's spans inside the interval.
+func nodeUsage(spans []span, node uint16, from, to int64) int64 {
 	var best int64
-	for i := -1; i < len(spans); i++ {
-		t := from
-		if i >= 0 {
-			t = spans[i].from()
-			if t < from || t >= to {
-				continue
-			}
+	for i := range spans {
+		s := spans[i]
+		if s.node != node || !s.overlaps(from, to) {
+			continue
 		}
+		t := max(s.from(), from)
 		var u int64
-		for _, s := range spans {
-			if s.from() <= t && t < s.to() {
-				u += int64(s.devices)
+		for _, x := range spans {
+			if x.node == node && x.from() <= t && t < x.to() {
+				u += int64(x.devices)
 			}
 		}
-		if u > best {
-			best = u
-		}
+		best = max(best, u)
 	}
 	return best
 }
 
-// earliestStart returns the earliest s in [lo, hi] at which devices more
-// devices are free throughout [s, s+dur), given total devices and the
-// spans. The answer is lo or the end of some span: moving a start left to
-// the previous such point never adds an overlapping span.
-func earliestStart(spans []span, total, devices int32, lo, hi, dur int64) (int64, bool) {
-	if lo > hi || devices > total {
-		return 0, false
+// nodeFree sums up an offer's nodes over a window.
+type nodeFree struct {
+	idle int64 // nodes on which nothing is committed during the window
+	sum  int64 // devices free throughout, summed over the nodes
+	most int64 // the most devices free throughout on one node
+}
+
+// freeIn is the offer's free devices throughout [from, to), node by node;
+// a node never counts fewer than zero, and spans on nodes the offer does
+// not have are ignored.
+func freeIn(spans []span, sh shape, from, to int64) nodeFree {
+	var f nodeFree
+	touched := int64(0)
+	for i := range spans {
+		s := spans[i]
+		if int64(s.node) >= sh.nodes || !s.overlaps(from, to) || seenNode(spans[:i], s.node, from, to) {
+			continue
+		}
+		touched++
+		// The node's spans before i do not overlap the window, so they
+		// neither give an instant nor cover one.
+		free := max(sh.dpn-nodeUsage(spans[i:], s.node, from, to), 0)
+		f.sum += free
+		f.most = max(f.most, free)
 	}
-	limit := int64(total - devices)
-	// The spans overlapping [lo, lo+dur) bound its usage from above, so
-	// their sum settles most offers without maxUsage's quadratic walk.
-	var over int64
+	if f.idle = sh.nodes - touched; f.idle > 0 {
+		f.sum += f.idle * sh.dpn
+		f.most = sh.dpn
+	}
+	return f
+}
+
+// seenNode reports whether one of spans holds devices on node during [from, to).
+func seenNode(spans []span, node uint16, from, to int64) bool {
 	for _, s := range spans {
-		if s.from() < lo+dur && s.to() > lo {
+		if s.node == node && s.overlaps(from, to) {
+			return true
+		}
+	}
+	return false
+}
+
+// fitsAt reports whether devices fit in layout l throughout [from, to).
+func fitsAt(spans []span, sh shape, l layout, devices, from, to int64) bool {
+	// Cheap sufficient tests first: few overlapping spans leave a node
+	// idle, and few devices leave every node (or the offer) room.
+	var n, over int64
+	for _, s := range spans {
+		if s.overlaps(from, to) {
+			n++
 			over += int64(s.devices)
 		}
 	}
-	if over <= limit || maxUsage(spans, lo, lo+dur) <= limit {
+	switch l {
+	case layoutNode:
+		if n < sh.nodes || over <= sh.dpn-devices {
+			return true
+		}
+	case layoutWhole:
+		if sh.nodes-n >= wholeNodes(devices, sh.dpn) {
+			return true
+		}
+	default:
+		if over <= sh.nodes*sh.dpn-devices {
+			return true
+		}
+	}
+	f := freeIn(spans, sh, from, to)
+	switch l {
+	case layoutNode:
+		return f.most >= devices
+	case layoutWhole:
+		return f.idle >= wholeNodes(devices, sh.dpn)
+	}
+	return f.sum >= devices
+}
+
+// earliestStart returns the earliest s in [lo, hi] at which devices fit in
+// layout l throughout [s, s+dur). The answer is lo or the end of some
+// span: moving a start left to the previous such point never adds an
+// overlapping span, on any node.
+func earliestStart(spans []span, sh shape, l layout, devices, lo, hi, dur int64) (int64, bool) {
+	if lo > hi || devices > sh.nodes*sh.dpn || (l == layoutNode && devices > sh.dpn) {
+		return 0, false
+	}
+	if fitsAt(spans, sh, l, devices, lo, lo+dur) {
 		return lo, true
 	}
 	best, ok := int64(0), false
@@ -138,7 +404,7 @@ func earliestStart(spans []span, total, devices int32, lo, hi, dur int64) (int64
 		if t <= lo || t > hi || (ok && t >= best) {
 			continue
 		}
-		if maxUsage(spans, t, t+dur) <= limit {
+		if fitsAt(spans, sh, l, devices, t, t+dur) {
 			best, ok = t, true
 		}
 	}
@@ -146,34 +412,106 @@ func earliestStart(spans []span, total, devices int32, lo, hi, dur int64) (int64
 }
 
 // maxFree returns the most devices free throughout some window [s, s+dur)
-// with s in [lo, hi], and the earliest such s.
-func maxFree(spans []span, total int32, lo, hi, dur int64) (int32, int64) {
+// with s in [lo, hi], summed over the nodes (what split pieces can have),
+// and the earliest such s.
+func maxFree(spans []span, sh shape, lo, hi, dur int64) (int64, int64) {
 	if lo > hi {
 		return 0, 0
 	}
-	var all int64
-	for _, s := range spans {
-		all += int64(s.devices)
-	}
-	if all == 0 {
-		return total, lo
-	}
-	best, at := int64(total)-maxUsage(spans, lo, lo+dur), lo
-	if best == int64(total) {
-		return int32(best), at
+	total := sh.nodes * sh.dpn
+	best, at := freeIn(spans, sh, lo, lo+dur).sum, lo
+	if best == total {
+		return best, at
 	}
 	for _, s := range spans {
 		t := s.to()
 		if t <= lo || t > hi {
 			continue
 		}
-		f := int64(total) - maxUsage(spans, t, t+dur)
+		f := freeIn(spans, sh, t, t+dur).sum
 		if f > best || (f == best && t < at) {
 			best, at = f, t
 		}
 	}
-	if best < 0 {
-		best = 0
+	return best, at
+}
+
+// place chooses nodes for devices in layout l throughout [from, to), as
+// PlaceCommitments documents, and returns the shares and the devices the
+// placement leaves free on the nodes it uses (0 for whole nodes); ok is
+// false when they do not fit.
+func place(spans []span, sh shape, l layout, devices, from, to int64) (shares []NodeShare, left int64, ok bool) {
+	type nf struct{ node, free int64 }
+	var busy []nf // nodes with something committed in the window
+	for i := range spans {
+		s := spans[i]
+		if int64(s.node) >= sh.nodes || !s.overlaps(from, to) || seenNode(spans[:i], s.node, from, to) {
+			continue
+		}
+		busy = append(busy, nf{int64(s.node), max(sh.dpn-nodeUsage(spans[i:], s.node, from, to), 0)})
 	}
-	return int32(best), at
+	sort.Slice(busy, func(i, j int) bool {
+		if busy[i].free != busy[j].free {
+			return busy[i].free < busy[j].free
+		}
+		return busy[i].node < busy[j].node
+	})
+	isBusy := func(n int64) bool {
+		for _, b := range busy {
+			if b.node == n {
+				return true
+			}
+		}
+		return false
+	}
+	// idle returns the lowest idle node from n on, or sh.nodes.
+	idle := func(n int64) int64 {
+		for n < sh.nodes && isBusy(n) {
+			n++
+		}
+		return n
+	}
+	if l == layoutWhole {
+		k := wholeNodes(devices, sh.dpn)
+		for n := idle(0); n < sh.nodes && int64(len(shares)) < k; n = idle(n + 1) {
+			shares = append(shares, NodeShare{Node: int(n), Devices: int(sh.dpn)})
+		}
+		return shares, 0, int64(len(shares)) == k
+	}
+	// One node by best fit: a busy node if one holds it (busy nodes have
+	// fewer free devices than idle ones), else the lowest idle node.
+	if devices <= sh.dpn {
+		for _, b := range busy {
+			if b.free >= devices {
+				return []NodeShare{{Node: int(b.node), Devices: int(devices)}}, b.free - devices, true
+			}
+		}
+		if n := idle(0); n < sh.nodes {
+			return []NodeShare{{Node: int(n), Devices: int(devices)}}, sh.dpn - devices, true
+		}
+	}
+	if l == layoutNode {
+		return nil, 0, false
+	}
+	// Spread: the nodes with the fewest free devices first, then idle ones.
+	need := devices
+	take := func(n, free int64) {
+		t := min(free, need)
+		shares = append(shares, NodeShare{Node: int(n), Devices: int(t)})
+		need -= t
+		left = free - t
+	}
+	for _, b := range busy {
+		if need > 0 && b.free > 0 {
+			take(b.node, b.free)
+		}
+	}
+	for n := idle(0); n < sh.nodes && need > 0; n = idle(n + 1) {
+		take(n, sh.dpn)
+	}
+	if need > 0 {
+		return nil, 0, false
+	}
+	sort.Slice(shares, func(i, j int) bool { return shares[i].Node < shares[j].Node })
+	return shares, left, true
 }

@@ -85,7 +85,7 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 	pending := map[int64][]span{}
 	for _, c := range commitments {
 		if c.Devices >= 1 && c.End.After(c.Start) {
-			pending[c.OfferID] = append(pending[c.OfferID], newSpan(c))
+			pending[c.OfferID] = appendSpans(pending[c.OfferID], c)
 		}
 	}
 	// Size every bucket exactly first: append's doubling would leave up to
@@ -165,67 +165,112 @@ func (x *Index) Remove(offerID int64) {
 	}
 }
 
-// AddCommitment records devices held on an offer over [Start, End).
+// AddCommitment records devices held on an offer over [Start, End), on
+// the nodes it names (node 0 when it names none; see Commitment).
 // Commitments with no devices or an empty interval are ignored.
 func (x *Index) AddCommitment(c Commitment) {
 	if c.Devices < 1 || !c.End.After(c.Start) {
 		return
 	}
-	sp := newSpan(c)
+	var buf [4]span
+	add := appendSpans(buf[:0], c)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if s := x.find(c.OfferID); s != nil {
-		// Move the offer's spans to the end of the arena with the new one;
+		// Move the offer's spans to the end of the arena with the new ones;
 		// their old place is dead until the next compaction.
 		off := len(x.spans)
 		x.spans = append(x.spans, x.spansOf(s)...)
-		x.spans = append(x.spans, sp)
+		x.spans = append(x.spans, add...)
 		x.dead += int(s.spanN)
-		s.spanOff, s.spanN = uint32(off), s.spanN+1
+		s.spanOff, s.spanN = uint32(off), s.spanN+uint32(len(add))
 		s.committed, s.spansEnd = spanSummary(x.spansOf(s))
 		x.maybeCompact()
 		return
 	}
-	x.pending[c.OfferID] = append(x.pending[c.OfferID], sp)
+	x.pending[c.OfferID] = append(x.pending[c.OfferID], add...)
 }
 
 // RemoveCommitment releases a commitment added before, identified by its
-// offer, devices and interval (equal commitments are interchangeable). It
-// reports whether one was found.
+// offer, devices, interval and nodes (equal commitments are
+// interchangeable). It reports whether one was found; a commitment only
+// partly found is left alone.
 func (x *Index) RemoveCommitment(c Commitment) bool {
-	sp := newSpan(c)
+	var buf [4]span
+	del := appendSpans(buf[:0], c)
+	if len(del) == 0 {
+		return false
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if s := x.find(c.OfferID); s != nil {
 		spans := x.spansOf(s)
-		for i := range spans {
-			if spans[i] == sp {
-				// In place: the write lock keeps readers out.
-				copy(spans[i:], spans[i+1:])
-				s.spanN--
-				x.dead++
-				s.committed, s.spansEnd = spanSummary(x.spansOf(s))
-				if s.spanN == 0 {
-					s.spanOff = 0
+		if !containsSpans(spans, del) {
+			return false
+		}
+		for _, sp := range del {
+			for i := range spans {
+				if spans[i] == sp {
+					// In place: the write lock keeps readers out.
+					copy(spans[i:], spans[i+1:])
+					spans = spans[:len(spans)-1]
+					break
 				}
-				x.maybeCompact()
-				return true
 			}
 		}
-		return false
+		s.spanN -= uint32(len(del))
+		x.dead += len(del)
+		s.committed, s.spansEnd = spanSummary(x.spansOf(s))
+		if s.spanN == 0 {
+			s.spanOff = 0
+		}
+		x.maybeCompact()
+		return true
 	}
 	spans := x.pending[c.OfferID]
-	for i, s := range spans {
-		if s == sp {
-			if len(spans) == 1 {
-				delete(x.pending, c.OfferID)
-			} else {
-				x.pending[c.OfferID] = append(append(make([]span, 0, len(spans)-1), spans[:i]...), spans[i+1:]...)
+	if !containsSpans(spans, del) {
+		return false
+	}
+	rest := make([]span, 0, len(spans)-len(del))
+	taken := make([]bool, len(del))
+	for _, s := range spans {
+		k := -1
+		for j, d := range del {
+			if !taken[j] && d == s {
+				k = j
+				break
 			}
-			return true
+		}
+		if k < 0 {
+			rest = append(rest, s)
+		} else {
+			taken[k] = true
 		}
 	}
-	return false
+	if len(rest) == 0 {
+		delete(x.pending, c.OfferID)
+	} else {
+		x.pending[c.OfferID] = rest
+	}
+	return true
+}
+
+// containsSpans reports whether spans hold every span of want (each
+// matched once; want's spans are on distinct nodes).
+func containsSpans(spans, want []span) bool {
+	for _, w := range want {
+		found := false
+		for _, s := range spans {
+			if s == w {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // Match ranks quotes for req at now over the indexed offers. It returns an

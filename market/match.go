@@ -37,11 +37,16 @@ type Piece struct {
 	PriceCents    Cents // per device-hour, as booked
 	Cost          CostBreakdown
 	EmissionsG    int64
+	// Gang is true for a training job's piece: its devices are tightly
+	// coupled, so it is placed on one node, or on whole nodes of a
+	// placement group (see Commitment).
+	Gang bool
 }
 
-// Commitment returns the reservation the piece would hold.
+// Commitment returns the reservation the piece would hold; the booking
+// places it on nodes (PlaceCommitments).
 func (p Piece) Commitment() Commitment {
-	return Commitment{OfferID: p.OfferID, Devices: p.Devices, Start: p.Start, End: p.End}
+	return Commitment{OfferID: p.OfferID, Devices: p.Devices, Start: p.Start, End: p.End, Gang: p.Gang}
 }
 
 // Quote is one way to run the request, with its effective cost.
@@ -581,11 +586,12 @@ func (q *query) eval(s *slot, f *fit) int {
 	}
 	*f = fit{s: s, lo: lo, hi: hi, hrs: int32(hours), intr: intr}
 	if !q.split {
-		// committed ≤ devices − wanted: free at lo whatever the spans' times.
 		start := lo
-		if int64(s.committed) > int64(s.devices)-q.devices && int64(s.spansEnd)+compactEpoch > lo {
+		sh := slotShape(s)
+		l := layoutOf(true, q.devices, sh.dpn)
+		if int64(s.spansEnd)+compactEpoch > lo && !roomAlways(s, sh, l, q.devices) {
 			var ok bool
-			start, ok = earliestStart(q.spansOf(s), s.devices, int32(q.devices), lo, hi, hours*3600)
+			start, ok = earliestStart(q.spansOf(s), sh, l, q.devices, lo, hi, hours*3600)
 			if !ok {
 				return rBooked
 			}
@@ -600,18 +606,33 @@ func (q *query) eval(s *slot, f *fit) int {
 		f.rel, f.notPref = s.reliability, uint8(notPreferred(q, s))
 		return rFit
 	}
-	free, at := s.devices, lo
+	free, at := int64(s.devices), lo
 	if s.committed > 0 && int64(s.spansEnd)+compactEpoch > lo {
-		free, at = maxFree(q.spansOf(s), s.devices, lo, hi, hours*3600)
+		free, at = maxFree(q.spansOf(s), slotShape(s), lo, hi, hours*3600)
 	}
-	if int64(free) < q.minPiece {
+	if free < q.minPiece {
 		return rBooked
 	}
-	f.avail, f.start = min(int64(free), q.devices), at
+	f.avail, f.start = min(free, q.devices), at
 	if q.budget > 0 && int64(pieceCost(s, q, q.minPiece, hours, intr).Total) > q.budget {
 		return rBudget
 	}
 	return rFit
+}
+
+// slotShape is the offer's nodes.
+func slotShape(s *slot) shape { return shape{nodes: int64(s.devices) / int64(s.dpn), dpn: int64(s.dpn)} }
+
+// roomAlways reports whether a gang of devices in layout l fits on s
+// whenever its commitments lie: when every node keeps room for it even
+// with all of them on one node (committed ≤ a node's devices − wanted),
+// or when there are too few spans (each on one node) to leave too few
+// nodes idle.
+func roomAlways(s *slot, sh shape, l layout, devices int64) bool {
+	if l == layoutWhole {
+		return sh.nodes-int64(s.spanN) >= wholeNodes(devices, sh.dpn)
+	}
+	return int64(s.committed) <= sh.dpn-devices || int64(s.spanN) < sh.nodes
 }
 
 // source is what the engine runs over: the index's buckets, or all of its
@@ -806,6 +827,10 @@ type quoteCand struct {
 	end     int64
 	exact   bool
 	lower   int64
+	// left is the devices the pieces' placements leave free on the nodes
+	// they use (see ranker.leftover), once leftKnown.
+	left      int64
+	leftKnown bool
 }
 
 type pieceRef struct {
@@ -913,7 +938,7 @@ func (e *engine) splitCands(q *query, fits []fit, cands []quoteCand) ([]quoteCan
 		if f.avail < q.devices {
 			continue
 		}
-		start, ok := earliestStart(q.spansOf(f.s), f.s.devices, int32(q.devices), f.lo, f.hi, f.hours()*3600)
+		start, ok := earliestStart(q.spansOf(f.s), slotShape(f.s), layoutSpread, q.devices, f.lo, f.hi, f.hours()*3600)
 		if !ok {
 			continue
 		}
@@ -1174,7 +1199,7 @@ func dpSplit(q *query, fits []*fit) ([]pieceRef, bool) {
 			continue
 		}
 		f := fits[i]
-		start, ok := earliestStart(q.spansOf(f.s), f.s.devices, int32(d), f.lo, f.hi, f.hours()*3600)
+		start, ok := earliestStart(q.spansOf(f.s), slotShape(f.s), layoutSpread, d, f.lo, f.hi, f.hours()*3600)
 		if !ok {
 			return nil, false // cannot happen: d ≤ avail
 		}
@@ -1210,7 +1235,7 @@ func greedySplit(q *query, fits []*fit, lower int64) ([]pieceRef, bool, int64, b
 		if take < q.minPiece {
 			continue
 		}
-		start, ok := earliestStart(q.spansOf(u.f.s), u.f.s.devices, int32(take), u.f.lo, u.f.hi, u.f.hours()*3600)
+		start, ok := earliestStart(q.spansOf(u.f.s), slotShape(u.f.s), layoutSpread, take, u.f.lo, u.f.hi, u.f.hours()*3600)
 		if !ok {
 			continue
 		}
@@ -1291,10 +1316,10 @@ func (r *ranker) add(cands []quoteCand, i int) {
 	limit := r.q.req.Limit
 	c := &cands[i]
 	sc := scored{i, r.score(&c.metrics)}
-	if len(r.top) == limit && !candLess(c, sc.s, &cands[r.top[limit-1].i], r.top[limit-1].s) {
+	if len(r.top) == limit && !r.less(c, sc.s, &cands[r.top[limit-1].i], r.top[limit-1].s) {
 		return
 	}
-	k := sort.Search(len(r.top), func(k int) bool { return candLess(c, sc.s, &cands[r.top[k].i], r.top[k].s) })
+	k := sort.Search(len(r.top), func(k int) bool { return r.less(c, sc.s, &cands[r.top[k].i], r.top[k].s) })
 	if len(r.top) < limit {
 		r.top = append(r.top, scored{})
 	}
@@ -1324,7 +1349,11 @@ func (r *ranker) quotes(cands []quoteCand) []Quote {
 	return out
 }
 
-func candLess(a *quoteCand, sa int64, b *quoteCand, sb int64) bool {
+// less orders candidates: score, cost, start, providers, then the
+// placement that leaves the fewest devices free on the nodes it uses (it
+// fits the tightest fragment, so the larger free blocks stay whole), then
+// the pieces' offer ids and devices.
+func (r *ranker) less(a *quoteCand, sa int64, b *quoteCand, sb int64) bool {
 	if sa != sb {
 		return sa < sb
 	}
@@ -1337,6 +1366,9 @@ func candLess(a *quoteCand, sa int64, b *quoteCand, sb int64) bool {
 	if a.metrics[mProviders] != b.metrics[mProviders] {
 		return a.metrics[mProviders] < b.metrics[mProviders]
 	}
+	if la, lb := r.leftover(a), r.leftover(b); la != lb {
+		return la < lb
+	}
 	na, nb := a.npieces(), b.npieces()
 	for i := 0; i < na && i < nb; i++ {
 		pa, pb := a.piece(i), b.piece(i)
@@ -1348,6 +1380,24 @@ func candLess(a *quoteCand, sa int64, b *quoteCand, sb int64) bool {
 		}
 	}
 	return na < nb
+}
+
+// leftover is the devices c's pieces, placed as a booking would place them
+// (see place), leave free on the nodes they use. Only ties on cost, start
+// and providers need it, so it is computed then, once per candidate.
+func (r *ranker) leftover(c *quoteCand) int64 {
+	if c.leftKnown {
+		return c.left
+	}
+	var left int64
+	for i := 0; i < c.npieces(); i++ {
+		p := c.piece(i)
+		sh := slotShape(p.f.s)
+		_, l, _ := place(r.q.spansOf(p.f.s), sh, layoutOf(!r.q.split, p.devices, sh.dpn), p.devices, p.start, p.start+p.f.hours()*3600)
+		left += l
+	}
+	c.left, c.leftKnown = left, true
+	return left
 }
 
 // buildQuote fills pieces (one per candidate piece) and returns the quote.
@@ -1369,7 +1419,7 @@ func buildQuote(q *query, c *quoteCand, score int64, pieces []Piece) Quote {
 			Devices: int(p.devices), Hours: int(p.f.hours()),
 			Start: time.Unix(p.start, 0).UTC(), End: time.Unix(p.start+p.f.hours()*3600, 0).UTC(),
 			Interruptible: p.f.intr, PriceCents: Cents(price), Cost: cost,
-			EmissionsG: pieceEmissions(s, p.devices, p.f.hours()),
+			EmissionsG: pieceEmissions(s, p.devices, p.f.hours()), Gang: !q.split,
 		}
 		qt.Pieces[i] = pc
 		qt.Cost.add(cost)

@@ -3,6 +3,7 @@ package market
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -72,6 +73,47 @@ func randomOffer(rng *rand.Rand, id int64) Offer {
 	return o
 }
 
+// randomCommitment holds devices of o over [s, e) on nodes the way a
+// booking can: a gang on one node, a gang on whole nodes (with a placement
+// group), or devices spread over some nodes. Random commitments may
+// overlap beyond a node's devices; a node is then full, not less.
+func randomCommitment(rng *rand.Rand, o Offer, s, e time.Time) Commitment {
+	c := Commitment{OfferID: o.ID, Start: s, End: e}
+	perm := rng.Perm(o.Nodes)
+	switch k := rng.IntN(3); {
+	case k == 0 || (k == 1 && (!o.PlacementGroup || o.Nodes < 2)):
+		c.Gang, c.Devices = true, 1+rng.IntN(o.DevicesPerNode)
+		c.Nodes = []NodeShare{{Node: perm[0], Devices: c.Devices}}
+	case k == 1:
+		n := 2 + rng.IntN(o.Nodes-1)
+		c.Gang, c.Devices = true, n*o.DevicesPerNode-rng.IntN(o.DevicesPerNode)
+		for _, node := range perm[:n] {
+			c.Nodes = append(c.Nodes, NodeShare{Node: node, Devices: o.DevicesPerNode})
+		}
+	default:
+		for _, node := range perm[:1+rng.IntN(o.Nodes)] {
+			d := 1 + rng.IntN(o.DevicesPerNode)
+			c.Nodes = append(c.Nodes, NodeShare{Node: node, Devices: d})
+			c.Devices += d
+		}
+	}
+	return c
+}
+
+// nearlyAll holds every device of o over [s, e), or all but one.
+func nearlyAll(rng *rand.Rand, o Offer, s, e time.Time) Commitment {
+	c := Commitment{OfferID: o.ID, Start: s, End: e}
+	for n := range o.Nodes {
+		c.Nodes = append(c.Nodes, NodeShare{Node: n, Devices: o.DevicesPerNode})
+		c.Devices += o.DevicesPerNode
+	}
+	if i := rng.IntN(o.Nodes); rng.IntN(2) == 0 && c.Nodes[i].Devices > 1 {
+		c.Nodes[i].Devices--
+		c.Devices--
+	}
+	return c
+}
+
 type instance struct {
 	cands   []Candidate
 	commits []Commitment
@@ -95,17 +137,23 @@ func randomInstance(rng *rand.Rand, kind WorkloadKind) instance {
 		in.cands = append(in.cands, c)
 		for range rng.IntN(4) {
 			s := o.AvailableFrom.Add(time.Duration(rng.IntN(30)) * time.Hour)
-			in.commits = append(in.commits, Commitment{
-				OfferID: o.ID, Devices: 1 + rng.IntN(o.Devices()),
-				Start: s, End: s.Add(time.Duration(1+rng.IntN(12)) * time.Hour),
-			})
+			in.commits = append(in.commits, randomCommitment(rng, o, s, s.Add(time.Duration(1+rng.IntN(12))*time.Hour)))
 		}
 		if rng.IntN(8) == 0 { // nearly all of it, for most of its window
 			s := o.AvailableFrom.Add(time.Duration(rng.IntN(4)) * time.Hour)
-			in.commits = append(in.commits, Commitment{
-				OfferID: o.ID, Devices: max(1, o.Devices()-rng.IntN(2)),
-				Start: s, End: s.Add(time.Duration(20+rng.IntN(40)) * time.Hour),
-			})
+			in.commits = append(in.commits, nearlyAll(rng, o, s, s.Add(time.Duration(20+rng.IntN(40))*time.Hour)))
+		}
+		if o.Nodes > 1 && rng.IntN(3) == 0 {
+			// Part of every node, at staggered times: the devices free as
+			// one pool are more than any node, or all nodes at once, has.
+			s := o.AvailableFrom.Add(time.Duration(rng.IntN(8)) * time.Hour)
+			for n := range o.Nodes {
+				d := 1 + rng.IntN(o.DevicesPerNode)
+				e := s.Add(time.Duration(1+rng.IntN(4)) * time.Hour)
+				in.commits = append(in.commits, Commitment{OfferID: o.ID, Devices: d, Start: s, End: e,
+					Nodes: []NodeShare{{Node: n, Devices: d}}, Gang: true})
+				s = e.Add(time.Duration(rng.IntN(2)-1) * time.Hour) // overlapping by an hour, touching or not
+			}
 		}
 	}
 	devices := 1 + rng.IntN(8)
@@ -206,7 +254,8 @@ func randomInstance(rng *rand.Rand, kind WorkloadKind) instance {
 }
 
 // checkQuotes asserts what holds for every result: counts add up, no
-// instant is overcommitted, gangs are one piece, pieces lie in the window.
+// instant of any node is overcommitted, gangs are one piece, pieces lie in
+// the window, and every piece is placed on nodes by the documented rule.
 func checkQuotes(t *testing.T, in instance, res Result) {
 	t.Helper()
 	ex := res.Explanation
@@ -221,8 +270,9 @@ func checkQuotes(t *testing.T, in instance, res Result) {
 	for _, c := range in.cands {
 		offers[c.Offer.ID] = c.Offer
 	}
+	gang := in.req.Workload.Kind == WorkTraining
 	for _, q := range res.Quotes {
-		if in.req.Workload.Kind == WorkTraining && (len(q.Pieces) != 1 || q.Pieces[0].Devices != in.req.Workload.Devices) {
+		if gang && (len(q.Pieces) != 1 || q.Pieces[0].Devices != in.req.Workload.Devices) {
 			t.Fatalf("gang split or resized: %+v", q.Pieces)
 		}
 		total := 0
@@ -234,9 +284,10 @@ func checkQuotes(t *testing.T, in instance, res Result) {
 			if err := FitsCapacity(o, in.commits, []Commitment{p.Commitment()}); err != nil {
 				t.Fatalf("piece %+v does not fit: %v", p, err)
 			}
-			if refFreeAt(o, in.commits, p.Start, p.Hours) < p.Devices {
-				t.Fatalf("piece %+v overcommits offer %d", p, o.ID)
+			if p.Gang != gang || !refFits(o, in.commits, p.Start, p.Hours, p.Devices, gang) {
+				t.Fatalf("piece %+v does not fit offer %d's nodes (gang %t)", p, o.ID, gang)
 			}
+			checkPlacement(t, o, in.commits, p.Commitment())
 			if p.Start.Before(in.now) || p.Start.Before(in.req.Constraints.EarliestStart) ||
 				(!in.req.Constraints.Deadline.IsZero() && p.End.After(in.req.Constraints.Deadline)) {
 				t.Fatalf("piece %+v outside the request's window", p)
@@ -257,16 +308,91 @@ func checkQuotes(t *testing.T, in instance, res Result) {
 	}
 }
 
+// checkPlacement places c on o beside commits and compares the nodes with
+// refPlacement, and each node's devices hour by hour with what it has.
+func checkPlacement(t *testing.T, o Offer, commits []Commitment, c Commitment) {
+	t.Helper()
+	placed, err := PlaceCommitments(o, commits, []Commitment{c})
+	if err != nil {
+		t.Fatalf("piece %+v not placed: %v", c, err)
+	}
+	got, want := placed[0].Nodes, refPlacement(o, commits, c)
+	sorted := append([]NodeShare(nil), got...)
+	slices.SortFunc(sorted, func(a, b NodeShare) int { return a.Node - b.Node })
+	if !slices.Equal(sorted, want) {
+		t.Fatalf("piece %+v placed on %v, reference %v", c, got, want)
+	}
+	for _, sh := range got {
+		for h := 0; c.Start.Add(time.Duration(h)*time.Hour).Before(c.End); h++ {
+			at := c.Start.Add(time.Duration(h) * time.Hour)
+			if used := refNodeUsed(o, commits, sh.Node, at); used+sh.Devices > o.DevicesPerNode {
+				t.Fatalf("piece %+v placed on %v overbooks node %d at %s: %d + %d of %d", c, got, sh.Node, at, used, sh.Devices, o.DevicesPerNode)
+			}
+		}
+	}
+}
+
+// refPlacement places c by the rule PlaceCommitments documents, from each
+// node's free devices counted hour by hour: a gang that fits in a node on
+// the node with the fewest free devices that holds it (lowest on ties); a
+// larger gang on the lowest wholly free nodes, all their devices; a split
+// piece on one node by the same best fit when one holds it, else over the
+// nodes with the fewest free devices first (lowest first on ties), the
+// last taking the rest. Shares by node.
+func refPlacement(o Offer, commits []Commitment, c Commitment) []NodeShare {
+	hours := int(c.End.Sub(c.Start) / time.Hour)
+	free := make([]int, o.Nodes)
+	for n := range free {
+		free[n] = refNodeFree(o, commits, n, c.Start, hours)
+	}
+	if c.Gang && c.Devices > o.DevicesPerNode {
+		var out []NodeShare
+		for n := 0; n < o.Nodes && len(out)*o.DevicesPerNode < c.Devices; n++ {
+			if free[n] == o.DevicesPerNode {
+				out = append(out, NodeShare{Node: n, Devices: o.DevicesPerNode})
+			}
+		}
+		return out
+	}
+	best := -1
+	for n, f := range free {
+		if f >= c.Devices && (best < 0 || f < free[best]) {
+			best = n
+		}
+	}
+	if best >= 0 {
+		return []NodeShare{{Node: best, Devices: c.Devices}}
+	}
+	order := make([]int, o.Nodes)
+	for n := range order {
+		order[n] = n
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return free[a] - free[b] })
+	var out []NodeShare
+	need := c.Devices
+	for _, n := range order {
+		if need > 0 && free[n] > 0 {
+			out = append(out, NodeShare{Node: n, Devices: min(free[n], need)})
+			need -= min(free[n], need)
+		}
+	}
+	slices.SortFunc(out, func(a, b NodeShare) int { return a.Node - b.Node })
+	return out
+}
+
 // coverage counts, over a property test's instances, those where the
 // reference eliminated offers by each constraint and the relaxations it
 // checked, so a generator that stopped exercising one fails the test.
 type coverage struct {
 	eliminated map[Constraint]int
 	relaxed    map[Constraint]int
+	// nodeLimited counts instances where nodes, not the offer's devices
+	// as one pool, decided an offer's answer.
+	nodeLimited *int
 }
 
 func newCoverage() coverage {
-	return coverage{eliminated: map[Constraint]int{}, relaxed: map[Constraint]int{}}
+	return coverage{eliminated: map[Constraint]int{}, relaxed: map[Constraint]int{}, nodeLimited: new(int)}
 }
 
 func (cv coverage) add(ref refResult) {
@@ -274,6 +400,9 @@ func (cv coverage) add(ref refResult) {
 		if n > 0 {
 			cv.eliminated[c]++
 		}
+	}
+	if ref.nodeLimited > 0 {
+		*cv.nodeLimited++
 	}
 }
 
@@ -293,7 +422,10 @@ func (cv coverage) require(t *testing.T, minElim, minRelax int) {
 			t.Errorf("only %d %s relaxations checked (want ≥ %d)", cv.relaxed[x.c], x.c, minRelax)
 		}
 	}
-	t.Logf("eliminated: %v; relaxations checked: %v", cv.eliminated, cv.relaxed)
+	if *cv.nodeLimited < minElim {
+		t.Errorf("nodes decided an offer's answer in only %d instances (want ≥ %d)", *cv.nodeLimited, minElim)
+	}
+	t.Logf("eliminated: %v; relaxations checked: %v; node-limited instances: %d", cv.eliminated, cv.relaxed, *cv.nodeLimited)
 }
 
 func TestMatchGangAgainstReference(t *testing.T) {
@@ -492,7 +624,7 @@ func TestIndexUpdatesEqualFresh(t *testing.T) {
 			default: // book
 				o := in.cands[rng.IntN(len(in.cands))].Offer
 				s := o.AvailableFrom.Add(time.Duration(rng.IntN(30)) * time.Hour)
-				c := Commitment{OfferID: o.ID, Devices: 1 + rng.IntN(o.Devices()), Start: s, End: s.Add(time.Duration(1+rng.IntN(12)) * time.Hour)}
+				c := randomCommitment(rng, o, s, s.Add(time.Duration(1+rng.IntN(12))*time.Hour))
 				idx.AddCommitment(c)
 				in.commits = append(in.commits, c)
 			}

@@ -10,12 +10,14 @@ import (
 )
 
 // The brute-force reference of the matcher's property tests, written from
-// docs/matcher.md and the doc comments of Request, Offer, Candidate and
-// CostBreakdown. It calls none of the engine's code — not its cost or
-// emissions functions, not MulDivRound, not its version packing, capacity
-// search or relaxation search — and reads only the catalogue's data
-// (accelerators' family, memory, BF16 figure and board power; regions'
-// country; networks' speed). Every time in the instances is hour-aligned,
+// docs/matcher.md and the doc comments of Request, Offer, Candidate,
+// Commitment and CostBreakdown. It calls none of the engine's code — not
+// its cost or emissions functions, not MulDivRound, not its version
+// packing, capacity search, node placement or relaxation search — and
+// reads only the catalogue's data (accelerators' family, memory, BF16
+// figure and board power; regions' country; networks' speed). Capacity is
+// counted node by node from the nodes each commitment names (the node
+// model of docs/matcher.md). Every time in the instances is hour-aligned,
 // so scanning starts and instants hour by hour is exhaustive.
 
 // refRound rounds a non-negative rational once, half away from zero (the
@@ -153,6 +155,9 @@ type refOffer struct {
 	starts []time.Time // allowed starts, hour by hour
 	start  time.Time   // gang: earliest allowed start with the devices free
 	avail  int         // split: most devices free throughout at one allowed start, capped at the request
+	// nodeLimited: counting the offer's devices as one pool would have
+	// given more (an earlier gang start, a larger split piece).
+	nodeLimited bool
 }
 
 // refResult is what the reference finds for an instance.
@@ -160,6 +165,9 @@ type refResult struct {
 	offers []refOffer
 	fit    int
 	counts map[Constraint]int
+	// nodeLimited counts offers whose answer counting devices as one pool
+	// would differ (see refOffer).
+	nodeLimited int
 	// feasible counts the gang quotes (offers that fit); for splits it is
 	// 1 when some split exists.
 	feasible int
@@ -167,27 +175,92 @@ type refResult struct {
 	minEnd   time.Time // gang: the earliest end of a feasible quote
 }
 
-// refFreeAt is the devices of o free throughout [s, s+hours), checked hour by hour.
-func refFreeAt(o Offer, commits []Commitment, s time.Time, hours int) int {
+// refPoolFree is the devices of o free throughout [s, s+hours) counted as
+// one pool, as capacity was counted before nodes: for the generator's
+// coverage only.
+func refPoolFree(o Offer, commits []Commitment, s time.Time, hours int) int {
 	free := o.Devices()
 	for h := range hours {
-		t := s.Add(time.Duration(h) * time.Hour)
 		used := 0
-		for _, c := range commits {
-			if c.OfferID == o.ID && !t.Before(c.Start) && t.Before(c.End) {
-				used += c.Devices
-			}
+		for n := range o.Nodes {
+			used += refNodeUsed(o, commits, n, s.Add(time.Duration(h)*time.Hour))
 		}
 		free = min(free, o.Devices()-used)
 	}
 	return free
 }
 
-// refEarliest is the earliest of r's allowed starts with devices free
-// throughout, and whether there is one.
-func refEarliest(in instance, r refOffer, devices int) (time.Time, bool) {
+// refNodeUsed is the devices the commitments hold on node n of o at t: a
+// commitment's share on that node (one without nodes holds all its
+// devices on node 0).
+func refNodeUsed(o Offer, commits []Commitment, n int, t time.Time) int {
+	used := 0
+	for _, c := range commits {
+		if c.OfferID != o.ID || t.Before(c.Start) || !t.Before(c.End) {
+			continue
+		}
+		if len(c.Nodes) == 0 {
+			if n == 0 {
+				used += c.Devices
+			}
+			continue
+		}
+		for _, sh := range c.Nodes {
+			if sh.Node == n {
+				used += sh.Devices
+			}
+		}
+	}
+	return used
+}
+
+// refNodeFree is the devices free on node n of o throughout [s, s+hours),
+// checked hour by hour, never below zero.
+func refNodeFree(o Offer, commits []Commitment, n int, s time.Time, hours int) int {
+	free := o.DevicesPerNode
+	for h := range hours {
+		free = min(free, o.DevicesPerNode-refNodeUsed(o, commits, n, s.Add(time.Duration(h)*time.Hour)))
+	}
+	return max(free, 0)
+}
+
+// refSpreadFree is what a split piece can have on o throughout [s,
+// s+hours): the free devices of every node together.
+func refSpreadFree(o Offer, commits []Commitment, s time.Time, hours int) int {
+	sum := 0
+	for n := range o.Nodes {
+		sum += refNodeFree(o, commits, n, s, hours)
+	}
+	return sum
+}
+
+// refFits reports whether devices fit on o throughout [s, s+hours): a gang
+// of at most a node's devices on one node with that many free; a larger
+// gang on ⌈devices / devices per node⌉ wholly free nodes; a split piece in
+// the free devices of all nodes together.
+func refFits(o Offer, commits []Commitment, s time.Time, hours, devices int, gang bool) bool {
+	if !gang {
+		return refSpreadFree(o, commits, s, hours) >= devices
+	}
+	best, whole := 0, 0
+	for n := range o.Nodes {
+		f := refNodeFree(o, commits, n, s, hours)
+		best = max(best, f)
+		if f == o.DevicesPerNode {
+			whole++
+		}
+	}
+	if devices <= o.DevicesPerNode {
+		return best >= devices
+	}
+	return whole*o.DevicesPerNode >= devices
+}
+
+// refEarliest is the earliest of r's allowed starts at which devices fit
+// (as a gang or a split piece) throughout, and whether there is one.
+func refEarliest(in instance, r refOffer, devices int, gang bool) (time.Time, bool) {
 	for _, s := range r.starts {
-		if refFreeAt(r.c.Offer, in.commits, s, r.hours) >= devices {
+		if refFits(r.c.Offer, in.commits, s, r.hours, devices, gang) {
 			return s, true
 		}
 	}
@@ -279,15 +352,31 @@ func refClassify(in instance) []refOffer {
 		if r.reason == "" {
 			if split {
 				for _, s := range r.starts {
-					r.avail = max(r.avail, min(refFreeAt(o, in.commits, s, r.hours), w.Devices))
+					r.avail = max(r.avail, min(refSpreadFree(o, in.commits, s, r.hours), w.Devices))
+				}
+				// Some piece size starts later on nodes than as one pool.
+				for d := need; d <= w.Devices && !r.nodeLimited; d++ {
+					for _, s := range r.starts {
+						pool, nodes := refPoolFree(o, in.commits, s, r.hours) >= d, refSpreadFree(o, in.commits, s, r.hours) >= d
+						if pool || nodes {
+							r.nodeLimited = !nodes
+							break
+						}
+					}
 				}
 				if r.avail < need {
 					r.reason = ConstraintBooked
 				}
 			} else {
 				var ok bool
-				if r.start, ok = refEarliest(in, r, need); !ok {
+				if r.start, ok = refEarliest(in, r, need, true); !ok {
 					r.reason = ConstraintBooked
+				}
+				for _, s := range r.starts {
+					if refPoolFree(o, in.commits, s, r.hours) >= need {
+						r.nodeLimited = !ok || s.Before(r.start)
+						break
+					}
 				}
 			}
 		}
@@ -308,6 +397,9 @@ func refSolve(in instance) refResult {
 	w := in.req.Workload
 	var fits []refOffer
 	for _, r := range res.offers {
+		if r.nodeLimited {
+			res.nodeLimited++
+		}
 		if r.reason != "" {
 			res.counts[r.reason]++
 			continue
@@ -431,7 +523,7 @@ func checkAgainstReference(t *testing.T, i int, in instance, res Result, ref ref
 			if p.Cost != want {
 				t.Fatalf("instance %d: piece %d×%dh on offer %d costs %+v, reference %+v", i, p.Devices, p.Hours, p.OfferID, p.Cost, want)
 			}
-			earliest, _ := refEarliest(in, r, p.Devices)
+			earliest, _ := refEarliest(in, r, p.Devices, in.req.Workload.Kind == WorkTraining)
 			if p.Hours != r.hours || p.Interruptible != r.intr || p.PriceCents != r.price || !p.Start.Equal(earliest) ||
 				!p.End.Equal(p.Start.Add(time.Duration(r.hours)*time.Hour)) || p.ProviderID != o.ProviderID ||
 				p.AcceleratorID != o.AcceleratorID || p.RegionID != o.RegionID {

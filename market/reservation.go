@@ -114,11 +114,17 @@ type ReservationPiece struct {
 	// Terms are the offer's settlement terms at booking time: the piece
 	// settles under them whatever the provider changes on the offer later.
 	Terms SLATerms
+	// Gang is true when the devices are tightly coupled (a training job):
+	// one node, or whole nodes of a placement group.
+	Gang bool
+	// Nodes are the offer's nodes that serve the piece, with the devices
+	// held on each (set by the booking; see Commitment).
+	Nodes []NodeShare
 }
 
 // Commitment returns the capacity the piece holds.
 func (p ReservationPiece) Commitment() Commitment {
-	return Commitment{OfferID: p.OfferID, Devices: p.Devices, Start: p.Start, End: p.End}
+	return Commitment{OfferID: p.OfferID, Devices: p.Devices, Start: p.Start, End: p.End, Gang: p.Gang, Nodes: p.Nodes}
 }
 
 // Reservation is a booking of one quote: every piece of a split, all or
@@ -182,7 +188,7 @@ func PiecesFromQuote(q Quote, offers map[int64]Offer) ([]ReservationPiece, error
 		}
 		out = append(out, ReservationPiece{
 			OfferID: p.OfferID, ProviderID: o.ProviderID, Devices: p.Devices, Start: p.Start, End: p.End,
-			Interruptible: p.Interruptible, PriceCents: p.PriceCents,
+			Interruptible: p.Interruptible, PriceCents: p.PriceCents, Gang: p.Gang,
 			AmountCents:     p.Cost.Instance + p.Cost.Storage + p.Cost.Egress,
 			FreeCancelHours: o.FreeCancelHours, CancelFeeBP: o.CancelFeeBP, Terms: TermsOf(o),
 		})
