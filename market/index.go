@@ -39,6 +39,9 @@ type Index struct {
 	pending map[int64][]span
 	n       int
 	eng     engine
+
+	// vers holds the offers' software versions; slots refer to them by id.
+	vers versionTable
 }
 
 // NewIndex returns an empty index.
@@ -67,6 +70,7 @@ func (x *Index) Upsert(c Candidate) error {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	s.driver, s.cuda = x.vers.id(c.Offer.DriverVersion), x.vers.id(c.Offer.CUDAVersion)
 	if old, ok := x.take(c.Offer.ID); ok {
 		s.spanOff, s.spanN, s.committed, s.spansEnd = old.spanOff, old.spanN, old.committed, old.spansEnd
 	} else if p := x.pending[s.id]; len(p) > 0 {
@@ -91,6 +95,7 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 	// Size every bucket exactly first: append's doubling would leave up to
 	// half of each bucket unused.
 	var sizes [bucketCount]int
+	var vers versionTable
 	slots := make([]slot, 0, len(cands))
 	for _, c := range cands {
 		if !c.Offer.Listed() {
@@ -100,6 +105,7 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 		if err != nil {
 			return fmt.Errorf("market: load offer %d: %w", c.Offer.ID, err)
 		}
+		s.driver, s.cuda = vers.id(c.Offer.DriverVersion), vers.id(c.Offer.CUDAVersion)
 		sizes[bucketKey(&s)]++
 		slots = append(slots, s)
 	}
@@ -150,6 +156,7 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.buckets, x.spans, x.dead, x.where, x.pending, x.n = buckets, arena, 0, where, rest, len(where)
+	x.vers = vers
 	return nil
 }
 
@@ -400,6 +407,8 @@ type pruned struct{ x *Index }
 func (p pruned) size() int     { return p.x.n }
 func (p pruned) spans() []span { return p.x.spans }
 
+func (p pruned) versions() *versionTable { return &p.x.vers }
+
 func (p pruned) runs(q *query, counts *[numReasons]int, out [][]slot) [][]slot {
 	for k := range p.x.buckets {
 		b := p.x.buckets[k]
@@ -429,6 +438,8 @@ type flat struct{ x *Index }
 
 func (f flat) size() int     { return f.x.n }
 func (f flat) spans() []span { return f.x.spans }
+
+func (f flat) versions() *versionTable { return &f.x.vers }
 
 func (f flat) runs(q *query, counts *[numReasons]int, out [][]slot) [][]slot {
 	for k := range f.x.buckets {

@@ -251,7 +251,7 @@ type slot struct {
 	price          int32
 	intrPrice      int32 // the interruptible price, or price: its lowest; buckets sort by it
 	devices        int32
-	driver, cuda   uint32 // packed versions
+	driver, cuda   uint32 // version ids in the index's versionTable
 	interruptPPM   int32
 	storageC       uint16
 	egressC        uint16
@@ -308,7 +308,6 @@ func makeSlot(c Candidate) (slot, error) {
 		from: compactTime(o.AvailableFrom.Unix()), until: compactTime(o.AvailableUntil.Unix()),
 		price: int32(o.PriceCentsPerDeviceHour), intrPrice: int32(o.PriceCentsPerDeviceHour),
 		devices: int32(o.Devices()), dpn: uint8(o.DevicesPerNode),
-		driver: packVersion(o.DriverVersion), cuda: packVersion(o.CUDAVersion),
 		storageC: clampU16(int64(o.StorageCentsPerGBMonth)), egressC: clampU16(int64(o.EgressCentsPerGB)),
 		carbon: clampU16(int64(o.CarbonGPerKWh)), minRent: clampU16(int64(o.MinRentalHours)),
 		maxRent: clampU16(int64(o.MaxRentalHours)), provMins: clampU16(int64(o.ProvisioningMins)),
@@ -353,23 +352,6 @@ func clampU16(v int64) uint16 {
 	return uint16(v)
 }
 
-// packVersion packs "major.minor.patch" into 12+10+10 bits, saturating
-// each part; invalid input packs as 0 (lowest), like CompareVersions.
-func packVersion(v string) uint32 {
-	var parts [3]uint64
-	for i, s := range strings.SplitN(v, ".", 4) {
-		if i >= 3 {
-			break
-		}
-		n, err := strconv.ParseUint(s, 10, 32)
-		if err != nil {
-			return 0
-		}
-		parts[i] = n
-	}
-	return uint32(min(parts[0], 4095)<<20 | min(parts[1], 1023)<<10 | min(parts[2], 1023))
-}
-
 // query is a validated request compiled for the hot loop.
 type query struct {
 	req              Request
@@ -385,8 +367,9 @@ type query struct {
 	budget           int64
 	minInterconnect  uint8
 	minNet           uint16
-	minDriver        uint32
+	minDriver        uint32 // the version rank a slot needs (versionTable.atLeast), 0 = any
 	minCUDA          uint32
+	vrank            []uint32 // the index's version ranks while the query runs
 	verified         bool
 	minReliability   uint16
 	maxCarbon        uint16
@@ -425,12 +408,6 @@ func compile(req Request, now time.Time) (*query, error) {
 		verified: c.RequireVerified, minReliability: uint16(c.MinReliabilityBP), maxCarbon: uint16(c.MaxCarbonGPerKWh),
 		allowIntr: c.AllowInterruption, dataRegion: -1, datasetGB: int64(w.DatasetGB),
 		checkpointMins: int64(w.CheckpointMins), restartMins: int64(w.RestartMins),
-	}
-	if c.MinDriverVersion != "" {
-		q.minDriver = packVersion(c.MinDriverVersion)
-	}
-	if c.MinCUDAVersion != "" {
-		q.minCUDA = packVersion(c.MinCUDAVersion)
 	}
 	if !q.split {
 		q.minPiece = q.devices
@@ -558,7 +535,7 @@ func (q *query) eval(s *slot, f *fit) int {
 		return rInterconnect
 	case s.netGbps < q.minNet:
 		return rNetwork
-	case s.driver < q.minDriver || s.cuda < q.minCUDA:
+	case (q.minDriver > 0 && q.vrank[s.driver] < q.minDriver) || (q.minCUDA > 0 && q.vrank[s.cuda] < q.minCUDA):
 		return rSoftware
 	case q.verified && s.flags&flagVerified == 0:
 		return rVerified
@@ -643,6 +620,8 @@ type source interface {
 	runs(q *query, counts *[numReasons]int, out [][]slot) [][]slot
 	// spans is the arena the slots' commitments live in.
 	spans() []span
+	// versions is the table the slots' version ids refer to.
+	versions() *versionTable
 	size() int
 }
 
@@ -694,6 +673,10 @@ func (e *engine) runQuery(src source, q *query) (Result, extremes) {
 	counts := &sc.counts
 	*counts = [numReasons]int{}
 	q.arena = src.spans()
+	vt := src.versions()
+	q.vrank = vt.rank
+	q.minDriver = vt.atLeast(q.req.Constraints.MinDriverVersion)
+	q.minCUDA = vt.atLeast(q.req.Constraints.MinCUDAVersion)
 	sc.runs = src.runs(q, counts, sc.runs[:0])
 	visit := 0
 	for _, run := range sc.runs {

@@ -18,8 +18,10 @@ var (
 
 // Software versions and network speeds offers and requests draw from.
 var (
-	smallDrivers = []string{"525.60", "535.104", "550.54", "560.35.03"}
-	smallCUDAs   = []string{"11.8", "12.2", "12.4", "12.6"}
+	// Neighbours a packed or truncated comparison would confuse: a fourth
+	// part, and a part over 1023.
+	smallDrivers = []string{"525.60", "535.104", "550.54", "560.35.03", "550.54.15.1", "550.54.15.2"}
+	smallCUDAs   = []string{"11.8", "12.2", "12.4", "12.6", "6.2.41133", "6.2.41134"}
 )
 
 // randomOffer is a valid, listed offer with hour-aligned times, varied in

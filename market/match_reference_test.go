@@ -3,8 +3,6 @@ package market
 import (
 	"math/big"
 	"reflect"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -116,23 +114,9 @@ func refOfferRel(o Offer) int64 {
 	return refCatalogueRel(o.AcceleratorID)
 }
 
-// refVersionLess compares dotted numeric versions, missing parts zero.
-func refVersionLess(a, b string) bool {
-	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(pa) || i < len(pb); i++ {
-		var x, y int
-		if i < len(pa) {
-			x, _ = strconv.Atoi(pa[i])
-		}
-		if i < len(pb) {
-			y, _ = strconv.Atoi(pb[i])
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return false
-}
+// refVersionLess compares versions exactly, part by part, missing parts
+// zero (refCompareVersions, big integers).
+func refVersionLess(a, b string) bool { return refCompareVersions(a, b) < 0 }
 
 var refInterconnectRank = map[Interconnect]int{InterconnectPCIe: 1, InterconnectNVLink: 2}
 

@@ -255,15 +255,15 @@ func ValidateOffer(o *Offer, now time.Time) error {
 
 	o.DriverVersion = strings.TrimSpace(o.DriverVersion)
 	o.CUDAVersion = strings.TrimSpace(o.CUDAVersion)
-	if !validVersion(o.DriverVersion) {
-		p.Add("driver_version", "Enter the driver version as numbers and dots, e.g. 550.54.")
+	if msg := versionProblem(o.DriverVersion, "the driver version", "550.54.15"); msg != "" {
+		p.Add("driver_version", msg)
 	}
-	if !validVersion(o.CUDAVersion) {
-		stack := "CUDA"
-		if acc.Stack == "rocm" {
-			stack = "ROCm"
-		}
-		p.Add("cuda_version", fmt.Sprintf("Enter the %s version as numbers and dots, e.g. 12.4.", stack))
+	stack, example := "the CUDA version", "12.4"
+	if acc.Stack == "rocm" {
+		stack, example = "the ROCm version", "6.2.41133"
+	}
+	if msg := versionProblem(o.CUDAVersion, stack, example); msg != "" {
+		p.Add("cuda_version", msg)
 	}
 	o.OSImage = strings.TrimSpace(o.OSImage)
 	o.ContainerRuntime = strings.TrimSpace(o.ContainerRuntime)
@@ -417,50 +417,6 @@ func validateCreditSchedule(tiers []CreditTier, uptimeBP int) string {
 		prevBelow, prevCredit = t.BelowBP, t.CreditBP
 	}
 	return ""
-}
-
-// validVersion accepts dotted numeric versions of one to four parts.
-func validVersion(s string) bool {
-	if s == "" || len(s) > 20 {
-		return false
-	}
-	parts := strings.Split(s, ".")
-	if len(parts) > 4 {
-		return false
-	}
-	for _, part := range parts {
-		if part == "" {
-			return false
-		}
-		for _, r := range part {
-			if r < '0' || r > '9' {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// CompareVersions compares dotted numeric versions: -1, 0 or 1. Missing
-// parts count as zero ("12" == "12.0"). Invalid input compares as lowest.
-func CompareVersions(a, b string) int {
-	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(pa) || i < len(pb); i++ {
-		var x, y int
-		if i < len(pa) {
-			fmt.Sscanf(pa[i], "%d", &x)
-		}
-		if i < len(pb) {
-			fmt.Sscanf(pb[i], "%d", &y)
-		}
-		if x != y {
-			if x < y {
-				return -1
-			}
-			return 1
-		}
-	}
-	return 0
 }
 
 // ParseCreditSchedule parses "99.5:10, 99:25, 95:100" (uptime below %, credit %)

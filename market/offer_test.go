@@ -37,7 +37,7 @@ func TestValidateOffer(t *testing.T) {
 		{"nvlink with one device", func(o *Offer) { o.DevicesPerNode = 1 }, "interconnect", "choose PCIe"},
 		{"several nodes without network", func(o *Offer) { o.NetworkID = "none"; o.PlacementGroup = false }, "network", "need a network"},
 		{"placement group without RDMA", func(o *Offer) { o.NetworkID = "ethernet-100" }, "placement_group", "RDMA"},
-		{"bad driver version", func(o *Offer) { o.DriverVersion = "latest" }, "driver_version", "numbers and dots"},
+		{"bad driver version", func(o *Offer) { o.DriverVersion = "latest" }, "driver_version", "numbers separated by dots"},
 		{"ROCm named for AMD", func(o *Offer) {
 			o.AcceleratorID, o.MemoryGB, o.CUDAVersion = "amd-mi300x-192gb-oam", 192, "six"
 		}, "cuda_version", "ROCm"},

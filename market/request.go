@@ -231,11 +231,15 @@ func ValidateRequest(r *Request) error {
 	if c.MaxCarbonGPerKWh < 0 || c.MaxCarbonGPerKWh > 1500 {
 		p.Add("constraints.max_carbon_g_per_kwh", "Maximum carbon intensity must be between 0 and 1,500 gCO2/kWh.")
 	}
-	if c.MinDriverVersion != "" && !validVersion(c.MinDriverVersion) {
-		p.Add("constraints.min_driver_version", "Enter the driver version as numbers and dots, e.g. 550.54.")
+	if c.MinDriverVersion != "" {
+		if msg := versionProblem(c.MinDriverVersion, "the minimum driver version", "550.54.15"); msg != "" {
+			p.Add("constraints.min_driver_version", msg)
+		}
 	}
-	if c.MinCUDAVersion != "" && !validVersion(c.MinCUDAVersion) {
-		p.Add("constraints.min_cuda_version", "Enter the CUDA or ROCm version as numbers and dots, e.g. 12.4.")
+	if c.MinCUDAVersion != "" {
+		if msg := versionProblem(c.MinCUDAVersion, "the minimum CUDA or ROCm version", "12.4 or 6.2.41133"); msg != "" {
+			p.Add("constraints.min_cuda_version", msg)
+		}
 	}
 
 	for name, v := range map[string]int{
