@@ -377,10 +377,23 @@ func fitsAt(spans []span, sh shape, l layout, devices, from, to int64) bool {
 			return true
 		}
 	}
+	if l == layoutNode {
+		// Node by node, stopping at the first that holds the gang.
+		touched := int64(0)
+		for i := range spans {
+			s := spans[i]
+			if int64(s.node) >= sh.nodes || !s.overlaps(from, to) || seenNode(spans[:i], s.node, from, to) {
+				continue
+			}
+			if sh.dpn-nodeUsage(spans[i:], s.node, from, to) >= devices {
+				return true
+			}
+			touched++
+		}
+		return touched < sh.nodes // an idle node
+	}
 	f := freeIn(spans, sh, from, to)
 	switch l {
-	case layoutNode:
-		return f.most >= devices
 	case layoutWhole:
 		return f.idle >= wholeNodes(devices, sh.dpn)
 	}
@@ -434,6 +447,35 @@ func maxFree(spans []span, sh shape, lo, hi, dur int64) (int64, int64) {
 		}
 	}
 	return best, at
+}
+
+// placeLeft is the leftover of place without building the placement, for
+// ranking: it allocates only for a split piece no single node holds.
+func placeLeft(spans []span, sh shape, l layout, devices, from, to int64) int64 {
+	if l == layoutWhole {
+		return 0
+	}
+	if devices <= sh.dpn {
+		best, touched := int64(-1), int64(0)
+		for i := range spans {
+			s := spans[i]
+			if int64(s.node) >= sh.nodes || !s.overlaps(from, to) || seenNode(spans[:i], s.node, from, to) {
+				continue
+			}
+			touched++
+			if free := sh.dpn - nodeUsage(spans[i:], s.node, from, to); free >= devices && (best < 0 || free < best) {
+				best = free
+			}
+		}
+		switch {
+		case best >= 0:
+			return best - devices
+		case touched < sh.nodes:
+			return sh.dpn - devices
+		}
+	}
+	_, left, _ := place(spans, sh, l, devices, from, to)
+	return left
 }
 
 // place chooses nodes for devices in layout l throughout [from, to), as

@@ -1,6 +1,7 @@
 package market
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -190,5 +191,41 @@ func TestFreeDevices(t *testing.T) {
 	}
 	if a = FreeDevices(o, nil, t0.Add(-time.Hour), t0); a.Spread != 0 || a.Gang != 0 {
 		t.Fatalf("before the offer's window %+v, want nothing", a)
+	}
+}
+
+// TestPlaceLeftAgreesWithPlace: the ranking's leftover is the placement's,
+// and a layout fits at an instant exactly when it can be placed there.
+func TestPlaceLeftAgreesWithPlace(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	checked := 0
+	for i := range 3000 {
+		o := randomOffer(rng, 1)
+		var spans []span
+		for range rng.IntN(8) {
+			s := o.AvailableFrom.Add(time.Duration(rng.IntN(12)) * time.Hour)
+			spans = appendSpans(spans, randomCommitment(rng, o, s, s.Add(time.Duration(1+rng.IntN(8))*time.Hour)))
+		}
+		sh := shape{nodes: int64(o.Nodes), dpn: int64(o.DevicesPerNode)}
+		from := compactUnix(o.AvailableFrom.Add(time.Duration(rng.IntN(12)) * time.Hour))
+		to := from + int64(1+rng.IntN(6))*3600
+		for _, gang := range []bool{false, true} {
+			d := int64(1 + rng.IntN(o.Devices()))
+			l := layoutOf(gang, d, sh.dpn)
+			shares, left, ok := place(spans, sh, l, d, from, to)
+			if fits := fitsAt(spans, sh, l, d, from, to); fits != ok {
+				t.Fatalf("instance %d: fitsAt %t, place %t (%d devices, layout %d, %v)", i, fits, ok, d, l, shares)
+			}
+			if !ok {
+				continue
+			}
+			checked++
+			if got := placeLeft(spans, sh, l, d, from, to); got != left {
+				t.Fatalf("instance %d: placeLeft %d, place left %d (%v)", i, got, left, shares)
+			}
+		}
+	}
+	if checked < 1000 {
+		t.Fatalf("only %d placements checked", checked)
 	}
 }

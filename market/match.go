@@ -1376,8 +1376,7 @@ func (r *ranker) leftover(c *quoteCand) int64 {
 	for i := 0; i < c.npieces(); i++ {
 		p := c.piece(i)
 		sh := slotShape(p.f.s)
-		_, l, _ := place(r.q.spansOf(p.f.s), sh, layoutOf(!r.q.split, p.devices, sh.dpn), p.devices, p.start, p.start+p.f.hours()*3600)
-		left += l
+		left += placeLeft(r.q.spansOf(p.f.s), sh, layoutOf(!r.q.split, p.devices, sh.dpn), p.devices, p.start, p.start+p.f.hours()*3600)
 	}
 	c.left, c.leftKnown = left, true
 	return left

@@ -152,7 +152,8 @@ func benchOffer(id int64, seed uint64) Offer {
 	return o
 }
 
-// benchMarket builds n candidates with 0–4 commitments each.
+// benchMarket builds n candidates with 0–4 commitments each, each on
+// whole nodes but its last.
 func benchMarket(n int) ([]Candidate, []Commitment) {
 	sh := loadShapes()
 	cands := make([]Candidate, n)
@@ -161,11 +162,18 @@ func benchMarket(n int) ([]Candidate, []Commitment) {
 	for i := range cands {
 		o := benchOffer(int64(i+1), 7)
 		cands[i] = Candidate{Offer: o, ReliabilityBP: 9000 + rng.IntN(1000)}
-		for range rng.IntN(5) {
+		for k := range rng.IntN(5) {
 			s := benchNow.Add(time.Duration(rng.IntN(10*24)-48) * time.Hour)
 			h := sh.lifetimes[rng.IntN(len(sh.lifetimes))]
-			commits = append(commits, Commitment{OfferID: o.ID, Devices: 1 + rng.IntN(o.Devices()),
-				Start: s, End: s.Add(time.Duration(h) * time.Hour)})
+			c := Commitment{OfferID: o.ID, Devices: 1 + rng.IntN(o.Devices()),
+				Start: s, End: s.Add(time.Duration(h) * time.Hour)}
+			// On consecutive nodes from one chosen by id (not by rng, so
+			// the market is the one measured before nodes), full but the last.
+			for n, rest := (int(o.ID)+k)%o.Nodes, c.Devices; rest > 0; n = (n + 1) % o.Nodes {
+				c.Nodes = append(c.Nodes, NodeShare{Node: n, Devices: min(rest, o.DevicesPerNode)})
+				rest -= o.DevicesPerNode
+			}
+			commits = append(commits, c)
 		}
 	}
 	return cands, commits
