@@ -242,13 +242,14 @@ func appendSpans(spans []span, c Commitment) []span {
 		return spans
 	}
 	if len(c.Nodes) == 0 {
-		return append(spans, span{start: compactTime(c.Start.Unix()), end: compactTime(c.End.Unix()), devices: clampDevices(c.Devices)})
+		return append(spans, span{start: compactTime(c.Start.Unix()), end: compactTime(ceilUnix(c.End)), devices: clampDevices(c.Devices)})
 	}
 	return appendShareSpans(spans, c.Start, c.End, c.Nodes)
 }
 
 func appendShareSpans(spans []span, start, end time.Time, shares []NodeShare) []span {
-	s, e := compactTime(start.Unix()), compactTime(end.Unix())
+	// Outward to whole seconds: the span covers every second the commitment touches.
+	s, e := compactTime(start.Unix()), compactTime(ceilUnix(end))
 	for _, n := range shares {
 		if n.Devices > 0 && n.Node >= 0 && n.Node < 1<<16 {
 			spans = append(spans, span{start: s, end: e, node: uint16(n.Node), devices: clampDevices(n.Devices)})

@@ -305,7 +305,7 @@ func makeSlot(c Candidate) (slot, error) {
 	}
 	s := slot{
 		id: o.ID, provider: o.ProviderID,
-		from: compactTime(o.AvailableFrom.Unix()), until: compactTime(o.AvailableUntil.Unix()),
+		from: compactTime(ceilUnix(o.AvailableFrom)), until: compactTime(o.AvailableUntil.Unix()),
 		price: int32(o.PriceCentsPerDeviceHour), intrPrice: int32(o.PriceCentsPerDeviceHour),
 		devices: int32(o.Devices()), dpn: uint8(o.DevicesPerNode),
 		storageC: clampU16(int64(o.StorageCentsPerGBMonth)), egressC: clampU16(int64(o.EgressCentsPerGB)),
@@ -393,6 +393,23 @@ func (q *query) spansOf(s *slot) []span {
 	return q.arena[s.spanOff : s.spanOff+s.spanN : s.spanOff+s.spanN]
 }
 
+// The matcher counts whole seconds. Times are normalised once, where they
+// enter it: a bound on when work may run is rounded inward — a start (now,
+// the earliest start, an offer's availability from) up to the next whole
+// second, an end (the deadline, availability until) down — and a
+// commitment outward, covering every second it touches (its start down,
+// its end up; see appendSpans). So no piece starts before now or outside
+// its offer's window or overlaps a commitment, and FitsCapacity, which
+// checks the exact times, accepts every piece the matcher quotes.
+
+// ceilUnix is t in unix seconds, rounded up to a whole second.
+func ceilUnix(t time.Time) int64 {
+	if t.Nanosecond() > 0 {
+		return t.Unix() + 1
+	}
+	return t.Unix()
+}
+
 func compile(req Request, now time.Time) (*query, error) {
 	if err := ValidateRequest(&req); err != nil {
 		return nil, err
@@ -420,10 +437,7 @@ func compile(req Request, now time.Time) (*query, error) {
 		a, _ := FindAccelerator(model)
 		q.workMilli = w.WorkDeviceHours * a.RelativeThroughputPermille()
 	}
-	q.lo = now.Unix()
-	if c.EarliestStart.After(now) {
-		q.lo = c.EarliestStart.Unix()
-	}
+	q.lo = max(ceilUnix(now), ceilUnix(c.EarliestStart))
 	if !c.Deadline.IsZero() {
 		q.deadline = c.Deadline.Unix()
 	}

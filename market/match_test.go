@@ -283,3 +283,49 @@ func TestSplitDeadlineRelaxationIsEarliestEnd(t *testing.T) {
 		t.Fatalf("at the suggested deadline: %v, %+v", err, again.Quotes)
 	}
 }
+
+// TestSubSecondTimesAgreeWithFitsCapacity: times are normalised once, so
+// with sub-second now, availability and commitments every piece starts at
+// or after now and its offer's availability, does not overlap a
+// commitment, and FitsCapacity accepts it.
+func TestSubSecondTimesAgreeWithFitsCapacity(t *testing.T) {
+	const h100 = "nvidia-h100-80gb-sxm"
+	late := plainOffer(1, h100, "us-east-va", 1, 100)
+	late.AvailableFrom = t0.Add(10*time.Hour + 500*time.Millisecond)
+	busy := plainOffer(2, h100, "us-west-or", 1, 100)
+	free := plainOffer(3, h100, "eu-central-de", 1, 100)
+	commits := []Commitment{{OfferID: 2, Devices: 1, Start: t0, End: t0.Add(2*time.Hour + 500*time.Millisecond)}}
+	cands := []Candidate{{Offer: late}, {Offer: busy}, {Offer: free}}
+	offers := map[int64]Offer{1: late, 2: busy, 3: free}
+	now := t0.Add(300 * time.Millisecond)
+	for _, es := range []time.Time{{}, t0.Add(10 * time.Hour), t0.Add(10*time.Hour + 700*time.Millisecond)} {
+		for _, kind := range []WorkloadKind{WorkTraining, WorkBatch} {
+			req := oneDeviceJob(kind)
+			req.Constraints.EarliestStart = es
+			req.Constraints.Deadline = t0.Add(20*time.Hour + 999*time.Millisecond)
+			req.Limit = MaxQuoteLimit
+			res, err := Match(cands, commits, req, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Quotes) != 3 {
+				t.Fatalf("%s from %s: %d quotes", kind, es, len(res.Quotes))
+			}
+			for _, q := range res.Quotes {
+				for _, p := range q.Pieces {
+					o := offers[p.OfferID]
+					if p.Start.Before(now) || p.Start.Before(es) || p.Start.Before(o.AvailableFrom) || p.End.After(req.Constraints.Deadline) {
+						t.Errorf("%s from %s: piece %s–%s on offer %d outside now %s, earliest start, availability %s",
+							kind, es, p.Start, p.End, p.OfferID, now, o.AvailableFrom)
+					}
+					if p.OfferID == 2 && p.Start.Before(commits[0].End) {
+						t.Errorf("piece at %s overlaps the commitment ending %s", p.Start, commits[0].End)
+					}
+					if err := FitsCapacity(o, commits, []Commitment{p.Commitment()}); err != nil {
+						t.Errorf("%s from %s: FitsCapacity refuses the quoted piece %s–%s on offer %d: %v", kind, es, p.Start, p.End, p.OfferID, err)
+					}
+				}
+			}
+		}
+	}
+}
