@@ -58,7 +58,9 @@ func (db *DB) ListTrades(ctx context.Context, from, to time.Time) ([]market.Trad
 // (demo history, migrations from elsewhere) as they are, in one
 // transaction: no capacity check, since every piece ended before now and
 // a completed or settled reservation holds no capacity. Each piece's
-// provider and cancellation policy are taken from its offer. It refuses
+// provider and cancellation policy are taken from its offer; a piece that
+// names no nodes is placed beside the earlier pieces of the import on its
+// offer as a booking would have placed it (placeRecorded). It refuses
 // anything else with an invalid error.
 func (db *DB) ImportPastReservations(ctx context.Context, rs []market.Reservation, now time.Time) error {
 	const op = "import past reservations"
@@ -68,6 +70,8 @@ func (db *DB) ImportPastReservations(ctx context.Context, rs []market.Reservatio
 	}
 	defer tx.Rollback()
 	policy := map[int64][3]int64{}
+	shapes := map[int64]market.Offer{}
+	earlier := map[int64][]market.Commitment{} // imported pieces by offer, for placing the next
 	for _, r := range rs {
 		if r.State != market.ReservationCompleted && r.State != market.ReservationSettled {
 			return invalid("Only completed or settled reservations can be imported.")
@@ -81,7 +85,9 @@ func (db *DB) ImportPastReservations(ctx context.Context, rs []market.Reservatio
 			pol, ok := policy[p.OfferID]
 			if !ok {
 				var prov, free, fee int64
-				err := tx.QueryRowContext(ctx, `SELECT provider_id, free_cancel_hours, cancel_fee_bp FROM offers WHERE id = ?`, p.OfferID).Scan(&prov, &free, &fee)
+				var o market.Offer
+				err := tx.QueryRowContext(ctx, `SELECT provider_id, free_cancel_hours, cancel_fee_bp, devices_per_node, nodes, placement_group
+					FROM offers WHERE id = ?`, p.OfferID).Scan(&prov, &free, &fee, &o.DevicesPerNode, &o.Nodes, &o.PlacementGroup)
 				if errors.Is(err, sql.ErrNoRows) {
 					return notFound(msgOfferNotFound)
 				}
@@ -90,9 +96,15 @@ func (db *DB) ImportPastReservations(ctx context.Context, rs []market.Reservatio
 				}
 				pol = [3]int64{prov, free, fee}
 				policy[p.OfferID] = pol
+				o.ID = p.OfferID
+				shapes[p.OfferID] = o
 			}
 			p.ProviderID, p.FreeCancelHours, p.CancelFeeBP = pol[0], int(pol[1]), int(pol[2])
 			p.Start, p.End = truncate(p.Start), truncate(p.End)
+			if len(p.Nodes) == 0 {
+				p.Nodes = placeRecorded(shapes[p.OfferID], earlier[p.OfferID], p.Commitment())
+			}
+			earlier[p.OfferID] = append(earlier[p.OfferID], p.Commitment())
 			r.AmountCents += p.AmountCents
 		}
 		r.HoldExpiresAt = r.CreatedAt

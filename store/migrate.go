@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -79,6 +80,12 @@ func (db *DB) migrate(ctx context.Context) error {
 	return nil
 }
 
+// codeMigrations finish a numbered migration with what SQL cannot
+// express, in the same transaction, after the migration's SQL.
+var codeMigrations = map[int]func(ctx context.Context, tx *sql.Tx) error{
+	11: placeRecordedPieces, // 0011_piece_nodes.sql
+}
+
 func (db *DB) applyMigration(ctx context.Context, m migration) error {
 	tx, err := db.begin(ctx)
 	if err != nil {
@@ -95,6 +102,11 @@ func (db *DB) applyMigration(ctx context.Context, m migration) error {
 	}
 	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 		return err
+	}
+	if f := codeMigrations[m.version]; f != nil {
+		if err := f(ctx, tx); err != nil {
+			return err
+		}
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 		m.version, m.name, unix(time.Now())); err != nil {

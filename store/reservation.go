@@ -35,7 +35,7 @@ const (
 		r.request_json, r.created_at, r.updated_at`
 	pieceColumns = `p.id, p.offer_id, p.provider_id, p.devices, p.start_at, p.end_at, p.interruptible,
 		p.price_cents, p.amount_cents, p.free_cancel_hours, p.cancel_fee_bp,
-		p.billing_basis, p.uptime_bp, p.credit_cap_bp, p.credit_schedule_json`
+		p.billing_basis, p.uptime_bp, p.credit_cap_bp, p.credit_schedule_json, p.gang, p.nodes`
 )
 
 // holdsCapacity is the condition, on reservations aliased r, for a piece
@@ -68,12 +68,16 @@ func scanReservation(s scanner) (market.Reservation, error) {
 func scanPiece(s scanner, extra ...any) (market.ReservationPiece, error) {
 	var p market.ReservationPiece
 	var start, end, price, amount int64
-	var basis, schedule string
+	var basis, schedule, nodes string
 	dest := append([]any{&p.ID, &p.OfferID, &p.ProviderID, &p.Devices, &start, &end, &p.Interruptible,
 		&price, &amount, &p.FreeCancelHours, &p.CancelFeeBP,
-		&basis, &p.Terms.UptimeBP, &p.Terms.CreditCapBP, &schedule}, extra...)
+		&basis, &p.Terms.UptimeBP, &p.Terms.CreditCapBP, &schedule, &p.Gang, &nodes}, extra...)
 	if err := s.Scan(dest...); err != nil {
 		return market.ReservationPiece{}, err
+	}
+	var err error
+	if p.Nodes, err = parseNodes(nodes); err != nil {
+		return market.ReservationPiece{}, fmt.Errorf("piece %d: %w", p.ID, err)
 	}
 	p.Start, p.End = fromUnix(start), fromUnix(end)
 	p.PriceCents, p.AmountCents = market.Cents(price), market.Cents(amount)
@@ -188,7 +192,7 @@ const (
 	// bookableOfferQuery reads only what booking needs of the offer (see
 	// scanBookableOffer): reading and converting all of scanOffer's columns
 	// was a tenth of the booking's time.
-	bookableOfferQuery = `SELECT o.id, o.provider_id, o.devices_per_node, o.nodes,
+	bookableOfferQuery = `SELECT o.id, o.provider_id, o.devices_per_node, o.nodes, o.placement_group,
 			o.available_from, o.available_until, o.min_rental_hours, o.max_rental_hours,
 			o.free_cancel_hours, o.cancel_fee_bp, o.review, o.state, u.suspended
 		FROM offers o JOIN users u ON u.id = o.provider_id WHERE o.id = ?`
@@ -205,9 +209,9 @@ const (
 	// booking's), whoever inserts it; the credit schedule is encoded as
 	// JSON of market.CreditTier, as 0008_piece_terms.sql backfilled it.
 	insertPieceQuery = `INSERT INTO reservation_pieces (reservation_id, position, offer_id, provider_id, devices,
-			start_at, end_at, interruptible, price_cents, amount_cents, free_cancel_hours, cancel_fee_bp,
+			start_at, end_at, interruptible, price_cents, amount_cents, free_cancel_hours, cancel_fee_bp, gang, nodes,
 			billing_basis, uptime_bp, credit_cap_bp, credit_schedule_json)
-		SELECT ?, ?, o.id, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+		SELECT ?, ?, o.id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
 			o.billing_basis, o.uptime_bp, o.credit_cap_bp,
 			(SELECT json_group_array(json_object('below_bp', t.below_bp, 'credit_bp', t.credit_bp) ORDER BY t.position)
 				FROM offer_credit_tiers t WHERE t.offer_id = o.id)
@@ -225,8 +229,12 @@ var bookingQueries = []string{countHeldQuery, bookableOfferQuery, commitmentsQue
 // has market.MaxUnpaidHolds unexpired holds; when an offer is not listed,
 // its provider is suspended or a piece lies outside its availability
 // window; when a piece does not fit the offer on its own (too many
-// devices, rental limits); and when, with the commitments holding
-// capacity at now, some instant would be overbooked. The reservation is
+// devices, rental limits, a gang over nodes without a placement group);
+// and when, with the commitments holding capacity at now, a piece does not
+// fit the free devices of the offer's nodes at some instant. Each piece is
+// placed on nodes by market.PlaceCommitments (a gang on one node, or whole
+// nodes; a split piece anywhere; best fit) — or checked on the nodes it
+// names — and returned with them. The reservation is
 // stored held until now+hold, for the sum of the pieces' amounts. Piece
 // times are kept to the second; each piece's provider and cancellation
 // policy and settlement terms are taken from the offer as it stands at
@@ -285,8 +293,10 @@ func (db *DB) CreateReservation(ctx context.Context, buyerID int64, pieces []mar
 }
 
 // reserveOnOffer checks, inside the booking transaction, that the pieces
-// at idx (all on offerID) can be booked, and fills in their provider and
-// cancellation policy from the offer.
+// at idx (all on offerID) can be booked, places them on the offer's nodes
+// (market.PlaceCommitments, node by node beside the commitments holding
+// capacity; a piece that names its nodes is checked there), and fills in
+// their nodes, provider and cancellation policy from the offer.
 func reserveOnOffer(ctx context.Context, tx querier, offerID int64, pieces []market.ReservationPiece, idx []int, now time.Time) error {
 	o, suspended, err := scanBookableOffer(tx.QueryRowContext(ctx, bookableOfferQuery, offerID))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -315,8 +325,9 @@ func reserveOnOffer(ctx context.Context, tx querier, offerID int64, pieces []mar
 		}
 	}
 	// First on an empty offer, so a piece that could never fit (too many
-	// devices, rental limits, malformed) keeps FitsCapacity's own message;
-	// a conflict after that can only come from other bookings.
+	// devices, rental limits, a gang over nodes without a placement group,
+	// malformed) keeps the market's own message; a conflict after that can
+	// only come from other bookings.
 	if err := market.FitsCapacity(o, nil, add); err != nil {
 		return err
 	}
@@ -324,11 +335,15 @@ func reserveOnOffer(ctx context.Context, tx querier, offerID int64, pieces []mar
 	if err != nil {
 		return err
 	}
-	if err := market.FitsCapacity(o, existing, add); err != nil {
+	placed, err := market.PlaceCommitments(o, existing, add)
+	if err != nil {
 		if market.ErrorCode(err) == market.CodeConflict {
 			return conflict(msgBookedMeanwhile)
 		}
 		return err
+	}
+	for k, i := range idx {
+		pieces[i].Nodes = placed[k].Nodes
 	}
 	return nil
 }
@@ -339,7 +354,7 @@ func reserveOnOffer(ctx context.Context, tx querier, offerID int64, pieces []mar
 func scanBookableOffer(s scanner) (o market.Offer, suspended bool, err error) {
 	var from, until int64
 	var review, state string
-	if err := s.Scan(&o.ID, &o.ProviderID, &o.DevicesPerNode, &o.Nodes, &from, &until,
+	if err := s.Scan(&o.ID, &o.ProviderID, &o.DevicesPerNode, &o.Nodes, &o.PlacementGroup, &from, &until,
 		&o.MinRentalHours, &o.MaxRentalHours, &o.FreeCancelHours, &o.CancelFeeBP, &review, &state, &suspended); err != nil {
 		return market.Offer{}, false, err
 	}
@@ -365,7 +380,7 @@ func insertReservation(ctx context.Context, tx querier, r market.Reservation) (i
 		err := tx.QueryRowContext(ctx, insertPieceQuery,
 			id, i, p.ProviderID, p.Devices, unix(p.Start), unix(p.End),
 			boolInt(p.Interruptible), int64(p.PriceCents), int64(p.AmountCents), p.FreeCancelHours, p.CancelFeeBP,
-			p.OfferID,
+			boolInt(p.Gang), formatNodes(p.Nodes), p.OfferID,
 		).Scan(&p.ID, &basis, &p.Terms.UptimeBP, &p.Terms.CreditCapBP, &schedule)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, notFound(msgOfferNotFound)
@@ -382,14 +397,14 @@ func insertReservation(ctx context.Context, tx querier, r market.Reservation) (i
 }
 
 func commitmentsQuery(where string) string {
-	return `SELECT p.id, p.offer_id, p.devices, p.start_at, p.end_at
+	return `SELECT p.id, p.offer_id, p.devices, p.start_at, p.end_at, p.gang, p.nodes
 		FROM reservation_pieces p JOIN reservations r ON r.id = p.reservation_id
 		WHERE ` + where + ` AND ` + holdsCapacity + ` ORDER BY p.offer_id, p.start_at, p.id`
 }
 
 // queryCommitments returns the pieces matching where (on reservation_pieces
 // aliased p, with args) that hold capacity at now, as commitments whose ID
-// is the piece's id, by offer and start.
+// is the piece's id, with their nodes, by offer and start.
 func queryCommitments(ctx context.Context, q querier, now time.Time, where string, args ...any) ([]market.Commitment, error) {
 	args = append(args[:len(args):len(args)], holdsCapacityArgs(now)...)
 	rows, err := q.QueryContext(ctx, commitmentsQuery(where), args...)
@@ -400,9 +415,15 @@ func queryCommitments(ctx context.Context, q querier, now time.Time, where strin
 	for rows.Next() {
 		var c market.Commitment
 		var start, end int64
-		if err := rows.Scan(&c.ID, &c.OfferID, &c.Devices, &start, &end); err != nil {
+		var nodes string
+		if err := rows.Scan(&c.ID, &c.OfferID, &c.Devices, &start, &end, &c.Gang, &nodes); err != nil {
 			rows.Close()
 			return nil, err
+		}
+		var err error
+		if c.Nodes, err = parseNodes(nodes); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("piece %d: %w", c.ID, err)
 		}
 		c.Start, c.End = fromUnix(start), fromUnix(end)
 		cs = append(cs, c)

@@ -91,6 +91,7 @@ func TestReservationLifecycle(t *testing.T) {
 		got := r.Pieces[i]
 		want.ID, want.ProviderID, want.FreeCancelHours, want.CancelFeeBP = got.ID, prov.ID, o.FreeCancelHours, o.CancelFeeBP
 		want.Terms = market.TermsOf([]market.Offer{o, o2}[i])
+		want.Nodes = []market.NodeShare{{Node: 0, Devices: want.Devices}} // one-node offers
 		if got.ID == 0 || !reflect.DeepEqual(got, want) {
 			t.Errorf("piece %d = %+v, want %+v", i, got, want)
 		}
@@ -135,14 +136,14 @@ func TestReservationLifecycle(t *testing.T) {
 
 	cs, err := db.ListOfferCommitments(ctx, o.ID, t0)
 	want := []market.Commitment{
-		{ID: r.Pieces[0].ID, OfferID: o.ID, Devices: 4, Start: start, End: start.Add(2 * time.Hour)},
-		{ID: later.Pieces[0].ID, OfferID: o.ID, Devices: 1, Start: start.Add(100 * time.Hour), End: start.Add(101 * time.Hour)},
+		{ID: r.Pieces[0].ID, OfferID: o.ID, Devices: 4, Start: start, End: start.Add(2 * time.Hour), Nodes: []market.NodeShare{{Node: 0, Devices: 4}}},
+		{ID: later.Pieces[0].ID, OfferID: o.ID, Devices: 1, Start: start.Add(100 * time.Hour), End: start.Add(101 * time.Hour), Nodes: []market.NodeShare{{Node: 0, Devices: 1}}},
 	}
 	if err != nil || !reflect.DeepEqual(cs, want) {
 		t.Errorf("ListOfferCommitments = %+v, %v; want %+v", cs, err, want)
 	}
 	all, err := db.ListAllCommitments(ctx, t0)
-	if err != nil || len(all) != 3 || all[0] != want[0] || all[1] != want[1] || all[2].OfferID != o2.ID || all[2].ID != r.Pieces[1].ID {
+	if err != nil || len(all) != 3 || !reflect.DeepEqual(all[:2], want) || all[2].OfferID != o2.ID || all[2].ID != r.Pieces[1].ID {
 		t.Errorf("ListAllCommitments = %+v, %v", all, err)
 	}
 
