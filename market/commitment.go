@@ -94,7 +94,7 @@ func PlaceCommitments(offer Offer, existing []Commitment, add []Commitment) ([]C
 			return nil, Errorf(CodeConflict, "Offer %d has no placement group, so a gang must fit in one of its %d-device nodes; piece %d has %d devices.",
 				offer.ID, offer.DevicesPerNode, i+1, c.Devices)
 		}
-		from, to := compactUnix(c.Start), compactUnix(c.End)
+		from, to := compactUnix(c.Start), compactEndUnix(c.End)
 		var shares []NodeShare
 		if len(c.Nodes) > 0 {
 			if err := checkShares(offer, c, l, i); err != nil {
@@ -195,7 +195,7 @@ func FreeDevices(offer Offer, cs []Commitment, from, to time.Time) Availability 
 			spans = appendSpans(spans, c)
 		}
 	}
-	f, t := compactUnix(from), compactUnix(to)
+	f, t := compactUnix(from), compactEndUnix(to)
 	idle := 0
 	for n := range a.Free {
 		free := max(offer.DevicesPerNode-int(nodeUsage(spans, uint16(n), f, t)), 0)
@@ -210,6 +210,30 @@ func FreeDevices(offer Offer, cs []Commitment, from, to time.Time) Availability 
 		a.Gang = max(a.Gang, idle*offer.DevicesPerNode)
 	}
 	return a
+}
+
+// FreeNow is what offer has free now for its shortest rental: FreeDevices
+// over [now, now + minimum rental), at least an hour. Catalogue cards show it.
+func FreeNow(offer Offer, cs []Commitment, now time.Time) Availability {
+	return FreeDevices(offer, cs, now, now.Add(time.Duration(max(offer.MinRentalHours, 1))*time.Hour))
+}
+
+// FreeByDay is an availability calendar: for each of days days from day0,
+// what offer has free throughout that day's part of its availability
+// window (FreeDevices; a day outside the window has nothing free).
+func FreeByDay(offer Offer, cs []Commitment, day0 time.Time, days int) []Availability {
+	out := make([]Availability, days)
+	for i := range out {
+		from, to := day0.AddDate(0, 0, i), day0.AddDate(0, 0, i+1)
+		if from.Before(offer.AvailableFrom) {
+			from = offer.AvailableFrom
+		}
+		if to.After(offer.AvailableUntil) {
+			to = offer.AvailableUntil
+		}
+		out[i] = FreeDevices(offer, cs, from, to)
+	}
+	return out
 }
 
 // span is a commitment's devices on one node in the matcher's compact
@@ -231,6 +255,9 @@ func compactTime(unix int64) uint32 {
 
 // compactUnix is t as unix seconds after a round trip through compactTime.
 func compactUnix(t time.Time) int64 { return int64(compactTime(t.Unix())) + compactEpoch }
+
+// compactEndUnix is an end as spans keep it: up to a whole second.
+func compactEndUnix(t time.Time) int64 { return int64(compactTime(ceilUnix(t))) + compactEpoch }
 
 func clampDevices(n int) uint16 { return uint16(min(max(n, 0), 1<<16-1)) }
 

@@ -192,6 +192,23 @@ func TestFreeDevices(t *testing.T) {
 	if a = FreeDevices(o, nil, t0.Add(-time.Hour), t0); a.Spread != 0 || a.Gang != 0 {
 		t.Fatalf("before the offer's window %+v, want nothing", a)
 	}
+
+	// Now, for the shortest rental; and a calendar whose days are free
+	// throughout, clipped to the offer's window.
+	o.PlacementGroup, o.MinRentalHours = true, 2
+	late := Commitment{OfferID: o.ID, Devices: 8, Start: t0.Add(time.Hour), End: t0.Add(3 * time.Hour), Gang: true,
+		Nodes: []NodeShare{{Node: 2, Devices: 8}}}
+	if a = FreeNow(o, append(commits, late), t0); !slices.Equal(a.Free, []int{4, 4, 0}) || a.Gang != 4 || a.Spread != 8 {
+		t.Fatalf("free now %+v, want 4, 4, 0 (the third node is taken within the minimum rental)", a)
+	}
+	o.AvailableUntil = t0.Add(60 * time.Hour)
+	days := FreeByDay(o, commits, t0.Add(-24*time.Hour), 5)
+	want := [][]int{{0, 0, 0}, {4, 4, 8}, {4, 4, 8}, {8, 8, 8}, {0, 0, 0}} // before, 48 h held, free, after
+	for i, d := range days {
+		if !slices.Equal(d.Free, want[i]) {
+			t.Errorf("day %d free %v, want %v", i, d.Free, want[i])
+		}
+	}
 }
 
 // TestPlaceLeftAgreesWithPlace: the ranking's leftover is the placement's,
