@@ -186,9 +186,13 @@ func (h *Handler) handleAPIOffers(c echo.Context) error {
 	return writeJSON(c, http.StatusOK, out)
 }
 
-// apiQuote is one quote in API responses. QuoteID books it.
+// apiQuote is one quote in API responses. QuoteID books it until
+// ValidUntil (market.QuoteValidity after QuotedAt) while its capacity and
+// prices hold.
 type apiQuote struct {
 	QuoteID               string       `json:"quote_id"`
+	QuotedAt              time.Time    `json:"quoted_at"`
+	ValidUntil            time.Time    `json:"valid_until"`
 	Rank                  int          `json:"rank"`
 	Pieces                []apiPiece   `json:"pieces"`
 	Cost                  apiCost      `json:"cost"`
@@ -263,9 +267,20 @@ func (h *Handler) handleAPIQuotes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := h.wf.Index().Match(req, h.now())
+	out, err := h.apiQuotes(c, req)
 	if err != nil {
 		return err
+	}
+	return writeJSON(c, http.StatusOK, out)
+}
+
+// apiQuotes runs the matcher as the browser's builder does (with the
+// carbon-aware start when asked), so a quote id books the same way from both.
+func (h *Handler) apiQuotes(c echo.Context, req market.Request) (apiQuotes, error) {
+	now := h.now()
+	res, _, err := h.matchCarbonAware(c.Request().Context(), req, now)
+	if err != nil {
+		return apiQuotes{}, err
 	}
 	out := apiQuotes{Quotes: []apiQuote{}, Total: res.Total, Explanation: apiExplanation{
 		Summary: res.Explanation.Summary(), Considered: res.Explanation.Considered, Fit: res.Explanation.Fit,
@@ -277,13 +292,14 @@ func (h *Handler) handleAPIQuotes(c echo.Context) error {
 	for _, r := range res.Explanation.Relaxations {
 		doc, err := market.EncodeRequestJSON(r.Request)
 		if err != nil {
-			return err
+			return apiQuotes{}, err
 		}
 		out.Explanation.Relaxations = append(out.Explanation.Relaxations, apiRelaxation{Constraint: string(r.Constraint), Message: r.Message, Quotes: r.Offers, Request: doc})
 	}
 	for _, q := range res.Quotes {
+		key := market.NewQuoteKey(q, now)
 		aq := apiQuote{
-			QuoteID: piecesSignature(q.Pieces), Rank: q.Rank, Cost: toAPICost(q.Cost),
+			QuoteID: key.String(), QuotedAt: key.QuotedAt, ValidUntil: key.ValidUntil(), Rank: q.Rank, Cost: toAPICost(q.Cost),
 			ChargedCents: q.Cost.Instance + q.Cost.Storage + q.Cost.Egress, CentsPerRefDeviceHour: q.CentsPerRefDeviceHour,
 			EmissionsKgCO2e: q.EmissionsKg(), ReliabilityBP: q.ReliabilityBP, Providers: q.Providers,
 			Start: q.Start, End: q.End, Exact: q.Exact,
@@ -298,7 +314,7 @@ func (h *Handler) handleAPIQuotes(c echo.Context) error {
 		}
 		out.Quotes = append(out.Quotes, aq)
 	}
-	return writeJSON(c, http.StatusOK, out)
+	return out, nil
 }
 
 // apiBooking is the body of POST /api/v1/reservations.
@@ -355,10 +371,29 @@ func (h *Handler) handleAPIReserve(c echo.Context) error {
 		return err
 	}
 	r, err := h.book(c, currentUser(c).ID, req, body.QuoteID)
+	if market.ErrorCode(err) == market.CodeConflict {
+		// The conflict carries the fresh quotes its message promises.
+		fresh, qerr := h.apiQuotes(c, req)
+		if qerr != nil {
+			return qerr
+		}
+		return writeJSON(c, http.StatusConflict, apiBookingConflict{
+			Error:     apiError{Code: market.CodeConflict, Message: market.ErrorMessage(err), RequestID: c.Response().Header().Get(echo.HeaderXRequestID)},
+			apiQuotes: fresh,
+		})
+	}
 	if err != nil {
 		return err
 	}
 	return writeJSON(c, http.StatusCreated, toAPIReservation(r))
+}
+
+// apiBookingConflict is a 409 answer to a booking: the error, as every API
+// error has it, beside fresh quotes for the same request in the shape of
+// POST /api/v1/quotes (quotes, total, explanation).
+type apiBookingConflict struct {
+	Error apiError `json:"error"`
+	apiQuotes
 }
 
 func (h *Handler) handleAPIReservations(c echo.Context) error {

@@ -149,7 +149,7 @@ func (a *billingApp) bookAndPay(buyer *client) market.Reservation {
 func (a *billingApp) bookAndPayQuery(buyer *client, q url.Values) market.Reservation {
 	a.t.Helper()
 	reqJSON, sig := firstQuote(a.t, buyer.get("/requests?"+q.Encode()).body)
-	r := buyer.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "pieces": {sig}})
+	r := buyer.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "quote_id": {sig}})
 	if r.status != http.StatusSeeOther {
 		a.t.Fatalf("reserve: %d\n%s", r.status, r.body)
 	}
@@ -488,7 +488,7 @@ func (a *billingApp) webhook(secret, id, typ string, obj map[string]any) respons
 func (a *billingApp) heldReservation(buyer *client) market.Reservation {
 	a.t.Helper()
 	reqJSON, sig := firstQuote(a.t, buyer.get("/requests?"+trainingQuery().Encode()).body)
-	r := buyer.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "pieces": {sig}})
+	r := buyer.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "quote_id": {sig}})
 	if r.status != http.StatusSeeOther {
 		a.t.Fatalf("reserve: %d\n%s", r.status, r.body)
 	}

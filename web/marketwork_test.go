@@ -41,7 +41,7 @@ func TestQuoteEmissionsAndCarbonAwareStart(t *testing.T) {
 	if !strings.Contains(reqJSON, `"carbon_aware_start": true`) {
 		t.Fatalf("request JSON lost the preference: %s", reqJSON)
 	}
-	res := c.post("/requests?"+q.Encode(), "/reservations", url.Values{"request": {reqJSON}, "pieces": {pieces}})
+	res := c.post("/requests?"+q.Encode(), "/reservations", url.Values{"request": {reqJSON}, "quote_id": {pieces}})
 	if res.status != http.StatusSeeOther {
 		t.Fatalf("reserve: %d %s", res.status, res.body[:min(len(res.body), 400)])
 	}

@@ -486,9 +486,9 @@ func TestCancelPaidReservation(t *testing.T) {
 				}
 				page := buyer.get(resPath).body
 				if fee > 0 {
-					mustContain(t, page, "A "+fee.String()+" cancellation fee applies")
+					mustContain(t, page, "A "+fee.String()+" cancellation fee applies", "; "+refund.String()+" is refunded to you.")
 				} else {
-					mustContain(t, page, "Reservation cancelled; the capacity is released.")
+					mustContain(t, page, "Reservation cancelled; the capacity is released and "+refund.String()+" is refunded to you.")
 				}
 			}
 

@@ -96,7 +96,8 @@ func (h *Handler) builderView(c echo.Context, values views.RequestFormValues) vi
 
 // quotes runs the matcher and turns its answer into the quotes view.
 func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, error) {
-	res, shifts, err := h.matchCarbonAware(c.Request().Context(), req, h.now())
+	now := h.now()
+	res, shifts, err := h.matchCarbonAware(c.Request().Context(), req, now)
 	if err != nil {
 		return views.QuotesView{}, err
 	}
@@ -123,11 +124,13 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 	}
 	listings := map[int64]pieceInfo{}
 	for _, q := range res.Quotes {
-		card, err := h.quoteCard(c.Request().Context(), q, listings)
+		card, err := h.quoteCard(c.Request().Context(), q, listings, now)
 		if err != nil {
 			return v, err
 		}
 		card.RequestJSON = string(reqJSON)
+		card.QuoteID = market.NewQuoteKey(q, now).String()
+		card.ValidUntil = quoteValidity(req, now)
 		card.Market = h.quoteMarketNotes(c.Request().Context(), q, shifts)
 		v.Quotes = append(v.Quotes, card)
 	}
@@ -138,7 +141,7 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 type pieceInfo struct {
 	title, provider string
 	verified        bool
-	cancel          string
+	offer           market.Offer // for the cancellation policy a booking would freeze
 }
 
 func (h *Handler) pieceInfo(ctx context.Context, id int64, cache map[int64]pieceInfo) (pieceInfo, error) {
@@ -149,8 +152,7 @@ func (h *Handler) pieceInfo(ctx context.Context, id int64, cache map[int64]piece
 	if err != nil {
 		return pieceInfo{}, err
 	}
-	pi := pieceInfo{title: l.Offer.Title, provider: providerName(l),
-		cancel: market.CancellationPolicyText(l.Offer.FreeCancelHours, l.Offer.CancelFeeBP)}
+	pi := pieceInfo{title: l.Offer.Title, provider: providerName(l), offer: l.Offer}
 	for _, f := range l.Offer.Figures {
 		pi.verified = pi.verified || f.Basis == market.FigureVerified
 	}
@@ -158,7 +160,7 @@ func (h *Handler) pieceInfo(ctx context.Context, id int64, cache map[int64]piece
 	return pi, nil
 }
 
-func (h *Handler) quoteCard(ctx context.Context, q market.Quote, cache map[int64]pieceInfo) (views.QuoteCard, error) {
+func (h *Handler) quoteCard(ctx context.Context, q market.Quote, cache map[int64]pieceInfo, now time.Time) (views.QuoteCard, error) {
 	card := views.QuoteCard{
 		Rank:        strconv.Itoa(q.Rank),
 		Window:      formatTime(q.Start) + " – " + formatTime(q.End),
@@ -167,7 +169,6 @@ func (h *Handler) quoteCard(ctx context.Context, q market.Quote, cache map[int64
 		Emissions:   q.EmissionsKg() + " kg CO2e",
 		Reliability: market.FormatPercentBP(q.ReliabilityBP) + "%",
 		Providers:   plural(q.Providers, "provider"),
-		PiecesSig:   piecesSignature(q.Pieces),
 		Segments:    costSegments(q.Cost),
 	}
 	if q.CentsPerRefDeviceHour > 0 {
@@ -177,7 +178,7 @@ func (h *Handler) quoteCard(ctx context.Context, q market.Quote, cache map[int64
 		card.BoundNote = fmt.Sprintf("Chosen by bounded search: at most %s above the cheapest possible split.", (q.Cost.Total - q.LowerBound).String())
 	}
 	devices, models := 0, map[string]bool{}
-	cancels := map[string]bool{}
+	offers := map[int64]market.Offer{}
 	for _, p := range q.Pieces {
 		info, err := h.pieceInfo(ctx, p.OfferID, cache)
 		if err != nil {
@@ -187,7 +188,7 @@ func (h *Handler) quoteCard(ctx context.Context, q market.Quote, cache map[int64
 		reg, _ := market.FindRegion(p.RegionID)
 		devices += p.Devices
 		models[acc.Name] = true
-		cancels[info.cancel] = true
+		offers[p.OfferID] = info.offer
 		card.Pieces = append(card.Pieces, views.QuotePiece{
 			Provider: info.provider, OfferTitle: info.title, OfferURL: fmt.Sprintf("/offers/%d", p.OfferID),
 			Model: acc.Name, Devices: strconv.Itoa(p.Devices), Region: reg.Name,
@@ -204,12 +205,11 @@ func (h *Handler) quoteCard(ctx context.Context, q market.Quote, cache map[int64
 	if len(q.Pieces) > 1 {
 		card.Headline += fmt.Sprintf(", split across %d offers", len(q.Pieces))
 	}
-	texts := make([]string, 0, len(cancels))
-	for t := range cancels {
-		texts = append(texts, t)
+	pieces, err := market.PiecesFromQuote(q, offers)
+	if err != nil {
+		return card, err
 	}
-	sort.Strings(texts)
-	card.Cancellation = strings.Join(texts, " ")
+	card.Cancellation = cancelScheduleView(market.CancellationScheduleOf(pieces), now, cancelQuoted).Summary
 	return card, nil
 }
 
@@ -237,18 +237,14 @@ func costSegments(c market.CostBreakdown) []views.CostSegment {
 	return out
 }
 
-// piecesSignature identifies a quote's pieces, so "Reserve" books exactly
-// the quote the buyer saw or fails with fresh quotes.
-func piecesSignature(ps []market.Piece) string {
-	parts := make([]string, len(ps))
-	for i, p := range ps {
-		intr := 0
-		if p.Interruptible {
-			intr = 1
-		}
-		parts[i] = fmt.Sprintf("%d:%d:%d:%d:%d", p.OfferID, p.Devices, p.Start.Unix(), p.End.Unix(), intr)
+// quoteValidity says until when a quote is honoured and, for "as soon as
+// possible", that the start moves to the moment of booking.
+func quoteValidity(req market.Request, now time.Time) string {
+	s := fmt.Sprintf("Price held until %s (%d minutes).", formatTime(market.QuoteValidUntil(now)), int(market.QuoteValidity/time.Minute))
+	if !req.Constraints.EarliestStart.After(now) {
+		s += " As soon as possible: it starts when you reserve, for the same duration."
 	}
-	return strings.Join(parts, ";")
+	return s
 }
 
 func plural(n int, word string) string {

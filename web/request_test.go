@@ -64,7 +64,7 @@ func trainingQuery() url.Values {
 }
 
 var (
-	reserveFormRe = regexp.MustCompile(`name="request" value="([^"]*)"[^>]*>\s*<input type="hidden" name="pieces" value="([^"]*)"`)
+	reserveFormRe = regexp.MustCompile(`name="request" value="([^"]*)"[^>]*>\s*<input type="hidden" name="quote_id" value="([^"]*)"`)
 	relaxRe       = regexp.MustCompile(`href="(/requests\?[^"]+)" data-testid="relaxation">([^<]+)<`)
 )
 
@@ -160,7 +160,7 @@ func TestReserveHoldsAndNeverDoubleBooks(t *testing.T) {
 		t.Fatalf("different quotes for the same request: %q vs %q", sig, bobSig)
 	}
 
-	r := alice.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "pieces": {sig}})
+	r := alice.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "quote_id": {sig}})
 	if r.status != http.StatusSeeOther || !strings.HasPrefix(r.location, "/reservations/") {
 		t.Fatalf("reserve: %d → %q\n%s", r.status, r.location, r.body)
 	}
@@ -168,7 +168,7 @@ func TestReserveHoldsAndNeverDoubleBooks(t *testing.T) {
 	mustContain(t, alice.get(resPath).body, "held — awaiting payment", `data-testid="hold-notice"`, "$420.48")
 
 	// Bob loses the race: a clear message and fresh quotes, never a 500.
-	r = bob.post("/requests", "/reservations", url.Values{"request": {bobReq}, "pieces": {bobSig}})
+	r = bob.post("/requests", "/reservations", url.Values{"request": {bobReq}, "quote_id": {bobSig}})
 	if r.status != http.StatusConflict {
 		t.Fatalf("second booking of the same devices: %d, want 409", r.status)
 	}
@@ -195,7 +195,7 @@ func TestReserveHoldsAndNeverDoubleBooks(t *testing.T) {
 	}
 	mustContain(t, alice.get(resPath).body, "cancelled")
 	bobReq, bobSig = firstQuote(t, bob.get("/requests?"+trainingQuery().Encode()).body)
-	if r := bob.post("/requests", "/reservations", url.Values{"request": {bobReq}, "pieces": {bobSig}}); r.status != http.StatusSeeOther {
+	if r := bob.post("/requests", "/reservations", url.Values{"request": {bobReq}, "quote_id": {bobSig}}); r.status != http.StatusSeeOther {
 		t.Fatalf("booking after cancellation: %d", r.status)
 	}
 }
@@ -212,11 +212,11 @@ func TestReserveNeedsLoginAndValidQuote(t *testing.T) {
 	c.signUp("eve@example.com", false)
 	reqJSON, _ := firstQuote(t, c.get("/requests?"+trainingQuery().Encode()).body)
 	// A tampered piece (more devices than quoted) matches no quote.
-	r := c.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "pieces": {"1:9:0:0:0"}})
+	r := c.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "quote_id": {"1:9:0:0:0"}})
 	if r.status != http.StatusConflict {
 		t.Fatalf("tampered quote: %d, want 409", r.status)
 	}
-	r = c.post("/requests", "/reservations", url.Values{"request": {"{not json"}, "pieces": {"x"}})
+	r = c.post("/requests", "/reservations", url.Values{"request": {"{not json"}, "quote_id": {"x"}})
 	if r.status != http.StatusUnprocessableEntity {
 		t.Fatalf("malformed request: %d, want 422", r.status)
 	}
@@ -229,7 +229,7 @@ func TestUnpaidHoldLimit(t *testing.T) {
 	c.signUp("flood@example.com", false)
 	for i := 0; i <= market.MaxUnpaidHolds; i++ {
 		reqJSON, sig := firstQuote(t, c.get("/requests?"+trainingQuery().Encode()).body)
-		r := c.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "pieces": {sig}})
+		r := c.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "quote_id": {sig}})
 		want := http.StatusSeeOther
 		if i == market.MaxUnpaidHolds {
 			want = http.StatusConflict

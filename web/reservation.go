@@ -12,25 +12,28 @@ import (
 	"github.com/gpumarket/gpumarket/views"
 )
 
-// book re-runs the matcher for req, finds the quote whose pieces match sig,
-// and reserves it in one database transaction that re-checks capacity. It
-// is shared by the browser and the API.
-func (h *Handler) book(c echo.Context, buyerID int64, req market.Request, sig string) (market.Reservation, error) {
+// book re-runs the matcher for req and reserves the live quote that honours
+// the quote id the buyer saw (market.QuoteKey: the same pieces at the
+// quoted prices or lower, within the quote's validity; "as soon as
+// possible" starts now), in one database transaction that re-checks
+// capacity. It is shared by the browser and the API.
+func (h *Handler) book(c echo.Context, buyerID int64, req market.Request, quoteID string) (market.Reservation, error) {
 	ctx := c.Request().Context()
-	now := h.now()
-	res, _, err := h.matchCarbonAware(ctx, req, now)
+	key, err := market.ParseQuoteKey(quoteID)
 	if err != nil {
 		return market.Reservation{}, err
 	}
-	var quote *market.Quote
-	for i := range res.Quotes {
-		if piecesSignature(res.Quotes[i].Pieces) == sig {
-			quote = &res.Quotes[i]
-			break
-		}
+	now := h.now()
+	// Every quote, not only the buyer's limit: the quoted one may rank lower now.
+	all := req
+	all.Limit = market.MaxQuoteLimit
+	res, _, err := h.matchCarbonAware(ctx, all, now)
+	if err != nil {
+		return market.Reservation{}, err
 	}
-	if quote == nil {
-		return market.Reservation{}, market.Errorf(market.CodeConflict, "That quote is no longer available: capacity or prices changed. Here are fresh quotes.")
+	quote, err := key.Honour(res.Quotes, now)
+	if err != nil {
+		return market.Reservation{}, err
 	}
 	offers := map[int64]market.Offer{}
 	for _, p := range quote.Pieces {
@@ -43,7 +46,7 @@ func (h *Handler) book(c echo.Context, buyerID int64, req market.Request, sig st
 		}
 		offers[p.OfferID] = l.Offer
 	}
-	pieces, err := market.PiecesFromQuote(*quote, offers)
+	pieces, err := market.PiecesFromQuote(quote, offers)
 	if err != nil {
 		return market.Reservation{}, err
 	}
@@ -67,8 +70,8 @@ func (h *Handler) handleReserve(c echo.Context) error {
 	if err != nil {
 		return market.Errorf(market.CodeInvalid, "The quote could not be read; please get fresh quotes.")
 	}
-	r, err := h.book(c, u.ID, req, c.FormValue("pieces"))
-	if market.ErrorCode(err) == market.CodeConflict {
+	r, err := h.book(c, u.ID, req, c.FormValue("quote_id"))
+	if code := market.ErrorCode(err); code == market.CodeConflict || (code == market.CodeInvalid && market.FieldErrors(err)["quote_id"] != "") {
 		// Whoever loses a race gets the reason and fresh quotes, never a 500.
 		values := requestValues(req)
 		v := h.builderView(c, values)
@@ -83,7 +86,8 @@ func (h *Handler) handleReserve(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h.setFlash(c, "ok", fmt.Sprintf("Reserved and held until %s. Pay before then to confirm it.", formatTime(r.HoldExpiresAt)))
+	h.setFlash(c, "ok", fmt.Sprintf("Reserved from %s to %s and held until %s. Pay before then to confirm it.",
+		formatTime(r.Start()), formatTime(r.End()), formatTime(r.HoldExpiresAt)))
 	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/reservations/%d", r.ID))
 }
 
@@ -127,12 +131,13 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 	if r.CancelFeeCents > 0 {
 		v.CancelFee = r.CancelFeeCents.String()
 	}
-	if fee, err := market.CancellationFee(r, now); err == nil {
+	if _, err := market.CancellationFee(r, now); err == nil {
 		v.CanCancel = true
-		v.CancelNote = "Cancelling now is free."
-		if fee > 0 {
-			v.CancelNote = fmt.Sprintf("Cancelling now costs %s under the offer's cancellation policy.", fee)
+		stage := cancelPaid
+		if r.State == market.ReservationHeld {
+			stage = cancelHeld
 		}
+		v.CancelSchedule = cancelScheduleView(market.CancellationScheduleOf(r.Pieces), now, stage)
 	}
 	cache := map[int64]pieceInfo{}
 	for _, p := range r.Pieces {
@@ -157,23 +162,6 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 		return err
 	}
 	return render(c, http.StatusOK, views.Reservation(h.page(c, fmt.Sprintf("Reservation %d", r.ID)), v))
-}
-
-func (h *Handler) handleReservationCancel(c echo.Context) error {
-	id, err := pathID(c)
-	if err != nil {
-		return err
-	}
-	r, err := h.cancel(c, id)
-	if err != nil {
-		return err
-	}
-	msg := "Reservation cancelled; the capacity is released."
-	if r.CancelFeeCents > 0 {
-		msg = fmt.Sprintf("Reservation cancelled. A %s cancellation fee applies under the offer's policy.", r.CancelFeeCents)
-	}
-	h.setFlash(c, "ok", msg)
-	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/reservations/%d", r.ID))
 }
 
 // timelineDays is how far ahead the provider's utilisation timeline looks.

@@ -71,6 +71,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/reservations", h.handleReserve, requireUser)
 	b.GET("/reservations", h.handleReservations, requireUser)
 	b.GET("/reservations/:id", h.handleReservationShow, requireUser)
+	b.GET("/reservations/:id/cancel", h.handleReservationCancelConfirm, requireUser)
 	b.POST("/reservations/:id/cancel", h.handleReservationCancel, requireUser)
 
 	// Any signed-in user. (Per route, not a group: a group with an empty

@@ -529,7 +529,7 @@ func stripeFlow(t *testing.T, apiBase string, events []string, onboardLate bool)
 	buyer.signUp("card-holder@example.com", false)
 	buyerID := buyer.userID()
 	reqJSON, sig := firstQuote(t, buyer.get("/requests?"+trainingQuery().Encode()).body)
-	r := buyer.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "pieces": {sig}})
+	r := buyer.post("/requests", "/reservations", url.Values{"request": {reqJSON}, "quote_id": {sig}})
 	if r.status != http.StatusSeeOther {
 		t.Fatalf("reserve: %d\n%s", r.status, r.body)
 	}
