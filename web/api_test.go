@@ -30,13 +30,15 @@ func (a *testApp) apiCall(method, path, token, body string) response {
 
 var newTokenRe = regexp.MustCompile(`data-testid="new-token">[\s\S]*?<div class="mono"[^>]*>([^<]+)</div>`)
 
-// createToken creates a token on the account page and returns it as shown once.
+// createToken creates a token on the account page and returns it as shown
+// once, on the page the creation redirects to.
 func (c *client) createToken(name, scope string) string {
 	c.app.t.Helper()
 	r := c.post("/account", "/account/tokens", url.Values{"token_name": {name}, "token_scope": {scope}})
-	if r.status != http.StatusCreated {
-		c.app.t.Fatalf("create token: %d\n%s", r.status, r.body)
+	if r.status != http.StatusSeeOther || r.location != "/account#tok-h" {
+		c.app.t.Fatalf("create token: %d → %q\n%s", r.status, r.location, r.body)
 	}
+	r = c.get(r.location)
 	m := newTokenRe.FindStringSubmatch(r.body)
 	if m == nil {
 		c.app.t.Fatal("token not shown")

@@ -144,6 +144,10 @@ func (h *Handler) handleAccount(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// A token just created is shown on this page once; it is stored hashed.
+	if v.NewToken = h.takeNewToken(c); v.NewToken != "" {
+		c.Response().Header().Set("Cache-Control", "no-store")
+	}
 	return render(c, http.StatusOK, views.Account(h.page(c, "Account"), v))
 }
 
@@ -199,14 +203,13 @@ func (h *Handler) handleTokenCreate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v, err := h.accountView(c, nil)
-	if err != nil {
+	// Post/redirect/get: a refresh of the page that shows the token must
+	// not create another.
+	if err := h.setNewToken(c, raw); err != nil {
 		return err
 	}
-	// The token is shown in this response only; it is stored hashed.
-	v.NewToken = raw
-	c.Response().Header().Set("Cache-Control", "no-store")
-	return render(c, http.StatusCreated, views.Account(h.page(c, "Account"), v))
+	h.setFlash(c, "ok", fmt.Sprintf("Token “%s” created. Copy it now under API tokens: it is shown only once.", name))
+	return c.Redirect(http.StatusSeeOther, "/account#tok-h") // scrolled to the token, on a phone too
 }
 
 func (h *Handler) handleTokenRevoke(c echo.Context) error {

@@ -52,6 +52,9 @@ type Handler struct {
 	db      *store.DB
 	log     *slog.Logger
 	cookies *sessions.CookieStore
+	// secrets is an encrypted cookie store for a value shown once after a
+	// redirect (a new API token): see setNewToken.
+	secrets *sessions.CookieStore
 	secure  bool // base URL is https: Secure cookies and HSTS
 	// wf runs the multi-step operations (booking, cancelling, payments,
 	// settlement, disputes, reconciliation) and owns the matcher's index.
@@ -118,7 +121,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 		Secure:   h.secure,
 		SameSite: http.SameSiteLaxMode,
 	}
-
+	h.secrets = newSecretStore(cfg.SessionKey, h.secure)
 
 	e := echo.New()
 	// The client address (for throttling and logs) is the TCP peer: headers

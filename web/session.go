@@ -1,6 +1,11 @@
 package web
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"net/http"
+
+	"github.com/gorilla/sessions"
 	"github.com/labstack/echo/v4"
 	"golang.org/x/crypto/bcrypt"
 
@@ -10,8 +15,9 @@ import (
 // Cookie names. The session cookie carries only the session id; the rows
 // live in the database. The flash cookie carries one short message.
 const (
-	sessionCookie = "gm_session"
-	flashCookie   = "gm_flash"
+	sessionCookie  = "gm_session"
+	flashCookie    = "gm_flash"
+	newTokenCookie = "gm_new_token" // encrypted; see setNewToken
 )
 
 // DefaultPasswordCost is the bcrypt cost of stored passwords.
@@ -92,4 +98,41 @@ func (h *Handler) takeFlash(c echo.Context) (kind, msg string) {
 		_ = sess.Save(c.Request(), c.Response())
 	}
 	return kind, msg
+}
+
+// newSecretStore is a cookie store that signs and encrypts (AES-256), with
+// keys derived from the session key, for values the browser must not read
+// in its cookie jar. Its cookies go only to /account and last 5 minutes.
+func newSecretStore(sessionKey []byte, secure bool) *sessions.CookieStore {
+	derive := func(purpose string) []byte {
+		m := hmac.New(sha256.New, sessionKey)
+		m.Write([]byte(purpose))
+		return m.Sum(nil)
+	}
+	s := sessions.NewCookieStore(derive("gpumarket secret cookie: signing"), derive("gpumarket secret cookie: encryption"))
+	s.Options = &sessions.Options{Path: "/account", MaxAge: 300, HttpOnly: true, Secure: secure, SameSite: http.SameSiteLaxMode}
+	return s
+}
+
+// setNewToken keeps a just-created API token for the account page that the
+// creation redirects to (post/redirect/get), so a refresh shows the page
+// again instead of creating a second token. takeNewToken shows it once.
+func (h *Handler) setNewToken(c echo.Context, raw string) error {
+	sess, _ := h.secrets.Get(c.Request(), newTokenCookie)
+	sess.Values = map[any]any{"token": raw}
+	return sess.Save(c.Request(), c.Response())
+}
+
+// takeNewToken returns and forgets the token setNewToken kept, if any.
+func (h *Handler) takeNewToken(c echo.Context) string {
+	sess, err := h.secrets.Get(c.Request(), newTokenCookie)
+	if err != nil || sess.IsNew {
+		return ""
+	}
+	raw, _ := sess.Values["token"].(string)
+	sess.Options.MaxAge = -1
+	if err := sess.Save(c.Request(), c.Response()); err != nil {
+		logger(c).Warn("new token cookie not cleared", "err", err)
+	}
+	return raw
 }
