@@ -172,7 +172,14 @@ func ParseQuoteKey(s string) (QuoteKey, error) {
 // It answers a conflict error, whose message promises fresh quotes, when the
 // key has expired or no quote honours it.
 func (k QuoteKey) Honour(quotes []Quote, now time.Time) (Quote, error) {
+	// The matcher rounds a start up to the whole second (an allowed start
+	// is never before now), while QuotedAt is the quote time rounded down;
+	// rounding now up too keeps an as-soon-as-possible start inside the
+	// slack however the two instants fall within their seconds.
 	elapsed := now.Unix() - k.QuotedAt.Unix()
+	if now.Nanosecond() != 0 {
+		elapsed++
+	}
 	if elapsed < -60 || elapsed > int64(QuoteValidity/time.Second) {
 		return Quote{}, Errorf(CodeConflict, "That quote has expired: quotes are held for %d minutes. Here are fresh quotes.", int(QuoteValidity/time.Minute))
 	}

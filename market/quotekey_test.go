@@ -93,6 +93,8 @@ func TestQuoteKeyHonour(t *testing.T) {
 	}{
 		{"at once", []Quote{quoted}, at, 0, ""},
 		{"4 s later, starting 4 s later", []Quote{shift(quoted, 4*time.Second)}, at.Add(4 * time.Second), 0, ""},
+		// Booked at 4.5 s: the matcher rounds the start up to 5 s.
+		{"4.5 s later, starting 5 s later", []Quote{shift(quoted, 5*time.Second)}, at.Add(4*time.Second + 500*time.Millisecond), 0, ""},
 		{"pieces in another order", []Quote{reversed}, at.Add(4 * time.Second), 0, ""},
 		{"at the end of the validity", []Quote{shift(quoted, 5*time.Minute)}, at.Add(5 * time.Minute), 0, ""},
 		{"one second too late", []Quote{shift(quoted, 5*time.Minute + time.Second)}, at.Add(5*time.Minute + time.Second), -1, "expired"},
