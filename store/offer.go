@@ -563,21 +563,14 @@ func queryListings(ctx context.Context, q querier, query string, args ...any) ([
 	return ls, nil
 }
 
-// OfferFilter selects listed offers for the catalogue. Zero values mean
-// "any"; lists of catalogue keys are combined with AND across fields.
+// OfferFilter selects listed offers for the catalogue: what the search
+// asks (compiled from the filter form or a query by market.CompileSearch),
+// in which order, which page.
 type OfferFilter struct {
-	Now            time.Time // offers whose window has ended by Now are not listed
-	AcceleratorIDs []string  // any of these accelerators
-	Family         string    // accelerator family, e.g. "H100"
-	MinMemoryGB    int       // per device
-	MinDevices     int       // total devices (per node × nodes)
-	RegionID       string
-	Country        string       // ISO 3166-1 alpha-2 of the region
-	MaxPriceCents  market.Cents // on-demand price per device-hour; 0 = any
-	Interruptible  *bool        // nil = any; true = allows interruption; false = does not
-	MinNetworkGbps int          // inter-node network bandwidth
-	Sort           string       // "price_asc" (default), "price_desc", "memory_desc", "devices_desc", "newest"
-	Limit, Offset  int          // Limit 0 = no limit
+	Now time.Time // offers whose window has ended by Now are not listed
+	market.OfferSearch
+	Sort          string // "price_asc" (default), "price_desc", "memory_desc", "devices_desc", "newest"
+	Limit, Offset int    // Limit 0 = no limit
 }
 
 // Sort orders of OfferFilter.Sort.
@@ -610,8 +603,8 @@ func listedArgs(now time.Time) []any {
 }
 
 // FindOffers returns one page of listed offers matching f, and how many
-// listed offers match in all. An unknown family or country matches nothing;
-// an unknown sort falls back to price ascending.
+// listed offers match in all. An empty sort is price ascending (web refuses
+// an unknown one before it gets here).
 func (db *DB) FindOffers(ctx context.Context, f OfferFilter) ([]OfferListing, int, error) {
 	const op = "find offers"
 	where := []string{listedWhere}
@@ -626,32 +619,28 @@ func (db *DB) FindOffers(ctx context.Context, f OfferFilter) ([]OfferListing, in
 			args = append(args, v)
 		}
 	}
-	if len(f.AcceleratorIDs) > 0 {
+	// A nil list is any; an empty one is none.
+	if f.AcceleratorIDs != nil {
 		in("o.accelerator_id", f.AcceleratorIDs)
 	}
-	if f.Family != "" {
-		in("o.accelerator_id", familyAccelerators(f.Family))
+	if f.RegionIDs != nil {
+		in("o.region_id", f.RegionIDs)
 	}
-	if f.MinMemoryGB > 0 {
-		where, args = append(where, "o.memory_gb >= ?"), append(args, f.MinMemoryGB)
+	if f.NetworkIDs != nil {
+		in("o.network_id", f.NetworkIDs)
 	}
-	if f.MinDevices > 0 {
-		where, args = append(where, "o.devices_per_node * o.nodes >= ?"), append(args, f.MinDevices)
+	between := func(col string, r market.Range) {
+		if r.Min > 0 {
+			where, args = append(where, col+" >= ?"), append(args, r.Min)
+		}
+		if r.HasMax {
+			where, args = append(where, col+" <= ?"), append(args, r.Max)
+		}
 	}
-	if f.RegionID != "" {
-		where, args = append(where, "o.region_id = ?"), append(args, f.RegionID)
-	}
-	if f.Country != "" {
-		in("o.region_id", countryRegions(f.Country))
-	}
-	if f.MaxPriceCents > 0 {
-		where, args = append(where, "o.price_cents_per_device_hour <= ?"), append(args, int64(f.MaxPriceCents))
-	}
+	between("o.devices_per_node * o.nodes", f.Devices)
+	between("o.price_cents_per_device_hour", f.PriceCents)
 	if f.Interruptible != nil {
 		where, args = append(where, "o.interruptible = ?"), append(args, boolInt(*f.Interruptible))
-	}
-	if f.MinNetworkGbps > 0 {
-		in("o.network_id", networksAtLeast(f.MinNetworkGbps))
 	}
 	order, ok := offerOrder[f.Sort]
 	if !ok {
@@ -699,37 +688,4 @@ func (db *DB) ListAllListedOffers(ctx context.Context, now time.Time) ([]OfferLi
 		return nil, fail(op, err, "")
 	}
 	return ls, nil
-}
-
-// familyAccelerators returns the catalogue ids of an accelerator family.
-func familyAccelerators(family string) []string {
-	var ids []string
-	for _, a := range market.Accelerators() {
-		if strings.EqualFold(a.Family, family) {
-			ids = append(ids, a.ID)
-		}
-	}
-	return ids
-}
-
-// countryRegions returns the ids of the regions in a country.
-func countryRegions(country string) []string {
-	var ids []string
-	for _, r := range market.Regions() {
-		if strings.EqualFold(r.Country, country) {
-			ids = append(ids, r.ID)
-		}
-	}
-	return ids
-}
-
-// networksAtLeast returns the ids of the networks of at least gbps.
-func networksAtLeast(gbps int) []string {
-	var ids []string
-	for _, n := range market.Networks() {
-		if n.Gbps >= gbps {
-			ids = append(ids, n.ID)
-		}
-	}
-	return ids
 }

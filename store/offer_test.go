@@ -337,6 +337,15 @@ func TestFindOffers(t *testing.T) {
 
 	now := t0.Add(3 * time.Hour) // "ended" has ended
 	yes, no := true, false
+	search := func(s market.OfferSearch) OfferFilter { return OfferFilter{OfferSearch: s} }
+	query := func(q string) OfferFilter {
+		s, err := market.ParseSearch(q)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return search(s)
+	}
+	withSort := func(f OfferFilter, sort string) OfferFilter { f.Sort = sort; return f }
 	tests := []struct {
 		name  string
 		f     OfferFilter
@@ -355,22 +364,25 @@ func TestFindOffers(t *testing.T) {
 			[]string{"same-price-as-h100pcie", "l4-or", "mi300x-fr", "a100-va-ib", "h100pcie-de", "h100-or"}, 6},
 		{"unknown sort is price ascending", OfferFilter{Sort: "bogus", Limit: 1}, []string{"l4-or"}, 6},
 		{"page 2", OfferFilter{Limit: 2, Offset: 2}, []string{"h100pcie-de", "same-price-as-h100pcie"}, 6},
-		{"accelerator ids", OfferFilter{AcceleratorIDs: []string{"nvidia-h100-80gb-sxm", "amd-mi300x-192gb-oam"}},
+		{"accelerator ids", search(market.OfferSearch{AcceleratorIDs: []string{"nvidia-h100-80gb-sxm", "amd-mi300x-192gb-oam"}}),
 			[]string{"h100-or", "mi300x-fr"}, 2},
-		{"family", OfferFilter{Family: "H100"}, []string{"h100pcie-de", "h100-or"}, 2},
-		{"family and ids intersect", OfferFilter{Family: "H100", AcceleratorIDs: []string{"nvidia-h100-80gb-sxm", "amd-mi300x-192gb-oam"}},
-			[]string{"h100-or"}, 1},
-		{"unknown family", OfferFilter{Family: "Z9000"}, nil, 0},
-		{"min memory", OfferFilter{MinMemoryGB: 100}, []string{"mi300x-fr"}, 1},
-		{"min devices counts all nodes", OfferFilter{MinDevices: 9}, []string{"a100-va-ib"}, 1},
-		{"region", OfferFilter{RegionID: "us-west-or"}, []string{"l4-or", "h100-or"}, 2},
-		{"country", OfferFilter{Country: "US"}, []string{"l4-or", "a100-va-ib", "same-price-as-h100pcie", "h100-or"}, 4},
-		{"country with no offers", OfferFilter{Country: "JP"}, nil, 0},
-		{"max price", OfferFilter{MaxPriceCents: 199}, []string{"l4-or", "a100-va-ib", "h100pcie-de", "same-price-as-h100pcie"}, 4},
-		{"interruptible", OfferFilter{Interruptible: &yes}, []string{"a100-va-ib", "h100pcie-de"}, 2},
-		{"not interruptible", OfferFilter{Interruptible: &no}, []string{"l4-or", "same-price-as-h100pcie", "h100-or", "mi300x-fr"}, 4},
-		{"min network", OfferFilter{MinNetworkGbps: 200}, []string{"a100-va-ib"}, 1},
-		{"combined", OfferFilter{Country: "US", MinMemoryGB: 80, MaxPriceCents: 300, Sort: SortPriceDesc}, []string{"h100-or", "a100-va-ib"}, 2},
+		{"an empty id list matches nothing", search(market.OfferSearch{AcceleratorIDs: []string{}}), nil, 0},
+		{"family", query("family=H100"), []string{"h100pcie-de", "h100-or"}, 2},
+		{"family and models intersect", query("family=H100 model in (h100-80gb-sxm, mi300x-192gb-oam)"), []string{"h100-or"}, 1},
+		{"min memory", query("memory>=100"), []string{"mi300x-fr"}, 1},
+		{"min devices counts all nodes", query("devices>=9"), []string{"a100-va-ib"}, 1},
+		{"devices between", query("devices>1 devices<=8"), []string{"h100pcie-de", "same-price-as-h100pcie", "h100-or", "mi300x-fr"}, 4},
+		{"region", query("region=us-west-or"), []string{"l4-or", "h100-or"}, 2},
+		{"region group", query(`region=Europe`), []string{"h100pcie-de", "mi300x-fr"}, 2},
+		{"country", query("country=US"), []string{"l4-or", "a100-va-ib", "same-price-as-h100pcie", "h100-or"}, 4},
+		{"country with no offers", query("country=JP"), nil, 0},
+		{"max price", query("price<=1.99"), []string{"l4-or", "a100-va-ib", "h100pcie-de", "same-price-as-h100pcie"}, 4},
+		{"price between", query("price>1.49 price<2.99"), []string{"h100pcie-de", "same-price-as-h100pcie", "h100-or"}, 3},
+		{"interruptible", search(market.OfferSearch{Interruptible: &yes}), []string{"a100-va-ib", "h100pcie-de"}, 2},
+		{"not interruptible", search(market.OfferSearch{Interruptible: &no}), []string{"l4-or", "same-price-as-h100pcie", "h100-or", "mi300x-fr"}, 4},
+		{"min network", query("network>=200"), []string{"a100-va-ib"}, 1},
+		{"single node only", query("network=0"), []string{"l4-or", "same-price-as-h100pcie", "h100-or", "mi300x-fr"}, 4},
+		{"combined", withSort(query("country=US memory>=80 price<=3"), SortPriceDesc), []string{"h100-or", "a100-va-ib"}, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,3 +12,12 @@ func pluralFields(n int) string {
 	}
 	return strconv.Itoa(n) + " fields"
 }
+
+// queryDescribedBy is the query box's aria-describedby: its error when it
+// has one, and its help.
+func queryDescribedBy(hasError bool) string {
+	if hasError {
+		return "e-q h-q"
+	}
+	return "h-q"
+}

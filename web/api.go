@@ -155,12 +155,20 @@ type apiOfferList struct {
 }
 
 // handleAPIOffers searches the catalogue with the catalogue's query
-// parameters (model, family, min_memory, min_devices, region, country,
-// max_price, interruptible, network, sort) plus limit and offset.
+// parameters (q, the query language; model, family, min_memory,
+// min_devices, region, country, max_price, interruptible, network, sort)
+// plus limit and offset. A bad parameter is a 400 naming it; a bad query's
+// message names the character, the token and what was expected.
 func (h *Handler) handleAPIOffers(c echo.Context) error {
 	f, _, errs := readCatalogueFilter(c.QueryParams())
 	if len(errs) > 0 {
-		return &market.Error{Code: market.CodeInvalid, Message: "Some query parameters are invalid.", Fields: errs}
+		msg := "Some query parameters are invalid."
+		if len(errs) == 1 {
+			for k, m := range errs {
+				msg = k + ": " + m
+			}
+		}
+		return &market.Error{Code: market.CodeInvalid, Message: msg, Fields: errs}
 	}
 	f.Now = h.now()
 	f.Limit, _ = strconv.Atoi(c.QueryParam("limit"))

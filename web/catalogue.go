@@ -16,53 +16,82 @@ import (
 
 const cataloguePageSize = 20
 
-// readCatalogueFilter parses the query string into a store filter and the
-// values to redisplay. Unparseable values get a message and are ignored.
+// catalogueFormFields are the filter form's fields as conditions of the
+// query language: each is "field op value" with the person's value.
+var catalogueFormFields = []struct{ param, field, op string }{
+	{"model", "model", "="},
+	{"family", "family", "="},
+	{"min_memory", "memory", ">="},
+	{"min_devices", "devices", ">="},
+	{"region", "region", "="},
+	{"country", "country", "="},
+	{"max_price", "price", "<="},
+	{"interruptible", "interruptible", "="},
+	{"network", "network", ">="},
+}
+
+// catalogueSorts are the catalogue's orders, as the sort select and the
+// API's sort parameter name them.
+var catalogueSorts = []views.Option{
+	{Value: store.SortPriceAsc, Label: "Price, lowest first"},
+	{Value: store.SortPriceDesc, Label: "Price, highest first"},
+	{Value: store.SortMemoryDesc, Label: "Memory per device, most first"},
+	{Value: store.SortDevicesDesc, Label: "Devices, most first"},
+	{Value: store.SortNewest, Label: "Newest first"},
+}
+
+// readCatalogueFilter reads the catalogue's query string. The filter
+// form's fields and the query (q) become conditions of one search,
+// compiled by market's OfferSearch: one path for both. It returns the
+// store filter, the values to redisplay, and a message per field that
+// means nothing (unknown values included) or leaves nothing to match.
 func readCatalogueFilter(q url.Values) (store.OfferFilter, views.CatalogueFilter, map[string]string) {
 	v := views.CatalogueFilter{
 		Accelerator: q.Get("model"), Family: q.Get("family"), MinMemory: q.Get("min_memory"),
 		MinDevices: q.Get("min_devices"), Region: q.Get("region"), Country: q.Get("country"),
 		MaxPrice: q.Get("max_price"), Interruptible: q.Get("interruptible"), Network: q.Get("network"), Sort: q.Get("sort"),
+		Query: q.Get("q"),
 	}
-	f := store.OfferFilter{Family: v.Family, RegionID: v.Region, Country: v.Country, Sort: v.Sort}
+	var f store.OfferFilter
 	errs := map[string]string{}
-	if v.Accelerator != "" {
-		f.AcceleratorIDs = []string{v.Accelerator}
-	}
-	num := func(field, s string, dst *int) {
-		if s = strings.TrimSpace(s); s == "" {
-			return
+	var form []market.Condition
+	for _, ff := range catalogueFormFields {
+		val := strings.TrimSpace(q.Get(ff.param))
+		if val == "" {
+			continue
 		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			errs[field] = "Enter a whole number."
-			return
+		c := market.NewCondition(ff.field, ff.op, val)
+		if err := f.OfferSearch.Add(c); err != nil {
+			errs[ff.param] = market.ErrorMessage(err)
+			continue
 		}
-		*dst = n
+		form = append(form, c)
 	}
-	num("min_memory", v.MinMemory, &f.MinMemoryGB)
-	num("min_devices", v.MinDevices, &f.MinDevices)
-	num("network", v.Network, &f.MinNetworkGbps)
-	if strings.TrimSpace(v.MaxPrice) != "" {
-		c, err := market.ParseCents(v.MaxPrice)
-		if err != nil {
-			errs["max_price"] = "Price: " + err.Error() + "."
-		} else {
-			f.MaxPriceCents = c
+	v.FormQuery = market.FormatQuery(form)
+	if conds, err := market.ParseQuery(v.Query); err != nil {
+		errs["q"] = market.ErrorMessage(err)
+	} else {
+		for _, c := range conds {
+			if err := f.OfferSearch.Add(c); err != nil {
+				errs["q"] = market.ErrorMessage(err)
+				break
+			}
 		}
 	}
-	switch v.Interruptible {
-	case "yes":
-		t := true
-		f.Interruptible = &t
-	case "no":
-		no := false
-		f.Interruptible = &no
+	if v.Sort == "" {
+		v.Sort = store.SortPriceAsc
 	}
-	switch f.Sort {
-	case store.SortPriceAsc, store.SortPriceDesc, store.SortMemoryDesc, store.SortDevicesDesc, store.SortNewest:
-	default:
-		f.Sort, v.Sort = store.SortPriceAsc, store.SortPriceAsc
+	f.Sort = v.Sort
+	known := false
+	for _, o := range catalogueSorts {
+		known = known || o.Value == v.Sort
+	}
+	if !known {
+		values := make([]string, len(catalogueSorts))
+		for i, o := range catalogueSorts {
+			values[i] = o.Value
+		}
+		errs["sort"] = fmt.Sprintf("There is no order “%s”: choose one from the list (%s).", v.Sort, strings.Join(values, ", "))
 	}
 	return f, v, errs
 }
@@ -74,15 +103,38 @@ func (h *Handler) handleCatalogue(c echo.Context) error {
 	if page < 1 {
 		page = 1
 	}
+	v := views.CatalogueView{Filter: fv, Errors: errs}
+	v.Filtered = fv != (views.CatalogueFilter{Sort: store.SortPriceAsc})
+	catalogueOptions(&v)
+	for _, ff := range catalogueFormFields {
+		if val := q.Get(ff.param); val != "" {
+			v.SearchHidden = append(v.SearchHidden, views.HiddenField{Name: ff.param, Value: val})
+		}
+	}
+	if s := q.Get("sort"); s != "" && s != store.SortPriceAsc {
+		v.SearchHidden = append(v.SearchHidden, views.HiddenField{Name: "sort", Value: s})
+	}
+	if fv.Query != "" {
+		v.FilterHidden = []views.HiddenField{{Name: "q", Value: fv.Query}}
+	}
+	if fv.FormQuery != "" {
+		one := url.Values{"q": {strings.TrimSpace(fv.FormQuery + " " + fv.Query)}}
+		if s := q.Get("sort"); s != "" && s != store.SortPriceAsc {
+			one.Set("sort", s)
+		}
+		v.FormQueryURL = "/?" + one.Encode()
+	}
+	if len(errs) > 0 {
+		// Offers found by part of what was asked would look like the answer.
+		v.ResultsLabel = "Filter not applied"
+		return render(c, http.StatusUnprocessableEntity, views.Catalogue(h.page(c, "Catalogue"), v))
+	}
 	f.Now = h.now()
 	f.Limit, f.Offset = cataloguePageSize, (page-1)*cataloguePageSize
 	listings, total, err := h.db.FindOffers(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
-	v := views.CatalogueView{Filter: fv, Errors: errs}
-	v.Filtered = fv != (views.CatalogueFilter{Sort: store.SortPriceAsc})
-	catalogueOptions(&v)
 	for _, l := range listings {
 		card := offerCard(l)
 		card.Reliability = market.FormatPercentBP(h.wf.Reliability(l.Offer.ProviderID)) + "%"
@@ -122,11 +174,7 @@ func (h *Handler) handleCatalogue(c echo.Context) error {
 	if f.Offset+len(listings) < total {
 		v.NextURL = pageURL(page + 1)
 	}
-	status := http.StatusOK
-	if len(errs) > 0 {
-		status = http.StatusUnprocessableEntity
-	}
-	return render(c, status, views.Catalogue(h.page(c, "Catalogue"), v))
+	return render(c, http.StatusOK, views.Catalogue(h.page(c, "Catalogue"), v))
 }
 
 func catalogueOptions(v *views.CatalogueView) {
@@ -151,12 +199,9 @@ func catalogueOptions(v *views.CatalogueView) {
 			v.Networks = append(v.Networks, views.Option{Value: strconv.Itoa(n.Gbps), Label: fmt.Sprintf("At least %d Gb/s", n.Gbps)})
 		}
 	}
-	v.Sorts = []views.Option{
-		{Value: store.SortPriceAsc, Label: "Price, lowest first"},
-		{Value: store.SortPriceDesc, Label: "Price, highest first"},
-		{Value: store.SortMemoryDesc, Label: "Memory per device, most first"},
-		{Value: store.SortDevicesDesc, Label: "Devices, most first"},
-		{Value: store.SortNewest, Label: "Newest first"},
+	v.Sorts = catalogueSorts
+	for _, f := range market.QueryFields() {
+		v.QueryFields = append(v.QueryFields, views.QueryFieldHelp{Name: f.Name, Aliases: f.Aliases, Meaning: f.Meaning, Example: f.Example})
 	}
 }
 
