@@ -67,6 +67,8 @@ func RegionGroups() []string {
 // Trade is one booked reservation piece as the price index sees it.
 type Trade struct {
 	BookedAt      time.Time // when the reservation was made: the trade date
+	BuyerID       int64     // who booked, counted (never shown) to hide any one party
+	ProviderID    int64     // whose offer, likewise
 	AcceleratorID string
 	RegionID      string
 	Interruptible bool
@@ -127,18 +129,107 @@ func Day(t time.Time) time.Time {
 	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
 }
 
-// DailyIndex computes every series from trades: one per class and region
-// group that traded, plus one per class over AllRegions. A trade counts on
-// the UTC date it was booked, with weight devices × delivery seconds;
-// trades with no volume, an unknown region or a non-positive price are
-// left out. Series are ordered by class label, then group (AllRegions
+// A day's figure for a class and region group is published only when it
+// aggregates enough trades, from enough parties on each side, that no one
+// buyer's or provider's trade can be read from it.
+const (
+	IndexMinTrades    = 3
+	IndexMinBuyers    = 2
+	IndexMinProviders = 2
+)
+
+// DailyIndex computes the published series from trades: one per class and
+// region group, plus one per class over AllRegions, with a point for each
+// day whose figure hides who traded (see PublishedGroups); days that do not
+// are withheld, and a series with no published day is left out. A trade
+// counts on the UTC date it was booked, with weight devices × delivery
+// seconds; trades with no volume, an unknown region or a non-positive price
+// are left out. Series are ordered by class label, then group (AllRegions
 // first); points by day.
 func DailyIndex(trades []Trade) []Series {
+	return dailyIndex(trades, true)
+}
+
+// GroupTrades is what the publication rule needs to know of one region
+// group's trades in a class on a day.
+type GroupTrades struct {
+	Group             string
+	Trades            int
+	Buyers, Providers map[int64]bool
+}
+
+func (g GroupTrades) enough() bool {
+	return g.Trades >= IndexMinTrades && len(g.Buyers) >= IndexMinBuyers && len(g.Providers) >= IndexMinProviders
+}
+
+func (g *GroupTrades) merge(o GroupTrades) {
+	if g.Buyers == nil {
+		g.Buyers, g.Providers = map[int64]bool{}, map[int64]bool{}
+	}
+	g.Trades += o.Trades
+	for id := range o.Buyers {
+		g.Buyers[id] = true
+	}
+	for id := range o.Providers {
+		g.Providers[id] = true
+	}
+}
+
+// PublishedGroups decides which of one class's figures for one day are
+// published, given the day's trades per region group. A region group is
+// published when its own trades are enough (IndexMinTrades from at least
+// IndexMinBuyers buyers and IndexMinProviders providers); the others are
+// merged into the AllRegions figure, which is published when all the
+// day's trades together are enough. So that no withheld group can be
+// recovered as AllRegions minus the published groups, what is merged must
+// itself be enough: while it is not, the smallest published group is
+// withheld and merged too. It returns the published groups, AllRegions
+// first when it is one of them.
+func PublishedGroups(groups []GroupTrades) []string {
+	var all GroupTrades
+	for _, g := range groups {
+		all.merge(g)
+	}
+	if !all.enough() {
+		return nil
+	}
+	var kept []GroupTrades
+	var merged GroupTrades
+	for _, g := range groups {
+		if g.enough() {
+			kept = append(kept, g)
+		} else {
+			merged.merge(g)
+		}
+	}
+	sort.Slice(kept, func(i, j int) bool {
+		if kept[i].Trades != kept[j].Trades {
+			return kept[i].Trades > kept[j].Trades
+		}
+		return kept[i].Group < kept[j].Group
+	})
+	for merged.Trades > 0 && !merged.enough() && len(kept) > 0 {
+		merged.merge(kept[len(kept)-1])
+		kept = kept[:len(kept)-1]
+	}
+	out := []string{AllRegions}
+	for _, g := range kept {
+		out = append(out, g.Group)
+	}
+	sort.Strings(out[1:])
+	return out
+}
+
+// dailyIndex computes the series; with publish false every day of every
+// series is kept (the arithmetic's tests use it).
+func dailyIndex(trades []Trade, publish bool) []Series {
 	type acc struct {
 		num    [2]uint64 // Σ price × device-seconds as 128 bits (hi, lo)
 		volume int64
 		trades int
 		lo, hi Cents
+		buyers map[int64]bool
+		provs  map[int64]bool
 	}
 	type dayKey struct {
 		key SeriesKey
@@ -148,9 +239,10 @@ func DailyIndex(trades []Trade) []Series {
 	add := func(k SeriesKey, day int64, t Trade, w int64) {
 		a := days[dayKey{k, day}]
 		if a == nil {
-			a = &acc{lo: t.PriceCents, hi: t.PriceCents}
+			a = &acc{lo: t.PriceCents, hi: t.PriceCents, buyers: map[int64]bool{}, provs: map[int64]bool{}}
 			days[dayKey{k, day}] = a
 		}
+		a.buyers[t.BuyerID], a.provs[t.ProviderID] = true, true
 		hi, lo := mul64(uint64(t.PriceCents), uint64(w))
 		var carry uint64
 		a.num[1], carry = addCarry(a.num[1], lo)
@@ -168,6 +260,31 @@ func DailyIndex(trades []Trade) []Series {
 		day := Day(t.BookedAt).Unix()
 		add(SeriesKey{t.Class(), r.Group}, day, t, w)
 		add(SeriesKey{t.Class(), AllRegions}, day, t, w)
+	}
+	if publish {
+		type classDay struct {
+			class PriceClass
+			day   int64
+		}
+		groups := map[classDay][]GroupTrades{}
+		for k, a := range days {
+			if k.key.Group != AllRegions {
+				cd := classDay{k.key.Class, k.day}
+				groups[cd] = append(groups[cd], GroupTrades{Group: k.key.Group, Trades: a.trades, Buyers: a.buyers, Providers: a.provs})
+			}
+		}
+		for cd, gs := range groups {
+			sort.Slice(gs, func(i, j int) bool { return gs[i].Group < gs[j].Group })
+			published := map[string]bool{}
+			for _, g := range PublishedGroups(gs) {
+				published[g] = true
+			}
+			for _, g := range append([]string{AllRegions}, RegionGroups()...) {
+				if !published[g] {
+					delete(days, dayKey{SeriesKey{cd.class, g}, cd.day})
+				}
+			}
+		}
 	}
 	bySeries := map[SeriesKey][]IndexPoint{}
 	for k, a := range days {

@@ -3,6 +3,7 @@ package market
 import (
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestDailyIndexProperties(t *testing.T) {
 	for seed := uint64(1); seed <= 200; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		trades := randomTrades(rng, 1+rng.IntN(300))
-		series := DailyIndex(trades)
+		series := dailyIndex(trades, false)
 		type ref struct {
 			weights []int64
 			prices  []Cents
@@ -119,7 +120,7 @@ func TestDailyIndexRounding(t *testing.T) {
 		{"no volume is left out", []Trade{tr(500, 0, 1), tr(100, 1, 1)}, 100, 1},
 	}
 	for _, tc := range tests {
-		s := DailyIndex(tc.trades)
+		s := dailyIndex(tc.trades, false)
 		if len(s) != 2 || s[0].Key.Group != AllRegions || s[1].Key.Group != "North America" {
 			t.Fatalf("%s: series %+v", tc.name, s)
 		}
@@ -259,5 +260,153 @@ func TestPriceClassRoundTrip(t *testing.T) {
 	}
 	if got := (PriceClass{"nvidia-h100-80gb-sxm", true}).Label(); got != "H100 80GB SXM, interruptible" {
 		t.Errorf("label %q", got)
+	}
+}
+
+func TestPublishedGroups(t *testing.T) {
+	g := func(group string, trades int, buyers, providers []int64) GroupTrades {
+		out := GroupTrades{Group: group, Trades: trades, Buyers: map[int64]bool{}, Providers: map[int64]bool{}}
+		for _, b := range buyers {
+			out.Buyers[b] = true
+		}
+		for _, p := range providers {
+			out.Providers[p] = true
+		}
+		return out
+	}
+	na, eu, ap := "North America", "Europe", "Asia-Pacific"
+	tests := []struct {
+		name   string
+		groups []GroupTrades
+		want   []string
+	}{
+		{"one booking", []GroupTrades{g(na, 1, []int64{1}, []int64{9})}, nil},
+		{"two trades", []GroupTrades{g(na, 2, []int64{1, 2}, []int64{8, 9})}, nil},
+		{"one buyer", []GroupTrades{g(na, 5, []int64{1}, []int64{8, 9})}, nil},
+		{"one provider", []GroupTrades{g(na, 5, []int64{1, 2}, []int64{9})}, nil},
+		{"just enough", []GroupTrades{g(na, 3, []int64{1, 2}, []int64{8, 9})}, []string{AllRegions, na}},
+		{"too few apart, enough together", []GroupTrades{g(eu, 2, []int64{1}, []int64{8}), g(na, 2, []int64{2}, []int64{9})}, []string{AllRegions}},
+		{"both enough", []GroupTrades{g(eu, 3, []int64{1, 2}, []int64{8, 9}), g(na, 4, []int64{3, 4}, []int64{6, 7})}, []string{AllRegions, eu, na}},
+		// Publishing North America and all regions would give away the one
+		// European trade by subtraction: North America is withheld too.
+		{"a lone trade beside an enough group", []GroupTrades{g(eu, 1, []int64{5}, []int64{5}), g(na, 3, []int64{1, 2}, []int64{8, 9})}, []string{AllRegions}},
+		// The lone trade merges with the smaller of the two enough groups.
+		{"the smallest group is merged", []GroupTrades{g(ap, 1, []int64{5}, []int64{5}), g(eu, 3, []int64{1, 2}, []int64{8, 9}), g(na, 4, []int64{3, 4}, []int64{6, 7})},
+			[]string{AllRegions, na}},
+		{"what is merged is enough", []GroupTrades{g(ap, 1, []int64{5}, []int64{5}), g(eu, 2, []int64{1}, []int64{8}), g(na, 4, []int64{3, 4}, []int64{6, 7})},
+			[]string{AllRegions, na}},
+	}
+	for _, tc := range tests {
+		if got := PublishedGroups(tc.groups); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestDailyIndexPublishesOnlyEnough checks, on random trades among few
+// parties, that every published point is the day's full figure for its
+// series and aggregates enough trades and parties (counted here from the
+// trades), that no group is published on a day its class's all-regions
+// figure is withheld, and that the trades withheld beside a published
+// all-regions figure are none or themselves enough — so no published
+// figure, nor a difference of two, shows fewer parties than the rule asks.
+func TestDailyIndexPublishesOnlyEnough(t *testing.T) {
+	type key struct {
+		class PriceClass
+		group string
+		day   int64
+	}
+	var shown, withheld, mergedBeside int
+	for seed := uint64(1); seed <= 300; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		trades := randomTrades(rng, 1+rng.IntN(120))
+		parties := 1 + rng.IntN(4)
+		for i := range trades {
+			trades[i].BookedAt = t0.Add(time.Duration(rng.IntN(3)) * 24 * time.Hour)
+			trades[i].BuyerID, trades[i].ProviderID = int64(rng.IntN(parties)), int64(100+rng.IntN(parties))
+		}
+		type tally struct {
+			n         int
+			buyers    map[int64]bool
+			providers map[int64]bool
+		}
+		tallies := map[key]*tally{}
+		count := func(k key, tr Trade) {
+			if tallies[k] == nil {
+				tallies[k] = &tally{buyers: map[int64]bool{}, providers: map[int64]bool{}}
+			}
+			tallies[k].n++
+			tallies[k].buyers[tr.BuyerID], tallies[k].providers[tr.ProviderID] = true, true
+		}
+		for _, tr := range trades {
+			r, _ := FindRegion(tr.RegionID)
+			d := Day(tr.BookedAt).Unix()
+			count(key{tr.Class(), r.Group, d}, tr)
+			count(key{tr.Class(), AllRegions, d}, tr)
+		}
+		enough := func(t *tally) bool { return t.n >= 3 && len(t.buyers) >= 2 && len(t.providers) >= 2 }
+
+		raw := map[key]IndexPoint{}
+		for _, s := range dailyIndex(trades, false) {
+			for _, p := range s.Points {
+				raw[key{s.Key.Class, s.Key.Group, p.Day.Unix()}] = p
+			}
+		}
+		published := map[key]bool{}
+		for _, s := range DailyIndex(trades) {
+			if len(s.Points) == 0 {
+				t.Fatalf("seed %d: series %v published with no point", seed, s.Key)
+			}
+			for _, p := range s.Points {
+				k := key{s.Key.Class, s.Key.Group, p.Day.Unix()}
+				published[k] = true
+				shown++
+				if p != raw[k] {
+					t.Fatalf("seed %d %v: published %+v, computed %+v", seed, k, p, raw[k])
+				}
+				if !enough(tallies[k]) {
+					t.Fatalf("seed %d %v: published with %d trades, %d buyers, %d providers", seed, k, tallies[k].n, len(tallies[k].buyers), len(tallies[k].providers))
+				}
+			}
+		}
+		for k := range tallies {
+			if k.group == AllRegions {
+				continue
+			}
+			all := key{k.class, AllRegions, k.day}
+			if published[k] && !published[all] {
+				t.Fatalf("seed %d %v: published while all regions is withheld", seed, k)
+			}
+		}
+		for k := range tallies {
+			if !published[k] {
+				withheld++
+			}
+			if k.group != AllRegions || !published[k] {
+				if k.group == AllRegions && enough(tallies[k]) {
+					t.Fatalf("seed %d %v: enough trades but withheld", seed, k)
+				}
+				continue
+			}
+			rest := &tally{buyers: map[int64]bool{}, providers: map[int64]bool{}}
+			for _, tr := range trades {
+				r, _ := FindRegion(tr.RegionID)
+				if tr.Class() == k.class && Day(tr.BookedAt).Unix() == k.day && !published[key{k.class, r.Group, k.day}] {
+					rest.n++
+					rest.buyers[tr.BuyerID], rest.providers[tr.ProviderID] = true, true
+				}
+			}
+			if rest.n > 0 {
+				mergedBeside++
+			}
+			if rest.n > 0 && !enough(rest) {
+				t.Fatalf("seed %d %v: the withheld groups' %d trades (%d buyers, %d providers) can be read as all regions minus the published ones",
+					seed, k, rest.n, len(rest.buyers), len(rest.providers))
+			}
+		}
+	}
+	t.Logf("%d points published, %d withheld, %d all-regions figures with withheld groups inside", shown, withheld, mergedBeside)
+	if shown < 100 || withheld < 100 || mergedBeside < 20 {
+		t.Fatalf("the random trades do not exercise the rule: %d published, %d withheld, %d merged beside", shown, withheld, mergedBeside)
 	}
 }

@@ -17,8 +17,8 @@ var tradedStates = []any{string(market.ReservationConfirmed), string(market.Rese
 
 // ListTrades returns the pieces of reservations booked in [from, to) that
 // were paid for (confirmed, active, completed or settled), with their
-// offer's accelerator, region and the price class they were booked in, by
-// booking time.
+// buyer and provider, their offer's accelerator, region and the price class
+// they were booked in, by booking time.
 func (db *DB) ListTrades(ctx context.Context, from, to time.Time) ([]market.Trade, error) {
 	const op = "list trades"
 	tx, err := db.read(ctx)
@@ -27,7 +27,7 @@ func (db *DB) ListTrades(ctx context.Context, from, to time.Time) ([]market.Trad
 	}
 	defer tx.Rollback()
 	args := append([]any{unix(from), unix(to)}, tradedStates...)
-	rows, err := tx.QueryContext(ctx, `SELECT r.created_at, o.accelerator_id, o.region_id, p.interruptible,
+	rows, err := tx.QueryContext(ctx, `SELECT r.created_at, r.buyer_id, p.provider_id, o.accelerator_id, o.region_id, p.interruptible,
 			p.devices, p.start_at, p.end_at, p.price_cents
 		FROM reservations r
 		JOIN reservation_pieces p ON p.reservation_id = r.id
@@ -41,7 +41,7 @@ func (db *DB) ListTrades(ctx context.Context, from, to time.Time) ([]market.Trad
 	for rows.Next() {
 		var t market.Trade
 		var booked, start, end, price int64
-		if err := rows.Scan(&booked, &t.AcceleratorID, &t.RegionID, &t.Interruptible, &t.Devices, &start, &end, &price); err != nil {
+		if err := rows.Scan(&booked, &t.BuyerID, &t.ProviderID, &t.AcceleratorID, &t.RegionID, &t.Interruptible, &t.Devices, &start, &end, &price); err != nil {
 			rows.Close()
 			return nil, fail(op, err, "")
 		}

@@ -51,10 +51,11 @@ func TestTradesHistoryAndWorkReports(t *testing.T) {
 	}
 	first, last := trades[0], trades[90]
 	if !first.BookedAt.Equal(t0.Add(-90*24*time.Hour)) || first.AcceleratorID != o.AcceleratorID || first.RegionID != o.RegionID ||
-		first.Devices != 1+90%8 || first.PriceCents != 290 || first.End.Sub(first.Start) != 3*time.Hour || first.Interruptible {
+		first.Devices != 1+90%8 || first.PriceCents != 290 || first.End.Sub(first.Start) != 3*time.Hour || first.Interruptible ||
+		first.BuyerID != buyer.ID || first.ProviderID != prov.ID {
 		t.Errorf("first trade %+v", first)
 	}
-	if !last.BookedAt.Equal(t0) || last.Devices != 4 || last.PriceCents != o.PriceCentsPerDeviceHour {
+	if !last.BookedAt.Equal(t0) || last.Devices != 4 || last.PriceCents != o.PriceCentsPerDeviceHour || last.BuyerID != other.ID || last.ProviderID != prov.ID {
 		t.Errorf("last trade %+v", last)
 	}
 	// Past reservations hold no capacity: the index sees only the live ones.

@@ -109,7 +109,7 @@ func (h *Handler) handleMarket(c echo.Context) error {
 		return err
 	}
 	v := views.MarketView{Days: strconv.Itoa(q.days), Region: q.group, From: formatDate(from), To: formatDate(h.now()),
-		JSONURL: "/market/index.json?" + marketLinkQuery(q), CSVURL: "/market/index.csv?" + marketLinkQuery(q)}
+		JSONURL: "/market/index.json?" + marketLinkQuery(q), CSVURL: "/market/index.csv?" + marketLinkQuery(q), Threshold: indexThreshold()}
 	if qerr != nil {
 		v.Error = fieldsMessage(qerr)
 	}
@@ -170,7 +170,7 @@ func marketLinkQuery(q marketQuery) string {
 }
 
 func summaryRow(s market.Series, a market.AskStats, q marketQuery) views.MarketSummaryRow {
-	r := views.MarketSummaryRow{Class: s.Key.Class.Label(), ClassID: s.Key.Class.ID(), Last: "—", LastDay: "—", Volume: "0", Trades: "0",
+	r := views.MarketSummaryRow{Class: s.Key.Class.Label(), ClassID: s.Key.Class.ID(), Last: "—", LastDay: "—", Volume: "—", Trades: "—",
 		AskMin: "—", AskMedian: "—", AskP90: "—", Offers: strconv.Itoa(a.Offers),
 		URL: "/market?" + marketLinkQuery(marketQuery{class: s.Key.Class, hasClass: true, group: q.group, days: q.days})}
 	var vol int64
@@ -374,8 +374,14 @@ func (h *Handler) handleMarketCSV(c echo.Context) error {
 	return c.Blob(http.StatusOK, "text/csv; charset=utf-8", buf.Bytes())
 }
 
+// indexThreshold says when the index publishes a day's figure.
+func indexThreshold() string {
+	return fmt.Sprintf("at least %d trades from at least %d buyers and %d providers",
+		market.IndexMinTrades, market.IndexMinBuyers, market.IndexMinProviders)
+}
+
 func (h *Handler) handleMethodology(c echo.Context) error {
-	v := views.MethodologyView{}
+	v := views.MethodologyView{Threshold: indexThreshold()}
 	for _, r := range market.Regions() {
 		p, src, _ := market.RegionCarbonProfile(r.ID)
 		row := views.ProfileRow{Region: r.Name, Source: src, Mean: strconv.Itoa(p.Mean())}

@@ -15,23 +15,31 @@ import (
 	"github.com/gpumarket/gpumarket/market"
 )
 
-// seedTrades imports settled reservations on o, one a day for days days
-// before testNow, at price 200+d cents with d+1 devices for 2 hours.
-func (a *testApp) seedTrades(o market.Offer, days int) {
+// seedTrades imports settled reservations on offers, days days of them
+// before testNow: each day three trades — two buyers, every offer in turn
+// (so two offers from two providers are enough parties for the index) —
+// at price 200+d cents with d%4+1 devices for 2 hours.
+func (a *testApp) seedTrades(offers []market.Offer, days int) {
 	a.t.Helper()
 	ctx := context.Background()
-	u, err := a.db.CreateUser(ctx, market.User{Email: "hist" + strconv.FormatInt(o.ID, 10) + "@example.com", DisplayName: "History", IsBuyer: true}, []byte("x"), testNow)
-	if err != nil {
-		a.t.Fatal(err)
+	var buyers []int64
+	for i := range 2 {
+		u, err := a.db.CreateUser(ctx, market.User{Email: "hist" + strconv.FormatInt(offers[0].ID, 10) + "-" + strconv.Itoa(i) + "@example.com", DisplayName: "History", IsBuyer: true}, []byte("x"), testNow)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		buyers = append(buyers, u.ID)
 	}
 	var rs []market.Reservation
 	for d := 1; d <= days; d++ {
 		booked := testNow.Add(-time.Duration(d) * 24 * time.Hour)
-		p := market.ReservationPiece{OfferID: o.ID, Devices: d%4 + 1, Start: booked.Add(time.Hour), End: booked.Add(3 * time.Hour),
-			PriceCents: market.Cents(200 + d)}
-		p.AmountCents = p.PriceCents * market.Cents(2*p.Devices)
-		rs = append(rs, market.Reservation{BuyerID: u.ID, State: market.ReservationSettled, Pieces: []market.ReservationPiece{p},
-			RequestJSON: `{"version":1}`, CreatedAt: booked, UpdatedAt: booked})
+		for k := range 3 {
+			p := market.ReservationPiece{OfferID: offers[k%len(offers)].ID, Devices: d%4 + 1, Start: booked.Add(time.Hour), End: booked.Add(3 * time.Hour),
+				PriceCents: market.Cents(200 + d)}
+			p.AmountCents = p.PriceCents * market.Cents(2*p.Devices)
+			rs = append(rs, market.Reservation{BuyerID: buyers[k%2], State: market.ReservationSettled, Pieces: []market.ReservationPiece{p},
+				RequestJSON: `{"version":1}`, CreatedAt: booked, UpdatedAt: booked})
+		}
 	}
 	if err := a.db.ImportPastReservations(ctx, rs, testNow); err != nil {
 		a.t.Fatal(err)
@@ -62,7 +70,15 @@ func TestMarketPageChartsAndEndpoints(t *testing.T) {
 	app := newTestApp(t)
 	h100 := app.listedOffer("nvidia-h100-80gb-sxm", 8, 1, "us-east-va", 219)
 	app.listedOffer("nvidia-h100-80gb-sxm", 8, 1, "eu-north-se", 259)
-	app.seedTrades(h100, 30)
+	// A second North American provider traded too, but lists nothing now.
+	other := app.listedOffer("nvidia-h100-80gb-sxm", 8, 1, "us-west-or", 239)
+	if err := app.db.SetOfferState(context.Background(), other.ProviderID, other.ID, market.OfferPaused, testNow); err != nil {
+		t.Fatal(err)
+	}
+	app.seedTrades([]market.Offer{h100, other}, 30)
+	// One booking of an A100 is one party's trade: it is never published.
+	a100 := app.listedOffer("nvidia-a100-80gb-sxm", 8, 1, "us-east-va", 149)
+	app.seedTrades([]market.Offer{a100}, 1)
 	c := app.client()
 
 	r := c.get("/market")
@@ -74,7 +90,13 @@ func TestMarketPageChartsAndEndpoints(t *testing.T) {
 	// Ask stats over both listed offers: min $2.19, median (lower) $2.19, p90 $2.59.
 	row := r.body[strings.Index(r.body, `data-testid="market-row"`):]
 	row = row[:strings.Index(row, "</tr>")]
-	mustContain(t, row, "$2.19", "$2.59", ">30<")
+	mustContain(t, row, "$2.19", "$2.59", ">90<")
+	// The A100 is listed (its asks show) but its trades are withheld.
+	a100Row := r.body[strings.Index(r.body, `data-class="nvidia-a100-80gb-sxm:on-demand"`):]
+	a100Row = a100Row[:strings.Index(a100Row, "</tr>")]
+	mustContain(t, a100Row, "$1.49", "—")
+	mustNotContain(t, a100Row, "$2.01")
+	mustNotContain(t, r.body, `data-testid="index-chart" data-class="nvidia-a100-80gb-sxm:on-demand"`)
 
 	// The SVG parses as XML and carries every day's point.
 	start := strings.Index(r.body, "<svg")
@@ -120,7 +142,7 @@ func TestMarketPageChartsAndEndpoints(t *testing.T) {
 		t.Fatalf("json series %+v", doc.Series)
 	}
 	p := doc.Series[0].Points[8]
-	if p.Date != "2026-11-30" || p.IndexCents != 201 || p.Trades != 1 || p.VolumeDeviceHours != 4 || p.LowCents != 201 || p.HighCents != 201 {
+	if p.Date != "2026-11-30" || p.IndexCents != 201 || p.Trades != 3 || p.VolumeDeviceHours != 12 || p.LowCents != 201 || p.HighCents != 201 {
 		t.Errorf("last point %+v", p)
 	}
 	if len(doc.Asks) != 1 || doc.Asks[0].Offers != 1 || doc.Asks[0].MinCents != 219 {
@@ -164,5 +186,6 @@ func TestMarketPageChartsAndEndpoints(t *testing.T) {
 
 	m := c.get("/market/methodology")
 	mustContain(t, m.body, "rounded <strong>half up to a whole cent once</strong>", "nearest-rank", `data-testid="carbon-profiles"`,
-		"219 261 294") // the CISO profile, 00–02 UTC
+		"219 261 294", // the CISO profile, 00–02 UTC
+		`id="confidentiality"`, "at least 3 trades from at least 2 buyers and 2 providers")
 }
