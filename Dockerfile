@@ -6,7 +6,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN go tool templ generate
+RUN go tool templ generate -log-level warn
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/gpumarket ./cmd/gpumarket
 # The data directory, created here because the runtime image has no shell.
 RUN mkdir -p /out/data

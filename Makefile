@@ -21,7 +21,7 @@ BENCH ?= .
 
 .DEFAULT_GOAL := build
 .NOTPARALLEL:
-.PHONY: run build generate check-generated test-deps test vet test-unit test-e2e bench loadtest clean
+.PHONY: run build first-build-notice generate check-generated test-deps test vet test-unit test-e2e bench loadtest clean
 
 ## run: build, then serve on :8080 with demo data in ./data (ARGS="-addr :9090" to add flags)
 run: build
@@ -29,12 +29,22 @@ run: build
 	./$(BIN) serve -demo $(ARGS)
 
 ## build: generate the templ views and build ./bin/gpumarket
-build: generate
+build: first-build-notice generate
 	$(BUILD) -o $(BIN) ./cmd/gpumarket
+	@echo "Built $(BIN)."
 
-## generate: turn views/*.templ into *_templ.go (committed)
+# The first build compiles templ itself, then SQLite (a large pure-Go package) and every other
+# dependency, with nothing to show for minutes; say so. Go caches the results: later builds
+# take seconds.
+first-build-notice:
+	@if [ ! -x $(BIN) ]; then \
+		echo "First build: compiling templ, SQLite and the other dependencies. This takes a few minutes"; \
+		echo "once, with little output; Go caches the result, so later builds take seconds."; \
+	fi
+
+## generate: turn views/*.templ into *_templ.go (committed); quiet unless something is wrong
 generate:
-	$(TEMPL) generate
+	$(TEMPL) generate -log-level warn
 
 ## check-generated: fail if the committed *_templ.go differ from what templ generates
 check-generated: generate
