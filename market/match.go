@@ -578,11 +578,10 @@ func (q *query) eval(s *slot, f *fit) int {
 	*f = fit{s: s, lo: lo, hi: hi, hrs: int32(hours), intr: intr}
 	if !q.split {
 		start := lo
-		sh := slotShape(s)
-		l := layoutOf(true, q.devices, sh.dpn)
-		if int64(s.spansEnd)+compactEpoch > lo && !roomAlways(s, sh, l, q.devices) {
+		if int64(s.spansEnd)+compactEpoch > lo && !roomAlways(s, q.devices) {
+			sh := slotShape(s)
 			var ok bool
-			start, ok = earliestStart(q.spansOf(s), sh, l, q.devices, lo, hi, hours*3600)
+			start, ok = earliestStart(q.spansOf(s), sh, layoutOf(true, q.devices, sh.dpn), q.devices, lo, hi, hours*3600)
 			if !ok {
 				return rBooked
 			}
@@ -614,16 +613,18 @@ func (q *query) eval(s *slot, f *fit) int {
 // slotShape is the offer's nodes.
 func slotShape(s *slot) shape { return shape{nodes: int64(s.devices) / int64(s.dpn), dpn: int64(s.dpn)} }
 
-// roomAlways reports whether a gang of devices in layout l fits on s
-// whenever its commitments lie: when every node keeps room for it even
-// with all of them on one node (committed ≤ a node's devices − wanted),
-// or when there are too few spans (each on one node) to leave too few
-// nodes idle.
-func roomAlways(s *slot, sh shape, l layout, devices int64) bool {
-	if l == layoutWhole {
-		return sh.nodes-int64(s.spanN) >= wholeNodes(devices, sh.dpn)
+// roomAlways reports whether a gang of devices fits on s whenever its
+// commitments lie: when every node keeps room for it even with all of them
+// on one node (committed ≤ a node's devices − wanted), or when there are
+// too few spans (each on one node) to leave too few nodes idle. Counted in
+// devices (spans × per node against the offer's devices), it divides only
+// for a gang over nodes.
+func roomAlways(s *slot, devices int64) bool {
+	dpn, busy := int64(s.dpn), int64(s.spanN)*int64(s.dpn)
+	if devices > dpn {
+		return int64(s.devices)-busy >= wholeNodes(devices, dpn)*dpn
 	}
-	return int64(s.committed) <= sh.dpn-devices || int64(s.spanN) < sh.nodes
+	return int64(s.committed) <= dpn-devices || busy < int64(s.devices)
 }
 
 // source is what the engine runs over: the index's buckets, or all of its
