@@ -75,6 +75,18 @@ func placeRecorded(o market.Offer, earlier []market.Commitment, c market.Commitm
 	return out
 }
 
+// overlapping returns the commitments of cs that overlap c's interval:
+// the only ones that bear on where c goes.
+func overlapping(cs []market.Commitment, c market.Commitment) []market.Commitment {
+	var out []market.Commitment
+	for _, x := range cs {
+		if x.Start.Before(c.End) && x.End.After(c.Start) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 // placeRecordedPieces gives every piece without nodes its nodes, offer by
 // offer, replaying the offer's pieces in id order (see placeRecorded);
 // pieces of cancelled or expired reservations are placed but do not count
@@ -123,7 +135,7 @@ func placeRecordedPieces(ctx context.Context, tx *sql.Tx) error {
 				return fmt.Errorf("piece %d: %w", p.c.ID, err)
 			}
 		} else {
-			p.c.Nodes = placeRecorded(p.offer, earlier, p.c)
+			p.c.Nodes = placeRecorded(p.offer, overlapping(earlier, p.c), p.c)
 			if _, err := tx.ExecContext(ctx, `UPDATE reservation_pieces SET nodes = ? WHERE id = ?`, formatNodes(p.c.Nodes), p.c.ID); err != nil {
 				return err
 			}
