@@ -162,7 +162,7 @@ type CarbonShift struct {
 }
 
 // Summary reads like "Starting 6 h later saves 12.0 kg CO2e (−35%) and
-// costs $0.00 more."
+// costs $0.00 more." (savings below a kilogram in grams).
 func (s CarbonShift) Summary() string {
 	cost := s.ExtraCents.String() + " more"
 	if s.ExtraCents < 0 {
@@ -172,7 +172,7 @@ func (s CarbonShift) Summary() string {
 	if s.FromG > 0 {
 		pct = fmt.Sprintf(" (−%d%%)", MulDivRound(s.SavedG, 100, s.FromG))
 	}
-	return fmt.Sprintf("Starting %s later saves %s kg CO2e%s and costs %s.", formatDelay(s.Delay), formatKg(s.SavedG), pct, cost)
+	return fmt.Sprintf("Starting %s later saves %s%s and costs %s.", formatDelay(s.Delay), FormatEmissions(s.SavedG), pct, cost)
 }
 
 func formatDelay(d time.Duration) string {
@@ -181,10 +181,6 @@ func formatDelay(d time.Duration) string {
 		return fmt.Sprintf("%d h", m/60)
 	}
 	return fmt.Sprintf("%d h %02d min", m/60, m%60)
-}
-
-func formatKg(g int64) string {
-	return Quote{EmissionsG: g}.EmissionsKg()
 }
 
 // MatchFunc is a matcher: an Index's Match or the plain Match over fixed data.

@@ -86,6 +86,91 @@ type LedgerEntry struct {
 	At             time.Time
 }
 
+// EntryKindLabel names a ledger entry kind in words: "Refund",
+// "Platform fee given back".
+func EntryKindLabel(kind string) string {
+	switch kind {
+	case EntryCharge:
+		return "Payment"
+	case EntryCredit:
+		return "Credit to the buyer"
+	case EntryRefund:
+		return "Refund"
+	case EntryFee:
+		return "Platform fee"
+	case EntryTransfer:
+		return "Payout"
+	case EntryLoss:
+		return "Credit borne by the platform"
+	case EntryFeeReversal:
+		return "Platform fee given back"
+	case EntryChargeback:
+		return "Chargeback"
+	case EntryChargebackReversal:
+		return "Chargeback reversed"
+	}
+	return "Money movement"
+}
+
+// Describe says in words what an entry did, the way the money went, for
+// the holder of account reader ("you", "your"), or for the platform's
+// staff when reader is "" (parties named "buyer #3", "provider #7").
+// A ledger's Debit and Credit are the accountant's view — a charge
+// credits the provider the platform now owes — so people read this
+// instead: "Paid by the buyer, owed to you".
+func (e LedgerEntry) Describe(reader string) string {
+	who := func(acct string) string {
+		switch {
+		case acct == reader:
+			return "you"
+		case acct == AccountPlatformCash:
+			return "the platform's balance"
+		case acct == AccountPlatformFees:
+			return "the platform's fees"
+		case acct == AccountPlatformLosses:
+			return "the platform"
+		case strings.HasPrefix(acct, "buyer:"):
+			if reader != "" {
+				return "the buyer"
+			}
+			return "buyer #" + strings.TrimPrefix(acct, "buyer:")
+		case strings.HasPrefix(acct, "provider:"):
+			if reader != "" {
+				return "the provider"
+			}
+			return "provider #" + strings.TrimPrefix(acct, "provider:")
+		}
+		return acct
+	}
+	whose := func(acct string) string {
+		if w := who(acct); w != "you" {
+			return w + "'s"
+		}
+		return "your"
+	}
+	switch e.Kind {
+	case EntryCharge:
+		return "Paid by the buyer, owed to " + who(e.Credit)
+	case EntryCredit:
+		return "Credit from " + whose(e.Debit) + " takings to " + who(e.Credit)
+	case EntryRefund:
+		return "Refund to " + whose(e.Debit) + " card"
+	case EntryFee:
+		return "Platform fee from " + whose(e.Debit) + " takings"
+	case EntryFeeReversal:
+		return "Platform fee given back to " + who(e.Credit)
+	case EntryTransfer:
+		return "Payout to " + whose(e.Debit) + " bank account"
+	case EntryLoss:
+		return "Credit to " + who(e.Credit) + ", borne by the platform"
+	case EntryChargeback:
+		return "Taken back by " + whose(e.Debit) + " bank (chargeback)"
+	case EntryChargebackReversal:
+		return "Chargeback reversed: returned by " + whose(e.Credit) + " bank"
+	}
+	return e.Kind
+}
+
 // ChargeEntries records the buyer's payment of a reservation: one charge per
 // provider for the amount of their pieces, each referencing the payment
 // intent.

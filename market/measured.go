@@ -200,11 +200,17 @@ func CostPerUnitOfWork(price Cents, f MeasuredFigure) (cost Cents, unit string, 
 	return 0, "", false
 }
 
-// FormatMilli formats a value in thousandths with at most one decimal.
+// FormatMilli formats a non-negative value in thousandths the way every
+// measured figure is written: one decimal below 100 ("12.5"), whole
+// numbers with thousands separators from 100 ("5,773"), rounded half up —
+// so a figure and the report beside it never differ in precision.
 func FormatMilli(v int64) string {
+	if v >= 99_950 {
+		return FormatInt((v + 500) / 1000)
+	}
 	tenths := (v + 50) / 100
 	if tenths%10 == 0 {
-		return groupThousands(int(tenths / 10))
+		return FormatInt(tenths / 10)
 	}
-	return fmt.Sprintf("%s.%d", groupThousands(int(tenths/10)), tenths%10)
+	return fmt.Sprintf("%s.%d", FormatInt(tenths/10), tenths%10)
 }

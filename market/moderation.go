@@ -72,10 +72,111 @@ const (
 	FlagUpheldDisputes       RedFlagCode = "upheld_disputes"
 )
 
+// Label names the flag in words, for the admin's review page.
+func (c RedFlagCode) Label() string {
+	switch c {
+	case FlagFigureAboveCatalogue:
+		return "Figure above the catalogue"
+	case FlagPriceLow:
+		return "Price far below the market"
+	case FlagPriceHigh:
+		return "Price far above the market"
+	case FlagCapacityAboveHistory:
+		return "More capacity than delivered before"
+	case FlagManyIncidents:
+		return "Many incidents"
+	case FlagUpheldDisputes:
+		return "Disputes upheld"
+	}
+	return "Warning"
+}
+
 // RedFlag is one automatic warning shown to the admin reviewing a listing.
 type RedFlag struct {
 	Code    RedFlagCode
 	Message string // for the admin: what is off, with the numbers
+}
+
+// FigureAbove is a performance figure an offer states above what the
+// catalogue publishes for its model (see RedFlags for the rule). Values
+// are in the kind's stored unit.
+type FigureAbove struct {
+	Kind      FigureKind
+	Stated    int64
+	Published int64
+	Model     string // the accelerator's name
+}
+
+// PublishedFigure is the catalogue's published figure of kind for the
+// accelerator, in the kind's stored unit: the vendor's BF16 peak, memory
+// bandwidth, or the throughput relative to the reference. Other kinds
+// have none.
+func PublishedFigure(acceleratorID string, k FigureKind) (int64, bool) {
+	acc, ok := FindAccelerator(acceleratorID)
+	if !ok {
+		return 0, false
+	}
+	switch k {
+	case FigureBF16TFLOPS:
+		return int64(acc.BF16TFLOPS), true
+	case FigureMemBandwidth:
+		return int64(acc.MemBWGBs), true
+	case FigureRelThroughput:
+		return acc.RelativeThroughputPermille(), true
+	}
+	return 0, false
+}
+
+// FiguresAboveCatalogue returns the offer's figures above the catalogue's
+// published figures for its model, in FigureKinds order: a BF16 TFLOPS or
+// memory bandwidth figure above the vendor's figure, or a relative
+// throughput more than FigureToleranceBP above the published ratio.
+func FiguresAboveCatalogue(o Offer) []FigureAbove {
+	acc, ok := FindAccelerator(o.AcceleratorID)
+	if !ok {
+		return nil
+	}
+	var out []FigureAbove
+	if f, ok := o.Figure(FigureBF16TFLOPS); ok && f.Value > int64(acc.BF16TFLOPS) {
+		out = append(out, FigureAbove{Kind: FigureBF16TFLOPS, Stated: f.Value, Published: int64(acc.BF16TFLOPS), Model: acc.Name})
+	}
+	if f, ok := o.Figure(FigureMemBandwidth); ok && f.Value > int64(acc.MemBWGBs) {
+		out = append(out, FigureAbove{Kind: FigureMemBandwidth, Stated: f.Value, Published: int64(acc.MemBWGBs), Model: acc.Name})
+	}
+	if f, ok := o.Figure(FigureRelThroughput); ok {
+		published := acc.RelativeThroughputPermille()
+		if f.Value*10000 > published*(10000+FigureToleranceBP) {
+			out = append(out, FigureAbove{Kind: FigureRelThroughput, Stated: f.Value, Published: published, Model: acc.Name})
+		}
+	}
+	return out
+}
+
+// AdminMessage is the red flag's message for the reviewing admin.
+func (f FigureAbove) AdminMessage() string {
+	switch f.Kind {
+	case FigureBF16TFLOPS:
+		return fmt.Sprintf("States %s TFLOPS BF16 per device; the %s's published peak is %s.", FormatInt(f.Stated), f.Model, FormatInt(f.Published))
+	case FigureMemBandwidth:
+		return fmt.Sprintf("States %s GB/s memory bandwidth per device; the %s's published figure is %s.", FormatInt(f.Stated), f.Model, FormatInt(f.Published))
+	}
+	return fmt.Sprintf("States training throughput of %s; published figures give %s%% (more than %s%% above).",
+		FormatFigure(f.Kind, f.Stated), FormatFigureValue(f.Kind, f.Published), FormatPercentBP(FigureToleranceBP))
+}
+
+// ProviderMessage warns the provider on the offer form, before they
+// submit, with the reason.
+func (f FigureAbove) ProviderMessage() string {
+	switch f.Kind {
+	case FigureBF16TFLOPS:
+		return fmt.Sprintf("%s TFLOPS is above the %s's published peak of %s TFLOPS per device. A measurement cannot beat the vendor's peak: is it per node, or at another precision (FP8, sparsity)? Submitted as it is, the listing is flagged for the reviewer.",
+			FormatInt(f.Stated), f.Model, FormatInt(f.Published))
+	case FigureMemBandwidth:
+		return fmt.Sprintf("%s GB/s is above the %s's published memory bandwidth of %s GB/s per device. A measurement cannot beat the vendor's figure: is it per node? Submitted as it is, the listing is flagged for the reviewer.",
+			FormatInt(f.Stated), f.Model, FormatInt(f.Published))
+	}
+	return fmt.Sprintf("%s%% is more than %s%% above the %s's published speed of %s (from the vendors' BF16 figures). Is it another precision (FP8, sparsity)? Submitted as it is, the listing is flagged for the reviewer.",
+		FormatFigureValue(f.Kind, f.Stated), FormatPercentBP(FigureToleranceBP), f.Model, FormatFigure(f.Kind, f.Published))
 }
 
 // Red-flag thresholds, documented here because admins read them on the
@@ -121,19 +222,8 @@ func RedFlags(o Offer, in ModerationInput) []RedFlag {
 	add := func(code RedFlagCode, format string, args ...any) {
 		flags = append(flags, RedFlag{Code: code, Message: fmt.Sprintf(format, args...)})
 	}
-	if acc, ok := FindAccelerator(o.AcceleratorID); ok {
-		if f, ok := o.Figure(FigureBF16TFLOPS); ok && f.Value > int64(acc.BF16TFLOPS) {
-			add(FlagFigureAboveCatalogue, "States %d TFLOPS BF16 per device; the %s's published peak is %d.", f.Value, acc.Name, acc.BF16TFLOPS)
-		}
-		if f, ok := o.Figure(FigureMemBandwidth); ok && f.Value > int64(acc.MemBWGBs) {
-			add(FlagFigureAboveCatalogue, "States %d GB/s memory bandwidth per device; the %s's published figure is %d.", f.Value, acc.Name, acc.MemBWGBs)
-		}
-		if f, ok := o.Figure(FigureRelThroughput); ok {
-			published := acc.RelativeThroughputPermille()
-			if f.Value*10000 > published*(10000+FigureToleranceBP) {
-				add(FlagFigureAboveCatalogue, "States training throughput %d‰ of the reference; published figures give %d‰ (more than %s%% above).", f.Value, published, FormatPercentBP(FigureToleranceBP))
-			}
-		}
+	for _, f := range FiguresAboveCatalogue(o) {
+		flags = append(flags, RedFlag{Code: FlagFigureAboveCatalogue, Message: f.AdminMessage()})
 	}
 	if len(in.MarketPrices) >= MinPriceComparables {
 		med := MedianCents(in.MarketPrices)

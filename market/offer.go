@@ -2,6 +2,7 @@ package market
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -87,6 +88,67 @@ var FigureKinds = []struct {
 	{FigureAllReduce, "All-reduce bus bandwidth", "GB/s"},
 	{FigureRelThroughput, "Training throughput vs A100 80GB SXM", "‰"},
 	{FigureTokensPerSec, "Inference tokens per second per device", "tok/s"},
+}
+
+// FigureFormUnit is the unit a person types and reads a figure in. Every
+// kind is stored in its FigureKinds unit; relative throughput, stored in
+// thousandths of the reference, is written as a percentage of it (100 %
+// = as fast as an A100 80GB SXM), which is how providers say it.
+func FigureFormUnit(k FigureKind) string {
+	if k == FigureRelThroughput {
+		return "%; 100 = as fast"
+	}
+	for _, fk := range FigureKinds {
+		if fk.Kind == k {
+			return fk.Unit
+		}
+	}
+	return ""
+}
+
+// FormatFigureValue writes a stored figure's number the way the form
+// takes it: relative throughput as a percentage with at most one decimal
+// (3170 → "317", 1055 → "105.5"), other kinds as the whole number.
+func FormatFigureValue(k FigureKind, v int64) string {
+	if k != FigureRelThroughput {
+		return strconv.FormatInt(v, 10)
+	}
+	if v%10 == 0 {
+		return strconv.FormatInt(v/10, 10)
+	}
+	return strconv.FormatInt(v/10, 10) + "." + strconv.FormatInt(v%10, 10)
+}
+
+// ParseFigureValue reads a figure's number as typed on the form (see
+// FormatFigureValue) into its stored unit.
+func ParseFigureValue(k FigureKind, s string) (int64, error) {
+	s = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), "%"))
+	if k != FigureRelThroughput {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("enter a whole number")
+		}
+		return n, nil
+	}
+	whole, frac, hasFrac := strings.Cut(s, ".")
+	n, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || n < 0 || n > 1_000_000 || (hasFrac && (len(frac) != 1 || frac[0] < '0' || frac[0] > '9')) {
+		return 0, fmt.Errorf("enter a percentage with at most one decimal, e.g. 317 or 105.5")
+	}
+	n *= 10
+	if hasFrac {
+		n += int64(frac[0] - '0')
+	}
+	return n, nil
+}
+
+// FormatFigure writes a figure for people: "989 TFLOPS", "3,350 GB/s",
+// "317% of an A100 80GB SXM".
+func FormatFigure(k FigureKind, v int64) string {
+	if k == FigureRelThroughput {
+		return FormatFigureValue(k, v) + "% of an A100 80GB SXM"
+	}
+	return FormatInt(v) + " " + FigureFormUnit(k)
 }
 
 // Figure is one performance figure on an offer.

@@ -28,6 +28,38 @@ const (
 	PayoutDone    PayoutState = "done"    // sent, or nothing to send
 )
 
+// Label names the settlement state in words for staff: "in progress",
+// "payouts waiting", "stopped: needs a retry", "settled".
+func (s SettlementState) Label() string {
+	switch s {
+	case SettlementPending:
+		return "in progress"
+	case SettlementWaiting:
+		return "refund made, payouts waiting"
+	case SettlementFailed:
+		return "stopped: needs a retry"
+	case SettlementDone:
+		return "settled"
+	}
+	return "unknown"
+}
+
+// Label names the payout state in words: "to be sent", "held until
+// payouts are connected", "frozen by a dispute", "paid".
+func (p PayoutState) Label() string {
+	switch p {
+	case PayoutPending:
+		return "to be sent"
+	case PayoutHeld:
+		return "held until payouts are connected"
+	case PayoutFrozen:
+		return "frozen by a dispute"
+	case PayoutDone:
+		return "paid"
+	}
+	return "unknown"
+}
+
 // PayoutStateFor is where a payout of amount stands: done when there is
 // nothing to pay (a zero payout is a completed step, never a transfer),
 // frozen while a dispute of the reservation is open, pending when the

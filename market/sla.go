@@ -596,8 +596,8 @@ func settlePiece(p ReservationPiece, terms SLATerms, incs []Incident, feeBP int)
 	// SLA credits. Rounding them apart keeps each monotone in downtime.
 	var notCharged, sla []line
 	for i, inc := range incs {
-		desc := fmt.Sprintf("%s, %d of %d devices, %s to %s", inc.Kind.Label(), inc.DevicesAffected, p.Devices,
-			inc.Start.UTC().Format("Jan 2 15:04"), time.Unix(spans[i].to, 0).UTC().Format("Jan 2 15:04"))
+		desc := fmt.Sprintf("%s, %d of %d devices, %s", inc.Kind.Label(), inc.DevicesAffected, p.Devices,
+			FormatSpan(inc.Start, time.Unix(spans[i].to, 0)))
 		c := Clause{Kind: ClauseKind(inc.Kind), IncidentID: inc.ID, DeviceSeconds: ds[i], RateBP: 10000}
 		num := ds[i] * 10000
 		switch {
