@@ -49,6 +49,82 @@ const (
 	AuditSubjectReservationFlg = "reservation_flag"
 )
 
+// AuditActionLabel names an audit action in words: "Offer approved",
+// "Money: Refund".
+func AuditActionLabel(action string) string {
+	switch action {
+	case AuditOfferApprove:
+		return "Offer approved"
+	case AuditOfferAutoApprove:
+		return "Offer approved automatically"
+	case AuditOfferReject:
+		return "Offer rejected"
+	case AuditOfferRequestChanges:
+		return "Changes asked for on an offer"
+	case AuditFigureVerify:
+		return "Figure marked verified"
+	case AuditProviderSuspend:
+		return "Provider suspended"
+	case AuditProviderReinstate:
+		return "Provider reinstated"
+	case AuditReservationFlagClear:
+		return "Reservation flag cleared"
+	case AuditDisputeDecide:
+		return "Dispute decided"
+	}
+	if kind, ok := strings.CutPrefix(action, AuditMoneyPrefix); ok {
+		return "Money: " + market.EntryKindLabel(kind)
+	}
+	return action
+}
+
+// AuditSubjectLabel names an audit subject in words, with its id:
+// "reservation #12", "account #3".
+func AuditSubjectLabel(kind string, id int64) string {
+	switch kind {
+	case AuditSubjectUser:
+		kind = "account"
+	case AuditSubjectReservationFlg:
+		kind = "reservation flag"
+	}
+	return kind + " #" + strconv.FormatInt(id, 10)
+}
+
+// AuditMoneyEntry reads back the ledger entry a money.* audit row records
+// (see moneyMoved). Rows written before the debit and credit were named
+// called them "to" and "from".
+func AuditMoneyEntry(e AuditEntry) (market.LedgerEntry, bool) {
+	kind, ok := strings.CutPrefix(e.Action, AuditMoneyPrefix)
+	if !ok {
+		return market.LedgerEntry{}, false
+	}
+	var v struct {
+		Debit, Credit, From, To, Ref, Key string
+		AmountCents                       int64 `json:"amount_cents"`
+	}
+	if err := json.Unmarshal([]byte(e.After), &v); err != nil {
+		return market.LedgerEntry{}, false
+	}
+	le := market.LedgerEntry{ReservationID: e.SubjectID, Kind: kind, Debit: v.Debit, Credit: v.Credit,
+		Amount: market.Cents(v.AmountCents), StripeRef: v.Ref, IdempotencyKey: v.Key, At: e.At}
+	if le.Debit == "" && le.Credit == "" {
+		le.Debit, le.Credit = v.To, v.From
+	}
+	return le, true
+}
+
+// AuditSummary is an audit entry in one line for a reservation's
+// timeline: the action in words and, for money, what moved which way.
+func AuditSummary(e AuditEntry) string {
+	if le, ok := AuditMoneyEntry(e); ok {
+		return fmt.Sprintf("%s: %s, %s.", AuditActionLabel(e.Action), le.Describe(""), le.Amount)
+	}
+	if e.Note == "" {
+		return AuditActionLabel(e.Action) + "."
+	}
+	return AuditActionLabel(e.Action) + ": " + e.Note
+}
+
 // AuditJSON renders a before or after value for an AuditEntry. Values that
 // cannot be encoded become "" (an audit row is never lost for its detail).
 func AuditJSON(v any) string {
@@ -183,8 +259,8 @@ func (db *DB) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEntry, int, 
 // provider, a transfer a payout sent, a refund money back to the buyer.
 func moneyMoved(ctx context.Context, tx querier, e market.LedgerEntry) error {
 	if err := insertAudit(ctx, tx, AuditEntry{At: e.At, Action: AuditMoneyPrefix + e.Kind, SubjectKind: AuditSubjectReservation,
-		SubjectID: e.ReservationID, After: AuditJSON(map[string]any{"from": e.Credit, "to": e.Debit, "amount_cents": e.Amount,
-			"ref": e.StripeRef, "key": e.IdempotencyKey}), Note: fmt.Sprintf("%s %s", e.Kind, e.Amount)}); err != nil {
+		SubjectID: e.ReservationID, After: AuditJSON(map[string]any{"debit": e.Debit, "credit": e.Credit, "amount_cents": e.Amount,
+			"ref": e.StripeRef, "key": e.IdempotencyKey}), Note: fmt.Sprintf("%s: %s", e.Describe(""), e.Amount)}); err != nil {
 		return err
 	}
 	var provider string

@@ -26,6 +26,23 @@ const (
 	PaymentRefunded      PaymentStatus = "refunded"
 )
 
+// Label says where a payment stands in words.
+func (s PaymentStatus) Label() string {
+	switch s {
+	case PaymentOpen:
+		return "checkout started, not paid"
+	case PaymentPaid:
+		return "paid"
+	case PaymentFailed:
+		return "failed"
+	case PaymentRefundPending:
+		return "paid late, to be refunded in full"
+	case PaymentRefunded:
+		return "refunded in full"
+	}
+	return "unknown"
+}
+
 // Payment is the payment of one reservation.
 type Payment struct {
 	ReservationID   int64

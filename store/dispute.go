@@ -245,7 +245,7 @@ func (db *DB) OpenDispute(ctx context.Context, buyerID, reservationID int64, rea
 	}
 	for _, p := range providers {
 		if err := insertNotification(ctx, tx, Notification{UserID: p, Kind: NotifyDisputeOpened, CreatedAt: now, URL: fmt.Sprintf("/disputes/%d", id),
-			Message: fmt.Sprintf("The buyer opened a dispute on reservation #%d (%s). Your payout for it is frozen until an admin decides; answer with your side.", r.ID, strings.ToLower(reason.Label()))}); err != nil {
+			Message: fmt.Sprintf("The buyer opened a dispute on reservation #%d: “%s”. Your payout for it is frozen until an admin decides; answer with your side.", r.ID, reason.Label())}); err != nil {
 			return DisputeCase{}, fail(op, err, "")
 		}
 	}
@@ -436,11 +436,15 @@ func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credi
 		Before: AuditJSON(disputeState{Status: d.Status}), After: AuditJSON(disputeState{Status: status, Credit: credit}), Note: reason}); err != nil {
 		return DisputeDecision{}, fail(op, err, "")
 	}
-	outcome := "rejected: no credit"
-	if credit > 0 {
-		outcome = fmt.Sprintf("decided with a credit of %s to the buyer", credit)
-	}
 	for _, u := range append([]int64{d.BuyerID}, d.ProviderIDs...) {
+		// Each party reads the outcome in their own terms.
+		outcome := "rejected: no credit"
+		switch {
+		case credit > 0 && u == d.BuyerID:
+			outcome = fmt.Sprintf("decided with a credit of %s to you", credit)
+		case credit > 0:
+			outcome = fmt.Sprintf("decided with a credit of %s to the buyer (your statement shows your part of it)", credit)
+		}
 		if err := insertNotification(ctx, tx, Notification{UserID: u, Kind: NotifyDisputeDecided, CreatedAt: now, URL: fmt.Sprintf("/disputes/%d", d.ID),
 			Message: fmt.Sprintf("The dispute on reservation #%d was %s. Reason: %s", d.ReservationID, outcome, reason)}); err != nil {
 			return DisputeDecision{}, fail(op, err, "")
@@ -530,6 +534,10 @@ type TimelineEvent struct {
 	At   time.Time
 	Kind string // booking, payment, incident, dispute, statement, decision, ledger, settlement, audit
 	Text string
+	Ref  string // a payment processor's reference, if any
+	// Record is a ledger entry as the ledger holds it (kind, amount, debit
+	// and credit accounts, idempotency key), for whoever checks the books.
+	Record string
 }
 
 // ReservationTimeline returns everything recorded about a reservation in
@@ -557,7 +565,8 @@ func (db *DB) ReservationTimeline(ctx context.Context, reservationID int64) ([]T
 	}
 	if pay, err := getPayment(ctx, tx, r.ID); err == nil {
 		add(pay.CreatedAt, "payment", "Checkout started for %s.", pay.Amount)
-		add(pay.UpdatedAt, "payment", "Payment %s (payment %s).", pay.Status, orNone(pay.PaymentIntentID))
+		add(pay.UpdatedAt, "payment", "Payment %s.", pay.Status.Label())
+		out[len(out)-1].Ref = pay.PaymentIntentID
 	} else if market.ErrorCode(err) != market.CodeNotFound {
 		return nil, fail(op, err, "")
 	}
@@ -566,8 +575,8 @@ func (db *DB) ReservationTimeline(ctx context.Context, reservationID int64) ([]T
 		return nil, fail(op, err, "")
 	}
 	for _, i := range incs {
-		add(i.CreatedAt, "incident", "%s reported by the %s: %s – %s, %d device(s). %s", i.Kind.Label(), i.ReportedBy,
-			i.Start.Format(time.DateTime), i.End.Format(time.DateTime), i.DevicesAffected, i.Note)
+		add(i.CreatedAt, "incident", "%s reported by the %s: %s, %d device(s). %s", i.Kind.Label(), i.ReportedBy,
+			market.FormatSpan(i.Start, i.End), i.DevicesAffected, i.Note)
 		if !i.AcknowledgedAt.IsZero() {
 			add(i.AcknowledgedAt, "incident", "Incident %d acknowledged by the provider.", i.ID)
 		}
@@ -597,17 +606,19 @@ func (db *DB) ReservationTimeline(ctx context.Context, reservationID int64) ([]T
 		return nil, fail(op, err, "")
 	}
 	for _, e := range ledger {
-		add(e.At, "ledger", "%s %s: debit %s, credit %s (%s)", e.Kind, e.Amount, e.Debit, e.Credit, e.IdempotencyKey)
+		add(e.At, "ledger", "%s: %s.", e.Describe(""), e.Amount)
+		out[len(out)-1].Ref = e.StripeRef
+		out[len(out)-1].Record = fmt.Sprintf("%s %s: debit %s, credit %s (%s)", e.Kind, e.Amount, e.Debit, e.Credit, e.IdempotencyKey)
 	}
 	if s, err := getSettlement(ctx, tx, r.ID); err == nil {
-		add(s.CreatedAt, "settlement", "Settlement computed: refund %s, state %s.", s.RefundCents, s.State)
+		add(s.CreatedAt, "settlement", "Settlement computed: refund %s; %s.", s.RefundCents, s.State.Label())
 		if !s.SettledAt.IsZero() {
 			add(s.SettledAt, "settlement", "Settled.")
 		}
 	} else if market.ErrorCode(err) != market.CodeNotFound {
 		return nil, fail(op, err, "")
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT a.at, a.action, a.note FROM audit_log a WHERE (a.subject_kind = ? AND a.subject_id = ?)
+	rows, err := tx.QueryContext(ctx, `SELECT a.at, a.action, a.subject_id, a.after_json, a.note FROM audit_log a WHERE (a.subject_kind = ? AND a.subject_id = ?)
 		OR (a.subject_kind = ? AND a.subject_id IN (SELECT id FROM disputes WHERE reservation_id = ?)) ORDER BY a.id`,
 		AuditSubjectReservation, r.ID, AuditSubjectDispute, r.ID)
 	if err != nil {
@@ -615,25 +626,19 @@ func (db *DB) ReservationTimeline(ctx context.Context, reservationID int64) ([]T
 	}
 	for rows.Next() {
 		var at int64
-		var action, note string
-		if err := rows.Scan(&at, &action, &note); err != nil {
+		var a AuditEntry
+		if err := rows.Scan(&at, &a.Action, &a.SubjectID, &a.After, &a.Note); err != nil {
 			rows.Close()
 			return nil, fail(op, err, "")
 		}
-		add(fromUnix(at), "audit", "%s %s", action, note)
+		a.At = fromUnix(at)
+		add(a.At, "audit", "%s", AuditSummary(a))
 	}
 	if err := closeRows(rows); err != nil {
 		return nil, fail(op, err, "")
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out, nil
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none yet"
-	}
-	return s
 }
 
 // The bank's outcomes of a chargeback.

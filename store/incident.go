@@ -212,8 +212,8 @@ func (db *DB) EscalateIncidents(ctx context.Context, cutoff, now time.Time) ([]D
 	for _, inc := range incs {
 		d := Dispute{ReservationID: inc.ReservationID, Source: DisputeSourceIncident, IncidentID: inc.ID, Status: DisputeOpen,
 			CreatedAt: truncate(now),
-			Statement: fmt.Sprintf("The provider did not acknowledge the buyer's report of %s (%d devices, %s to %s UTC) within the deadline. Buyer's evidence: %s",
-				inc.Kind.Label(), inc.DevicesAffected, inc.Start.Format("2 Jan 15:04"), inc.End.Format("2 Jan 15:04"), inc.Note)}
+			Statement: fmt.Sprintf("The provider did not acknowledge the buyer's incident report (%s, %d devices, %s) within the deadline. Buyer's evidence: %s",
+				inc.Kind.Label(), inc.DevicesAffected, market.FormatSpan(inc.Start, inc.End), inc.Note)}
 		if err := tx.QueryRowContext(ctx, `INSERT INTO disputes (reservation_id, source, incident_id, status, statement, created_at)
 			VALUES (?, ?, ?, ?, ?, ?) RETURNING id`, d.ReservationID, d.Source, d.IncidentID, d.Status, d.Statement, unix(now)).Scan(&d.ID); err != nil {
 			return nil, fail(op, err, "")
