@@ -43,7 +43,7 @@ func TestBuyerBuildsRequestRelaxesAndBooks(t *testing.T) {
 	for _, item := range []string{"Instance", "Storage", "Egress", "Expected failed work", "Restarts"} {
 		expectText(t, breakdown, item, "the first quote's breakdown")
 	}
-	expectText(t, first.GetByTestId("quote-emissions"), "kg CO2e", "the first quote's emissions")
+	expectText(t, first.GetByTestId("quote-emissions"), " CO2e", "the first quote's emissions (grams below a kilogram)")
 	expectText(t, first.GetByTestId("quote-total"), "$", "the first quote's effective cost")
 	if err := expect.Locator(first.GetByTestId("quote-piece")).ToContainText([]string{"2 ×"}); err != nil {
 		t.Errorf("the first quote's piece is not for 2 devices: %v", err)

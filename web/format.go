@@ -8,21 +8,16 @@ import (
 	"github.com/gpumarket/gpumarket/market"
 )
 
-// formatDate shows a UTC date, e.g. "3 Dec 2026".
-func formatDate(t time.Time) string {
-	if t.IsZero() {
-		return "—"
-	}
-	return t.UTC().Format("2 Jan 2006")
-}
+// formatDate shows a UTC date, e.g. "3 Dec 2026" (market.FormatDate: the
+// one date format of pages and messages).
+func formatDate(t time.Time) string { return market.FormatDate(t) }
 
-// formatTime shows a UTC instant, e.g. "3 Dec 2026 14:00 UTC".
-func formatTime(t time.Time) string {
-	if t.IsZero() {
-		return "—"
-	}
-	return t.UTC().Format("2 Jan 2006 15:04 UTC")
-}
+// formatTime shows a UTC instant, e.g. "3 Dec 2026 14:00 UTC"
+// (market.FormatTime).
+func formatTime(t time.Time) string { return market.FormatTime(t) }
+
+// formatSpan shows [start, end) as two instants (market.FormatSpan).
+func formatSpan(start, end time.Time) string { return market.FormatSpan(start, end) }
 
 func yesNo(b bool, yes, no string) string {
 	if b {

@@ -124,7 +124,7 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 	}
 	listings := map[int64]pieceInfo{}
 	for _, q := range res.Quotes {
-		card, err := h.quoteCard(c.Request().Context(), q, listings, now)
+		card, err := h.quoteCard(c.Request().Context(), req, q, listings, now)
 		if err != nil {
 			return v, err
 		}
@@ -160,16 +160,22 @@ func (h *Handler) pieceInfo(ctx context.Context, id int64, cache map[int64]piece
 	return pi, nil
 }
 
-func (h *Handler) quoteCard(ctx context.Context, q market.Quote, cache map[int64]pieceInfo, now time.Time) (views.QuoteCard, error) {
+func (h *Handler) quoteCard(ctx context.Context, req market.Request, q market.Quote, cache map[int64]pieceInfo, now time.Time) (views.QuoteCard, error) {
+	charged := q.Cost.Instance + q.Cost.Storage + q.Cost.Egress
 	card := views.QuoteCard{
 		Rank:        strconv.Itoa(q.Rank),
-		Window:      formatTime(q.Start) + " – " + formatTime(q.End),
+		Window:      formatSpan(q.Start, q.End),
 		Total:       q.Cost.Total.String(),
-		Charged:     (q.Cost.Instance + q.Cost.Storage + q.Cost.Egress).String(),
-		Emissions:   q.EmissionsKg() + " kg CO2e",
+		Charged:     charged.String(),
+		Emissions:   market.FormatEmissions(q.EmissionsG),
 		Reliability: market.FormatPercentBP(q.ReliabilityBP) + "%",
 		Providers:   plural(q.Providers, "provider"),
 		Segments:    costSegments(q.Cost),
+	}
+	if extra := q.Cost.Total - charged; extra > 0 {
+		card.ChargedNote = fmt.Sprintf("You are charged %s at booking: instance time, storage and egress. The effective cost adds %s of expected paid time that does no useful work (orchestration overhead, failed work, restarts). It ranks the quotes; it is never charged.", charged, extra)
+	} else {
+		card.ChargedNote = fmt.Sprintf("You are charged %s at booking: instance time, storage and egress. No paid time is expected to go without useful work, so the effective cost is the same.", charged)
 	}
 	if q.CentsPerRefDeviceHour > 0 {
 		card.PerUnit = q.CentsPerRefDeviceHour.String() + " per reference device-hour (A100 80GB SXM)"
@@ -210,7 +216,58 @@ func (h *Handler) quoteCard(ctx context.Context, q market.Quote, cache map[int64
 		return card, err
 	}
 	card.Cancellation = cancelScheduleView(market.CancellationScheduleOf(pieces), now, cancelQuoted).Summary
+	explainCost(card.Segments, req, q, offers)
 	return card, nil
+}
+
+// explainCost says, line by line, where each item of a quote's effective
+// cost comes from, with the request's and the offers' own figures.
+func explainCost(segs []views.CostSegment, req market.Request, q market.Quote, offers map[int64]market.Offer) {
+	w := req.Workload
+	provMins := map[int]bool{}
+	var mins int
+	intr := false
+	for _, p := range q.Pieces {
+		mins = offers[p.OfferID].ProvisioningMins
+		provMins[mins] = true
+		intr = intr || p.Interruptible
+	}
+	provisioning := "the providers' stated provisioning time"
+	if len(provMins) == 1 {
+		provisioning = plural(mins, "minute") + " of provisioning (the provider's figure)"
+	}
+	notes := map[string]string{}
+	if len(q.Pieces) == 1 {
+		p := q.Pieces[0]
+		notes["instance"] = fmt.Sprintf("%d devices × %s × %s per device-hour. Charged at booking.", p.Devices, plural(p.Hours, "hour"), p.PriceCents)
+	} else {
+		notes["instance"] = "Each piece's devices × hours × its price per device-hour (the pieces are listed below). Charged at booking."
+	}
+	switch {
+	case w.DatasetGB == 0:
+		notes["storage"] = "No dataset given, so no storage is priced."
+		notes["egress"] = "No dataset given, so no transfer is priced."
+	default:
+		notes["storage"] = fmt.Sprintf("Keeping the %d GB dataset on each piece for its duration, at the offer's price per GB-month. Charged at booking.", w.DatasetGB)
+		if reg, ok := market.FindRegion(w.DataRegionID); ok {
+			notes["egress"] = fmt.Sprintf("Moving the %d GB dataset from %s to each piece outside it, at the offer's price per GB. Charged at booking.", w.DatasetGB, reg.Name)
+		} else {
+			notes["egress"] = "Where the data lives is not given, so moving it is not priced."
+		}
+	}
+	notes["overhead"] = "The devices are paid for during " + provisioning + " at each start, before they can work. Not charged on top: it is booked time your job cannot use."
+	failures := "host failures (provider reliability " + market.FormatPercentBP(q.ReliabilityBP) + "%)"
+	if intr {
+		failures += " and interruptions"
+	}
+	notes["failed"] = fmt.Sprintf("Expected %s × the work lost to each: half the %d-minute checkpoint interval plus the %d-minute restart. An estimate, not charged.", failures, w.CheckpointMins, w.RestartMins)
+	if w.CheckpointMins == 0 && w.RestartMins == 0 {
+		notes["failed"] = "Without a checkpoint interval or restart time, no work is counted lost to " + failures + "."
+	}
+	notes["restart"] = "Provisioning again after each expected failure: " + provisioning + " each time. An estimate, not charged."
+	for i := range segs {
+		segs[i].Note = notes[segs[i].Key]
+	}
 }
 
 // costSegments itemises the effective cost for the stacked bar.
