@@ -101,6 +101,7 @@ func TestModerationQueueFlagsDecisionsAndNotifications(t *testing.T) {
 	form.Set("figure_bf16_tflops_value", "1500") // the H100 SXM's published peak is 989
 	form.Set("figure_bf16_tflops_basis", "estimated")
 	form.Set("figure_bf16_tflops_method", "our own benchmark")
+	form.Set("figures_confirmed", "1") // warned on the form, submitted anyway
 	id := prov.createOffer(form)
 
 	admin := app.adminClient("root@example.com")

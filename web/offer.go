@@ -56,14 +56,42 @@ func reviewLabel(r market.ReviewState) string {
 	return string(r)
 }
 
-func (h *Handler) offerForm(c echo.Context, status int, heading, action, submit string, values views.OfferFormValues, errs map[string]string, note string) error {
+// offerForm renders the offer form with values as typed. Every figure
+// above the catalogue's published figure carries its warning, and the
+// form asks the provider to confirm them before submitting; checked says
+// the provider pressed "Check figures", so a clean result says so.
+func (h *Handler) offerForm(c echo.Context, status int, heading, action, submit string, values views.OfferFormValues, errs map[string]string, note string, checked bool) error {
 	v := views.OfferFormView{Heading: heading, Action: action, Submit: submit, Values: values, Errors: errs, ReviewNote: note}
 	offerFormOptions(&v)
+	o, _ := offerFromForm(values)
+	above := map[string]string{}
+	for _, f := range market.FiguresAboveCatalogue(o) {
+		above[string(f.Kind)] = f.ProviderMessage()
+	}
+	for i := range v.Values.Figures {
+		fi := &v.Values.Figures[i]
+		k := market.FigureKind(fi.Kind)
+		if pub, ok := market.PublishedFigure(values.Accelerator, k); ok {
+			fi.Published = market.FormatFigure(k, pub)
+		}
+		fi.Warning = above[fi.Kind]
+	}
+	v.FiguresWarned = len(above) > 0
+	if checked && !v.FiguresWarned && len(errs) == 0 {
+		v.FiguresChecked = "No figure is above the catalogue's published figures for this model. Submit when you are ready."
+	}
 	return render(c, status, views.OfferForm(h.page(c, heading), v))
 }
 
+// figuresNeedConfirming reports whether a valid offer's form must be shown
+// again before it is saved: the provider asked to check the figures, or
+// some are above the catalogue's and the provider has not confirmed them.
+func figuresNeedConfirming(c echo.Context, o market.Offer) bool {
+	return c.FormValue("check") != "" || (len(market.FiguresAboveCatalogue(o)) > 0 && c.FormValue("figures_confirmed") == "")
+}
+
 func (h *Handler) handleOfferNew(c echo.Context) error {
-	return h.offerForm(c, http.StatusOK, "List capacity", "/provider/offers", "Submit for review", newOfferDefaults(h.now()), nil, "")
+	return h.offerForm(c, http.StatusOK, "List capacity", "/provider/offers", "Submit for review", newOfferDefaults(h.now()), nil, "", false)
 }
 
 func (h *Handler) handleOfferCreate(c echo.Context) error {
@@ -71,7 +99,10 @@ func (h *Handler) handleOfferCreate(c echo.Context) error {
 	values := readOfferForm(c)
 	o, problems := offerFromForm(values)
 	if err := validateOfferForm(&o, problems, h); err != nil {
-		return h.offerForm(c, http.StatusUnprocessableEntity, "List capacity", "/provider/offers", "Submit for review", values, market.FieldErrors(err), "")
+		return h.offerForm(c, http.StatusUnprocessableEntity, "List capacity", "/provider/offers", "Submit for review", values, market.FieldErrors(err), "", false)
+	}
+	if figuresNeedConfirming(c, o) {
+		return h.offerForm(c, http.StatusOK, "List capacity", "/provider/offers", "Submit for review", values, nil, "", true)
 	}
 	o.ProviderID = u.ID
 	created, err := h.db.CreateOffer(c.Request().Context(), o, h.now())
@@ -109,7 +140,7 @@ func (h *Handler) handleOfferEdit(c echo.Context) error {
 	if o.State == market.OfferWithdrawn {
 		return market.Errorf(market.CodeConflict, "This offer is withdrawn and can no longer be edited.")
 	}
-	return h.offerForm(c, http.StatusOK, "Edit offer", fmt.Sprintf("/provider/offers/%d", id), "Save and resubmit for review", offerFormValues(o), nil, o.ReviewNote)
+	return h.offerForm(c, http.StatusOK, "Edit offer", fmt.Sprintf("/provider/offers/%d", id), "Save and resubmit for review", offerFormValues(o), nil, o.ReviewNote, false)
 }
 
 func (h *Handler) handleOfferUpdate(c echo.Context) error {
@@ -127,18 +158,21 @@ func (h *Handler) handleOfferUpdate(c echo.Context) error {
 	values := readOfferForm(c)
 	for i := range values.Figures {
 		if f, ok := current.Figure(market.FigureKind(values.Figures[i].Kind)); ok && f.Basis == market.FigureVerified {
-			values.Figures[i].Verified = strconv.FormatInt(f.Value, 10) == values.Figures[i].Value
+			values.Figures[i].Verified = market.FormatFigureValue(f.Kind, f.Value) == values.Figures[i].Value
 		}
 	}
 	o, problems := offerFromForm(values)
 	action := fmt.Sprintf("/provider/offers/%d", id)
 	if err := validateOfferForm(&o, problems, h); err != nil {
-		return h.offerForm(c, http.StatusUnprocessableEntity, "Edit offer", action, "Save and resubmit for review", values, market.FieldErrors(err), current.ReviewNote)
+		return h.offerForm(c, http.StatusUnprocessableEntity, "Edit offer", action, "Save and resubmit for review", values, market.FieldErrors(err), current.ReviewNote, false)
+	}
+	if figuresNeedConfirming(c, o) {
+		return h.offerForm(c, http.StatusOK, "Edit offer", action, "Save and resubmit for review", values, nil, current.ReviewNote, true)
 	}
 	o.ID = id
 	updated, err := h.db.UpdateOffer(ctx, u.ID, o, h.now())
 	if market.ErrorCode(err) == market.CodeInvalid {
-		return h.offerForm(c, http.StatusUnprocessableEntity, "Edit offer", action, "Save and resubmit for review", values, market.FieldErrors(err), current.ReviewNote)
+		return h.offerForm(c, http.StatusUnprocessableEntity, "Edit offer", action, "Save and resubmit for review", values, market.FieldErrors(err), current.ReviewNote, false)
 	}
 	if err != nil {
 		return err

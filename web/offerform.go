@@ -53,7 +53,7 @@ func readOfferForm(c echo.Context) views.OfferFormValues {
 	}
 	for _, fk := range market.FigureKinds {
 		k := string(fk.Kind)
-		v.Figures = append(v.Figures, views.FigureInput{Kind: k, Label: fk.Label, Unit: fk.Unit,
+		v.Figures = append(v.Figures, views.FigureInput{Kind: k, Label: fk.Label, Unit: market.FigureFormUnit(fk.Kind), Step: figureStep(fk.Kind),
 			Value:  strings.TrimSpace(c.FormValue("figure_" + k + "_value")),
 			Basis:  c.FormValue("figure_" + k + "_basis"),
 			Method: strings.TrimSpace(c.FormValue("figure_" + k + "_method"))})
@@ -154,9 +154,9 @@ func offerFromForm(v views.OfferFormValues) (market.Offer, market.Problems) {
 		if f.Value == "" {
 			continue
 		}
-		n, err := strconv.ParseInt(f.Value, 10, 64)
+		n, err := market.ParseFigureValue(market.FigureKind(f.Kind), f.Value)
 		if err != nil {
-			p.Add("figure_"+f.Kind, "Enter a whole number.")
+			p.Add("figure_"+f.Kind, strings.ToUpper(err.Error()[:1])+err.Error()[1:]+".")
 			continue
 		}
 		// A figure an admin verified stays verified while its value is
@@ -189,9 +189,9 @@ func offerFormValues(o market.Offer) views.OfferFormValues {
 		v.PreemptNotice = itoa(o.PreemptNoticeMins)
 	}
 	for _, fk := range market.FigureKinds {
-		fi := views.FigureInput{Kind: string(fk.Kind), Label: fk.Label, Unit: fk.Unit, Basis: string(market.FigureEstimated)}
+		fi := views.FigureInput{Kind: string(fk.Kind), Label: fk.Label, Unit: market.FigureFormUnit(fk.Kind), Step: figureStep(fk.Kind), Basis: string(market.FigureEstimated)}
 		if f, ok := o.Figure(fk.Kind); ok {
-			fi.Value = strconv.FormatInt(f.Value, 10)
+			fi.Value = market.FormatFigureValue(fk.Kind, f.Value)
 			fi.Method = f.Method
 			fi.Verified = f.Basis == market.FigureVerified
 			if f.Basis == market.FigureGuaranteed {
@@ -201,6 +201,15 @@ func offerFormValues(o market.Offer) views.OfferFormValues {
 		v.Figures = append(v.Figures, fi)
 	}
 	return v
+}
+
+// figureStep is the figure input's step: a tenth for a percentage, else
+// whole numbers.
+func figureStep(k market.FigureKind) string {
+	if k == market.FigureRelThroughput {
+		return "0.1"
+	}
+	return "1"
 }
 
 // newOfferDefaults pre-fills a new offer with sensible terms.
