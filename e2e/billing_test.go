@@ -74,7 +74,7 @@ func TestBookPayIncidentSettle(t *testing.T) {
 	srv = restartAt(t, srv, start.Add(5*time.Hour))
 	waitFor(t, buyer, srv.URL+"/reservations/"+resID, "settled")
 	click(t, buyer.GetByTestId("statement-link"), "Settlement statement")
-	expectText(t, buyer.GetByTestId("settlement-state"), "done", "settlement state")
+	expectText(t, buyer.GetByTestId("settlement-state"), "settled", "settlement state")
 	expectText(t, buyer.GetByTestId("statement-clause").First(), "Host failure, 1 of 4 devices", "host failure clause")
 	expectText(t, buyer.GetByTestId("statement-delivered"), "15.50 of 16.00", "delivered device-hours")
 	expectAmount(t, buyer.GetByTestId("statement-uptime"), "96.87%", "uptime (delivered ÷ promised, rounded down)")

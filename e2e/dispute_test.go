@@ -72,7 +72,7 @@ func TestDispute(t *testing.T) {
 	disputeA := openDispute(t, buyer, srv, resA, "One of the two devices reports as an A100 40GB in nvidia-smi; log attached to ticket BB-7.")
 	disputeB := openDispute(t, buyer, srv, resB, "Both devices report as A100 40GB in nvidia-smi for the whole booking; ticket BB-8.")
 	gotoOK(t, provider, srv.URL+"/notifications")
-	click(t, provider.GetByTestId("notification").Filter(playwright.LocatorFilterOptions{HasText: "opened a dispute on reservation #" + resA + " "}).GetByRole("link"), "the dispute notification")
+	click(t, provider.GetByTestId("notification").Filter(playwright.LocatorFilterOptions{HasText: "opened a dispute on reservation #" + resA + ":"}).GetByRole("link"), "the dispute notification")
 	expectURL(t, provider, srv.URL+disputeA)
 	fill(t, provider.Locator("#f-statement"), "Both devices were H100 SXM; one was misreported by an old driver, fixed within the hour.")
 	click(t, provider.GetByTestId("dispute-answer"), "Add statement")
@@ -115,8 +115,8 @@ func TestDispute(t *testing.T) {
 	expectSummary(t, buyer, wantA, "A's buyer statement after the credit")
 	refund := buyer.Locator(`[data-testid="ledger-row"][data-kind="refund"]`).Filter(playwright.LocatorFilterOptions{HasText: usd(creditA)})
 	expectVisible(t, refund, "the dispute refund in the ledger")
-	if text, _ := refund.TextContent(); !strings.Contains(text, "platform:cash") {
-		t.Errorf("the ledger refund row does not show money leaving the platform's cash: %q", text)
+	if text, _ := refund.TextContent(); !strings.Contains(text, "Refund to your card") {
+		t.Errorf("the ledger refund row does not say the money went to the buyer's card: %q", text)
 	}
 	shot(t, buyer, "statement")
 
@@ -140,11 +140,11 @@ func TestDispute(t *testing.T) {
 	// B is settled at once, with nothing to pay the provider.
 	waitFor(t, buyer, srv.URL+"/reservations/"+resB, "settled")
 	gotoOK(t, buyer, srv.URL+"/reservations/"+resB+"/statement")
-	expectText(t, buyer.GetByTestId("settlement-state"), "done", "B's settlement state")
+	expectText(t, buyer.GetByTestId("settlement-state"), "settled", "B's settlement state")
 	expectSummary(t, buyer, wantB, "B's buyer statement after the credit")
 	gotoOK(t, provider, srv.URL+"/provider/bookings/"+resB+"/statement")
 	expectSummary(t, provider, wantB, "B's provider statement after the credit")
-	expectAmount(t, provider.GetByTestId("payout-state"), "Payout — nothing to pay.", "B's payout state")
+	expectAmount(t, provider.GetByTestId("payout-state"), "No payout: nothing is left to pay you.", "B's payout state")
 
 	// The provider finishes payout onboarding: A's held payout is transferred at once.
 	gotoOK(t, provider, srv.URL+"/provider/reservations")
@@ -167,7 +167,7 @@ func TestDispute(t *testing.T) {
 		expectAmount(t, row.GetByTestId("provider-payout"), want, "the payout of #"+id+" in the provider's list")
 	}
 	gotoOK(t, provider, srv.URL+"/provider/bookings/"+resA+"/statement")
-	expectText(t, provider.GetByTestId("settlement-state"), "done", "A's settlement state")
+	expectText(t, provider.GetByTestId("settlement-state"), "settled", "A's settlement state")
 	expectAmount(t, provider.GetByTestId("payout-state"), fmt.Sprintf("Payout of %s paid to your connected account.", transferred), "A's payout state")
 	expectSummary(t, provider, wantA, "A's provider statement after the transfer")
 	expectAmount(t, provider.GetByTestId("adjustment-amount"), usd(creditA), "the dispute credit on the provider's statement")
@@ -251,7 +251,8 @@ func providerLedger(t *testing.T, admin playwright.Page, srv *server, resID stri
 	gotoOK(t, admin, srv.URL+"/admin/reservations/"+resID)
 	events := admin.Locator(`[data-testid="timeline-event"][data-kind="ledger"]`)
 	expectVisible(t, events.First(), "a ledger event on #"+resID+"'s timeline")
-	texts, err := events.AllInnerTexts()
+	// Each event's entry as recorded (debit, credit, key) sits in a closed <details>: its text content.
+	texts, err := events.Locator(`[data-testid="timeline-record"]`).AllTextContents()
 	if err != nil {
 		t.Fatalf("read #%s's ledger: %v", resID, err)
 	}

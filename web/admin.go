@@ -94,12 +94,12 @@ func (h *Handler) handleAdminOffers(c echo.Context) error {
 				market.FormatPercentBP(market.ReliabilityBP(rec))),
 		}
 		for _, f := range market.RedFlags(o, moderationInput(o, rec, prices)) {
-			row.Flags = append(row.Flags, views.RedFlag{Code: string(f.Code), Message: f.Message})
+			row.Flags = append(row.Flags, views.RedFlag{Code: string(f.Code), Label: f.Code.Label(), Message: f.Message})
 		}
 		for _, fk := range market.FigureKinds {
 			if f, ok := o.Figure(fk.Kind); ok {
 				row.Figures = append(row.Figures, views.ReviewFigure{Kind: string(fk.Kind), Label: fk.Label,
-					Value: fmt.Sprintf("%d %s", f.Value, fk.Unit), Basis: string(f.Basis), Method: orDash(f.Method),
+					Value: market.FormatFigure(fk.Kind, f.Value), Basis: string(f.Basis), Method: orDash(f.Method),
 					Verified: f.Basis == market.FigureVerified})
 			}
 		}
@@ -310,16 +310,12 @@ func (h *Handler) handleAdminAudit(c echo.Context) error {
 		return err
 	}
 	for _, e := range entries {
-		actor := "system"
-		if e.ActorID != 0 {
-			actor = fmt.Sprintf("%s (#%d)", e.ActorName, e.ActorID)
-		}
-		v.Entries = append(v.Entries, views.AuditRow{
-			At: formatTime(e.At), Actor: actor, Action: e.Action, Subject: fmt.Sprintf("%s #%d", e.SubjectKind, e.SubjectID),
-			Before: orDash(e.Before), After: orDash(e.After), Note: e.Note,
-		})
+		v.Entries = append(v.Entries, auditRow(e))
 	}
 	v.Total = fmt.Sprintf("%d entries", total)
+	if total == 1 {
+		v.Total = "1 entry"
+	}
 	pageURL := func(n int) string {
 		q2 := url.Values{}
 		for k, vals := range q {
@@ -339,6 +335,22 @@ func (h *Handler) handleAdminAudit(c echo.Context) error {
 	return render(c, status, views.AdminAudit(h.page(c, "Audit trail"), v))
 }
 
+// auditRow is one audit entry as the trail shows it: the action and
+// subject in words, what happened in a line (for money, which way it
+// went), the recorded before and after kept for whoever opens them.
+func auditRow(e store.AuditEntry) views.AuditRow {
+	actor := "system"
+	if e.ActorID != 0 {
+		actor = fmt.Sprintf("%s (#%d)", e.ActorName, e.ActorID)
+	}
+	row := views.AuditRow{At: formatTime(e.At), Actor: actor, Action: store.AuditActionLabel(e.Action), ActionCode: e.Action,
+		Subject: store.AuditSubjectLabel(e.SubjectKind, e.SubjectID), Summary: e.Note, Before: e.Before, After: e.After}
+	if le, ok := store.AuditMoneyEntry(e); ok {
+		row.Money, row.Summary, row.Amount, row.Ref = true, le.Describe(""), le.Amount.String(), le.StripeRef
+	}
+	return row
+}
+
 func auditActionOptions() []views.Option {
 	opts := []views.Option{{Value: "", Label: "Any action"}}
 	for _, a := range []string{
@@ -346,7 +358,7 @@ func auditActionOptions() []views.Option {
 		store.AuditFigureVerify, store.AuditProviderSuspend, store.AuditProviderReinstate, store.AuditReservationFlagClear,
 		store.AuditDisputeDecide,
 	} {
-		opts = append(opts, views.Option{Value: a, Label: a})
+		opts = append(opts, views.Option{Value: a, Label: store.AuditActionLabel(a)})
 	}
-	return append(opts, views.Option{Value: store.AuditMoneyPrefix, Label: "money movements (money.*)"})
+	return append(opts, views.Option{Value: store.AuditMoneyPrefix, Label: "Any movement of money"})
 }

@@ -76,15 +76,26 @@ func (h *Handler) handleDisputeOpen(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/disputes/%d", d.ID))
 }
 
-// disputeView builds the page model of a dispute for any reader.
-func disputeView(d store.DisputeCase) views.DisputeView {
+// disputeView builds the page model of a dispute for its reader: the
+// buyer or a provider of it (role "buyer", "provider"), or an admin ("").
+func disputeView(d store.DisputeCase, role string) views.DisputeView {
 	v := views.DisputeView{
 		ID: strconv.FormatInt(d.ID, 10), Reservation: fmt.Sprintf("#%d", d.ReservationID), Reason: d.Reason.Label(),
 		Source: d.Source, Status: d.Status, Opened: formatTime(d.CreatedAt),
 	}
 	opener := "The buyer (" + d.BuyerName + ")"
-	if d.Source != store.DisputeSourceBuyer {
-		opener = "Opened automatically (" + d.Source + ")"
+	switch d.Source {
+	case store.DisputeSourceBuyer:
+	case store.DisputeSourceIncident:
+		opener = "Opened automatically: an incident report not acknowledged in time"
+	case store.DisputeSourceStripe:
+		opener = "Opened automatically: a chargeback from the buyer's bank"
+	default:
+		opener = "Opened automatically"
+	}
+	buyer := "the buyer"
+	if role == "buyer" {
+		buyer = "you"
 	}
 	v.Statements = append(v.Statements, views.DisputeStatementRow{Who: opener, At: formatTime(d.CreatedAt), Body: d.Statement, Role: "buyer"})
 	for _, m := range d.Messages {
@@ -92,7 +103,7 @@ func disputeView(d store.DisputeCase) views.DisputeView {
 	}
 	switch d.Status {
 	case store.DisputeGranted:
-		v.Outcome = fmt.Sprintf("Decided on %s: a credit of %s to the buyer. Reason: %s", formatTime(d.DecidedAt), d.CreditCents, d.DecisionReason)
+		v.Outcome = fmt.Sprintf("Decided on %s: a credit of %s to %s. Reason: %s", formatTime(d.DecidedAt), d.CreditCents, buyer, d.DecisionReason)
 	case store.DisputeRejected:
 		v.Outcome = fmt.Sprintf("Decided on %s: rejected, no credit. Reason: %s", formatTime(d.DecidedAt), d.DecisionReason)
 	}
@@ -100,7 +111,11 @@ func disputeView(d store.DisputeCase) views.DisputeView {
 	case store.DisputeRefundPending:
 		v.Refund = fmt.Sprintf("The refund of %s is being made.", d.CreditCents)
 	case store.DisputeRefundDone:
-		v.Refund = fmt.Sprintf("Refunded %s to the buyer's card (reference %s).", d.CreditCents, d.RefundRef)
+		card := "the buyer's card"
+		if role == "buyer" {
+			card = "your card"
+		}
+		v.Refund, v.RefundRef = fmt.Sprintf("Refunded %s to %s.", d.CreditCents, card), d.RefundRef
 	}
 	return v
 }
@@ -127,7 +142,7 @@ func (h *Handler) handleDisputeShow(c echo.Context) error {
 	if role == "" && !u.IsAdmin {
 		return market.Errorf(market.CodeNotFound, "That dispute could not be found.")
 	}
-	v := disputeView(d)
+	v := disputeView(d, role)
 	v.ReservationURL = fmt.Sprintf("/reservations/%d", d.ReservationID)
 	if role == "provider" {
 		v.ReservationURL = fmt.Sprintf("/provider/bookings/%d", d.ReservationID)
@@ -184,7 +199,7 @@ func (h *Handler) timelineRows(ctx context.Context, reservationID int64) ([]view
 	}
 	rows := make([]views.TimelineRow, 0, len(evs))
 	for _, e := range evs {
-		rows = append(rows, views.TimelineRow{At: formatTime(e.At), Kind: e.Kind, Text: e.Text})
+		rows = append(rows, views.TimelineRow{At: formatTime(e.At), Kind: e.Kind, Text: e.Text, Ref: e.Ref, Record: e.Record})
 	}
 	return rows, nil
 }
@@ -207,7 +222,7 @@ func (h *Handler) adminDisputePage(c echo.Context, status int, id int64, credit,
 	if err != nil {
 		return err
 	}
-	v := disputeView(d)
+	v := disputeView(d, "")
 	v.Admin, v.ReservationURL = true, fmt.Sprintf("/admin/reservations/%d", d.ReservationID)
 	if v.Timeline, err = h.timelineRows(ctx, d.ReservationID); err != nil {
 		return err

@@ -255,8 +255,13 @@ func incidentRows(incs []store.Incident, pieces []market.ReservationPiece, provi
 		if !on[i.PieceID] {
 			continue
 		}
+		// The reader's own reports are "you", the other party's by role.
+		by := "the " + i.ReportedBy
+		if (i.ReportedBy == store.ReportedByProvider) == provider {
+			by = "you"
+		}
 		row := views.IncidentRow{ID: strconv.FormatInt(i.ID, 10), Kind: i.Kind.Label(), Note: i.Note,
-			Window: formatTime(i.Start) + " – " + formatTime(i.End), Devices: strconv.Itoa(i.DevicesAffected), ReportedBy: i.ReportedBy}
+			Window: formatSpan(i.Start, i.End), Devices: strconv.Itoa(i.DevicesAffected), ReportedBy: by}
 		switch {
 		case i.Acknowledged:
 			row.Status = "Applies"

@@ -269,7 +269,7 @@ func (h *Handler) workReportView(c echo.Context, r market.Reservation, values vi
 		f := market.MeasuredFigure{Metric: rep.Metric, LatencyPercentile: rep.LatencyPercentile}
 		v.Reports = append(v.Reports, views.WorkReportRow{
 			When: formatTime(rep.CreatedAt), Offer: titles[rep.OfferID],
-			Figure:    groupInt(rep.Value) + " " + f.Unit(),
+			Figure:    market.FormatInt(rep.Value) + " " + f.Unit(),
 			Effective: market.FormatMilli(rep.EffectiveMilliPerDevice()) + " per device effective",
 			Lost:      fmt.Sprintf("%d of %d minutes lost", rep.LostMinutes, rep.ObservedMinutes),
 			Workload:  rep.Workload, Note: rep.Note,

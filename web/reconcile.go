@@ -72,19 +72,32 @@ func (h *Handler) handleAdminReconciliation(c echo.Context) error {
 		return err
 	}
 	for _, d := range ds {
-		v.Disputes = append(v.Disputes, fmt.Sprintf("#%d on reservation %d (%s, %s): %s", d.ID, d.ReservationID, d.Source, formatTime(d.CreatedAt), d.Statement))
+		v.Disputes = append(v.Disputes, fmt.Sprintf("#%d on reservation %d (%s, %s): %s", d.ID, d.ReservationID, disputeSourceLabel(d.Source), formatTime(d.CreatedAt), d.Statement))
 	}
 	return render(c, http.StatusOK, views.Reconciliation(h.page(c, "Reconciliation"), v))
+}
+
+// disputeSourceLabel says who opened a dispute.
+func disputeSourceLabel(source string) string {
+	switch source {
+	case store.DisputeSourceBuyer:
+		return "opened by the buyer"
+	case store.DisputeSourceIncident:
+		return "an incident report not acknowledged in time"
+	case store.DisputeSourceStripe:
+		return "a chargeback"
+	}
+	return "opened automatically"
 }
 
 func settlementAdminState(s store.Settlement) string {
 	var parts []string
 	for _, t := range s.Transfers {
 		if t.State != store.TransferDone {
-			parts = append(parts, fmt.Sprintf("provider %d %s", t.ProviderID, t.State))
+			parts = append(parts, fmt.Sprintf("provider #%d's payout %s", t.ProviderID, t.State.Label()))
 		}
 	}
-	out := string(s.State)
+	out := s.State.Label()
 	if !s.RefundDone {
 		out += ", refund pending"
 	}

@@ -59,12 +59,47 @@ func settlementStateText(s store.Settlement, providerID int64) string {
 				return "Refund made. The provider's payout is held until they finish connecting payouts."
 			}
 			if t.State == store.TransferFrozen {
+				if providerID != 0 {
+					return "Refund made. Your payout is frozen while a dispute is open; it is released when an admin decides."
+				}
 				return "Refund made. The provider's payout is frozen while a dispute is open."
 			}
 		}
+		if providerID != 0 {
+			return "Refund made and your payout sent; other providers' payouts are still waiting."
+		}
 		return "Refund made; other providers' payouts are still waiting."
 	}
-	return string(s.State)
+	return "Settlement in progress."
+}
+
+// settlementBadge is the one-or-two-word state of a settlement for its
+// buyer (providerID 0) or one of its providers: the buyer's refund is made
+// once the settlement waits only on payouts.
+func settlementBadge(s store.Settlement, providerID int64) string {
+	switch s.State {
+	case store.SettlementDone:
+		return "settled"
+	case store.SettlementWaiting:
+		if providerID == 0 {
+			return "refunded"
+		}
+		for _, t := range s.Transfers {
+			if t.ProviderID != providerID {
+				continue
+			}
+			switch t.State {
+			case store.TransferHeld:
+				return "payout held"
+			case store.TransferFrozen:
+				return "payout frozen"
+			}
+		}
+		return "paid"
+	case store.SettlementFailed:
+		return "delayed"
+	}
+	return "in progress"
 }
 
 func (h *Handler) handleBuyerStatement(c echo.Context) error {
@@ -100,7 +135,7 @@ func (h *Handler) renderStatement(c echo.Context, r market.Reservation, provider
 			return err
 		}
 		v := views.StatementView{ReservationID: strconv.FormatInt(r.ID, 10), ForProvider: providerID != 0, BackURL: back,
-			Lead: "The statement is computed when the booking is settled.", State: "waiting", StateNote: note, Awaiting: true, Simulated: h.simulated()}
+			Lead: "The statement is computed when the booking is settled.", State: "waiting for the provider", StateNote: note, Awaiting: true, Simulated: h.simulated()}
 		return render(c, http.StatusOK, views.Statement(h.page(c, title), v))
 	}
 	if err != nil {
@@ -190,7 +225,7 @@ func (h *Handler) statementView(ctx context.Context, s store.Settlement, provide
 	st := s.Statement
 	forProvider := providerID != 0
 	v := views.StatementView{ReservationID: strconv.FormatInt(s.ReservationID, 10), ForProvider: forProvider,
-		State: string(s.State), StateNote: settlementStateText(s, providerID), Simulated: h.simulated()}
+		State: settlementBadge(s, providerID), StateNote: settlementStateText(s, providerID), Simulated: h.simulated()}
 	v.Lead = "Delivered device-hours, uptime and every clause of the terms that gave money back."
 	switch {
 	case st.Cancelled && forProvider:
@@ -214,7 +249,7 @@ func (h *Handler) statementView(ctx context.Context, s store.Settlement, provide
 			return v, err
 		}
 		pv := views.StatementPieceView{
-			Title: info.title, Basis: string(p.Basis), Window: formatTime(p.Start) + " – " + formatTime(p.End), Paid: p.Paid.String(),
+			Title: info.title, Basis: p.Basis.Label(), Window: formatSpan(p.Start, p.End), Paid: p.Paid.String(),
 			Refund: p.Refund.String(), Fee: p.Fee.String(), Payout: p.Payout.String(),
 		}
 		if !st.Cancelled {
@@ -269,7 +304,7 @@ func (h *Handler) statementView(ctx context.Context, s store.Settlement, provide
 		}
 	}
 	if t, ok := transfers[providerID]; ok && forProvider {
-		v.PayoutState = "Payout " + transferStateText(t)
+		v.PayoutState = transferStateText(t)
 	}
 
 	disputes, err := h.db.ListReservationDisputeCases(ctx, s.ReservationID)
@@ -399,14 +434,18 @@ func summaryLines(st market.Statement, t summaryTotals, forProvider bool) ([]vie
 	case d.n > 0:
 		line("Dispute credits", d.credit, "statement-dispute-credits", false)
 	}
-	line("Refund to the buyer", t.refund+d.credit, "statement-refund", true)
+	if forProvider {
+		line("Refund to the buyer", t.refund+d.credit, "statement-refund", true)
+	} else {
+		line("Refund to you", t.refund+d.credit, "statement-refund", true)
+	}
 	if forProvider && d.n > 0 {
 		line("Dispute credits taken from your payout", d.taken, "statement-dispute-taken", false)
 	}
 	line("Platform fee ("+market.FormatPercentBP(st.PlatformFeeBP)+"%)", t.fee, "statement-fee", false)
 	switch {
 	case forProvider:
-		line("Payout to you", t.payout, "statement-payout", true)
+		line("Your payout", t.payout, "statement-payout", true)
 	case t.providers > 1:
 		line("Payout to the providers", t.payout, "statement-payout", true)
 	default:
@@ -434,7 +473,8 @@ func summaryLines(st market.Statement, t summaryTotals, forProvider bool) ([]vie
 	return lines, check + fmt.Sprintf(" = %s paid.", t.paid)
 }
 
-// ledgerRows are a reservation's ledger entries that debit or credit account.
+// ledgerRows are a reservation's ledger entries that debit or credit
+// account, each described for the account's holder, the way its money went.
 func (h *Handler) ledgerRows(ctx context.Context, reservationID int64, account string) ([]views.LedgerRow, error) {
 	es, err := h.db.ListLedger(ctx, reservationID)
 	if err != nil {
@@ -445,24 +485,25 @@ func (h *Handler) ledgerRows(ctx context.Context, reservationID int64, account s
 		if e.Debit != account && e.Credit != account {
 			continue
 		}
-		out = append(out, views.LedgerRow{At: formatTime(e.At), Kind: e.Kind, Debit: e.Debit, Credit: e.Credit, Amount: e.Amount.String(), Ref: orDash(e.StripeRef)})
+		out = append(out, views.LedgerRow{At: formatTime(e.At), Kind: e.Kind, What: e.Describe(account), Amount: e.Amount.String(), Ref: e.StripeRef})
 	}
 	return out, nil
 }
 
+// transferStateText is a provider's payout of one settlement, in a sentence.
 func transferStateText(t store.SettlementTransfer) string {
 	switch t.State {
 	case store.TransferDone:
 		if t.Amount == 0 {
-			return "— nothing to pay."
+			return "No payout: nothing is left to pay you."
 		}
-		return fmt.Sprintf("of %s paid to your connected account.", t.Amount)
+		return fmt.Sprintf("Payout of %s paid to your connected account.", t.Amount)
 	case store.TransferHeld:
-		return fmt.Sprintf("of %s held until you connect payouts.", t.Amount)
+		return fmt.Sprintf("Payout of %s held until you connect payouts.", t.Amount)
 	case store.TransferFrozen:
-		return fmt.Sprintf("of %s frozen while a dispute is open.", t.Amount)
+		return fmt.Sprintf("Payout of %s frozen while a dispute is open.", t.Amount)
 	}
-	return fmt.Sprintf("of %s pending.", t.Amount)
+	return fmt.Sprintf("Payout of %s pending.", t.Amount)
 }
 
 // providerPayouts builds the payout panel of the provider's bookings page.

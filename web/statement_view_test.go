@@ -174,7 +174,7 @@ func TestStatementsAfterDisputeCreditOnHeldPayout(t *testing.T) {
 	}
 	provPage = prov.get(fmt.Sprintf("/provider/bookings/%d/statement", r.ID)).body
 	svWant(t, "provider's", provPage, map[string]string{
-		"statement-payout": payout.String(), "settlement-state": string(store.SettlementDone),
+		"statement-payout": payout.String(), "settlement-state": "settled",
 		"payout-state": fmt.Sprintf("Payout of %s paid to your connected account.", payout),
 	})
 	mustContain(t, provPage, `data-kind="transfer"`, `data-testid="ledger-amount">`+payout.String()+`<`)
