@@ -332,7 +332,7 @@ func offerDetail(l store.OfferListing) views.OfferDetailView {
 		if f.Basis == market.FigureVerified && f.VerifiedNote != "" {
 			method = "Verified: " + f.VerifiedNote
 		}
-		v.Figures = append(v.Figures, views.FigureRow{Name: fk.Label, Value: fmt.Sprintf("%d %s", f.Value, fk.Unit), Basis: string(f.Basis), Method: orDash(method)})
+		v.Figures = append(v.Figures, views.FigureRow{Name: fk.Label, Value: market.FormatFigure(fk.Kind, f.Value), Basis: string(f.Basis), Method: orDash(method)})
 	}
 	return v
 }
