@@ -50,6 +50,9 @@ func ValidateDisputeStatement(s string) (string, error) {
 		return "", &Error{Code: CodeInvalid, Message: "Please correct the highlighted fields.",
 			Fields: map[string]string{"statement": "Keep the statement under 4,000 characters."}}
 	}
+	if msg := TextProblem(s, true); msg != "" {
+		return "", &Error{Code: CodeInvalid, Message: "Please correct the highlighted fields.", Fields: map[string]string{"statement": msg}}
+	}
 	return s, nil
 }
 

@@ -96,6 +96,8 @@ func ValidateWorkReport(r *WorkReport) error {
 	if utf8.RuneCountInString(r.Note) > MaxWorkNoteLen {
 		p.Add("note", fmt.Sprintf("Keep the note under %d characters.", MaxWorkNoteLen))
 	}
+	textField(p, "workload", r.Workload, false)
+	textField(p, "note", r.Note, true)
 	if r.Devices < 1 {
 		p.Add("offer", "Choose the offer the measurement was made on.")
 	}

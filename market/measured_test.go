@@ -23,6 +23,8 @@ func TestWorkReportValidateAndAggregate(t *testing.T) {
 		{"observed_minutes", WorkReport{Devices: 1, Metric: MetricStepsPerHour, Workload: "x", Value: 1}},
 		{"lost_minutes", WorkReport{Devices: 1, Metric: MetricStepsPerHour, Workload: "x", Value: 1, ObservedMinutes: 10, LostMinutes: 11}},
 		{"offer", WorkReport{Metric: MetricStepsPerHour, Workload: "x", Value: 1, ObservedMinutes: 1}},
+		{"workload", WorkReport{Devices: 1, Metric: MetricStepsPerHour, Workload: "Llama\x00", Value: 1, ObservedMinutes: 1}},
+		{"note", WorkReport{Devices: 1, Metric: MetricStepsPerHour, Workload: "x", Value: 1, ObservedMinutes: 1, Note: "ok\n\x1b[2J"}},
 	}
 	for _, tc := range bad {
 		err := ValidateWorkReport(&tc.r)

@@ -261,6 +261,9 @@ const (
 	MaxDevicesPerNode = 16
 	MaxNodes          = 4096
 	MaxPriceCents     = 100_000 // $1,000 per device-hour
+	// MaxListingHours is the longest availability window, and so the
+	// longest rental, an offer may state: three years.
+	MaxListingHours = 3 * 366 * 24
 )
 
 // ValidateOffer checks every field of an offer a provider submits and returns
@@ -277,6 +280,7 @@ func ValidateOffer(o *Offer, now time.Time) error {
 	case len(o.Title) > 120:
 		p.Add("title", "Keep the title under 120 characters.")
 	}
+	textField(p, "title", o.Title, false)
 
 	acc, ok := FindAccelerator(o.AcceleratorID)
 	if !ok {
@@ -335,6 +339,8 @@ func ValidateOffer(o *Offer, now time.Time) error {
 	if o.ContainerRuntime == "" || len(o.ContainerRuntime) > 80 {
 		p.Add("container_runtime", "Name the container runtime, e.g. Docker 26 with NVIDIA Container Toolkit.")
 	}
+	textField(p, "os_image", o.OSImage, false)
+	textField(p, "container_runtime", o.ContainerRuntime, false)
 
 	region, ok := FindRegion(o.RegionID)
 	if !ok {
@@ -349,6 +355,7 @@ func ValidateOffer(o *Offer, now time.Time) error {
 	if len(o.PowerNote) > 300 {
 		p.Add("power_note", "Keep the power note under 300 characters.")
 	}
+	textField(p, "power_note", o.PowerNote, false)
 
 	switch {
 	case o.AvailableFrom.IsZero():
@@ -359,16 +366,23 @@ func ValidateOffer(o *Offer, now time.Time) error {
 		p.Add("available_until", "The window must end after it starts.")
 	case !o.AvailableUntil.After(now):
 		p.Add("available_until", "The window has already ended.")
-	case o.AvailableUntil.Sub(o.AvailableFrom) > 3*366*24*time.Hour:
+	case o.AvailableUntil.Sub(o.AvailableFrom) > MaxListingHours*time.Hour:
 		p.Add("available_until", "List at most three years at a time.")
 	}
-	if o.MinRentalHours < 1 {
-		p.Add("min_rental_hours", "The minimum rental is at least 1 hour.")
+	// Bounded so that hours never overflow a duration (about 2.5 million
+	// hours) or promise a rental no window can hold.
+	if o.MinRentalHours < 1 || o.MinRentalHours > MaxListingHours {
+		p.Add("min_rental_hours", fmt.Sprintf("The minimum rental must be between 1 and %s hours (three years).", FormatInt(MaxListingHours)))
 	}
-	if o.MaxRentalHours < o.MinRentalHours {
+	switch {
+	case o.MaxRentalHours > MaxListingHours:
+		p.Add("max_rental_hours", fmt.Sprintf("The maximum rental must be at most %s hours (three years, the longest window an offer may list).", FormatInt(MaxListingHours)))
+	case o.MinRentalHours > MaxListingHours:
+		// Said above; comparing with it would only repeat it.
+	case o.MaxRentalHours < o.MinRentalHours:
 		p.Add("max_rental_hours", "The maximum rental must be at least the minimum.")
-	} else if o.AvailableUntil.After(o.AvailableFrom) && !o.AvailableFrom.IsZero() &&
-		time.Duration(o.MinRentalHours)*time.Hour > o.AvailableUntil.Sub(o.AvailableFrom) {
+	case o.AvailableUntil.After(o.AvailableFrom) && !o.AvailableFrom.IsZero() &&
+		time.Duration(o.MinRentalHours)*time.Hour > o.AvailableUntil.Sub(o.AvailableFrom):
 		p.Add("min_rental_hours", "The minimum rental is longer than the availability window.")
 	}
 	if o.ProvisioningMins < 0 || o.ProvisioningMins > 24*60 {
@@ -451,6 +465,7 @@ func ValidateOffer(o *Offer, now time.Time) error {
 		if len(f.Method) > 300 {
 			p.Add(field, "Keep the method under 300 characters.")
 		}
+		textField(p, field, f.Method, false)
 	}
 	return p.Err()
 }

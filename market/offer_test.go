@@ -49,6 +49,18 @@ func TestValidateOffer(t *testing.T) {
 		}, "available_until", "already ended"},
 		{"min rental longer than window", func(o *Offer) { o.MinRentalHours = 24 * 40; o.MaxRentalHours = 24 * 40 }, "min_rental_hours", "longer than the availability window"},
 		{"max below min", func(o *Offer) { o.MaxRentalHours = 0 }, "max_rental_hours", "at least the minimum"},
+		// 5,000,000 hours overflows a time.Duration: it was accepted, and
+		// then every booking of the offer was refused.
+		{"max rental beyond any window", func(o *Offer) { o.MaxRentalHours = 5_000_000 }, "max_rental_hours", "at most 26,352 hours"},
+		{"max rental one hour beyond three years", func(o *Offer) { o.MaxRentalHours = 3*366*24 + 1 }, "max_rental_hours", "at most 26,352 hours"},
+		{"min rental beyond any window", func(o *Offer) { o.MinRentalHours = 1 << 40 }, "min_rental_hours", "between 1 and 26,352 hours"},
+		{"NUL in the title", func(o *Offer) { o.Title = "8× H100\x00 admin" }, "title", "U+0000"},
+		{"escape sequence in the OS image", func(o *Offer) { o.OSImage = "Ubuntu \x1b[31m22.04" }, "os_image", "U+001B"},
+		{"C1 control in the runtime", func(o *Offer) { o.ContainerRuntime = "Docker\u0085 26" }, "container_runtime", "U+0085"},
+		{"line break in the power note", func(o *Offer) { o.PowerNote = "hydro\nwind" }, "power_note", "U+000A"},
+		{"invalid UTF-8 in a method", func(o *Offer) {
+			o.Figures = []Figure{{Kind: FigureAllReduce, Value: 370, Basis: FigureEstimated, Method: "nccl \xff"}}
+		}, "figure_allreduce_busbw", "not valid UTF-8"},
 		{"free price", func(o *Offer) { o.PriceCentsPerDeviceHour = 0 }, "price", "between $0.01"},
 		{"interruptible without price", func(o *Offer) { o.Interruptible = true }, "interruptible_price", "Enter the interruptible price"},
 		{"interruptible dearer than on-demand", func(o *Offer) { o.Interruptible, o.InterruptibleCentsPerDH = true, 300 }, "interruptible_price", "cannot exceed"},
@@ -195,6 +207,15 @@ func TestValidateSignUp(t *testing.T) {
 		{"password over 72 bytes", "password", func(s *SignUp) { s.Password = strings.Repeat("é", 40) }},
 		{"no name", "display_name", func(s *SignUp) { s.DisplayName = "" }},
 		{"no role", "roles", func(s *SignUp) { s.IsBuyer = false }},
+		{"NUL in the name", "display_name", func(s *SignUp) { s.DisplayName = "Ada\x00" }},
+		{"escape in the organisation", "organisation", func(s *SignUp) { s.Organisation = "\x1b]0;pwned\x07" }},
+		{"right-to-left override in the email", "email", func(s *SignUp) { s.Email = "moc.elpmaxe@\u202eada@example.com" }},
+		{"right-to-left override in the local part", "email", func(s *SignUp) { s.Email = "ad\u202ea@example.com" }},
+		{"zero-width space in the email", "email", func(s *SignUp) { s.Email = "ad\u200ba@example.com" }},
+		{"zero-width joiner in the email", "email", func(s *SignUp) { s.Email = "ada\u200d@example.com" }},
+		{"word joiner in the domain", "email", func(s *SignUp) { s.Email = "ada@exa\u2060mple.com" }},
+		{"soft hyphen in the email", "email", func(s *SignUp) { s.Email = "a\u00adda@example.com" }},
+		{"byte-order mark in the email", "email", func(s *SignUp) { s.Email = "\ufeffada@example.com" }},
 	}
 	for _, tt := range tests {
 		s := base()

@@ -181,6 +181,7 @@ func ValidateIncident(inc *Incident, piece ReservationPiece) error {
 	case len(inc.Note) > MaxIncidentNote:
 		p.Add("note", fmt.Sprintf("Keep the note under %d characters.", MaxIncidentNote))
 	}
+	textField(p, "note", inc.Note, true)
 	return p.Err()
 }
 

@@ -301,6 +301,8 @@ func TestValidateIncident(t *testing.T) {
 		{"severity on other kind", p, func(i *Incident) { i.DegradationBP = 100 }, []string{"degradation"}},
 		{"no note", p, func(i *Incident) { i.Note = "  " }, []string{"note"}},
 		{"long note", p, func(i *Incident) { i.Note = strings.Repeat("x", MaxIncidentNote+1) }, []string{"note"}},
+		{"NUL in the note", p, func(i *Incident) { i.Note = "host down\x00" }, []string{"note"}},
+		{"note on several lines", p, func(i *Incident) { i.Note = "host down\r\n\tsee ticket 42" }, nil},
 		{"preemption without end", ip, func(i *Incident) { i.Kind, i.End = IncidentPreemption, time.Time{} }, nil},
 	}
 	for _, tt := range tests {

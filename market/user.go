@@ -59,8 +59,14 @@ func ValidateSignUp(s *SignUp) error {
 	case n > 80:
 		p.Add("display_name", "Keep the name under 80 characters.")
 	}
+	if msg := TextProblem(s.DisplayName, false); msg != "" {
+		p.Add("display_name", msg)
+	}
 	if utf8.RuneCountInString(s.Organisation) > 120 {
 		p.Add("organisation", "Keep the organisation under 120 characters.")
+	}
+	if msg := TextProblem(s.Organisation, false); msg != "" {
+		p.Add("organisation", msg)
 	}
 	if !s.IsBuyer && !s.IsProvider {
 		p.Add("roles", "Choose at least one: rent compute, or list compute.")
@@ -74,6 +80,9 @@ func emailProblem(email string) string {
 	}
 	if len(email) > 254 {
 		return "That email address is too long."
+	}
+	if msg := emailCharProblem(email); msg != "" {
+		return msg
 	}
 	a, err := mail.ParseAddress(email)
 	if err != nil || a.Address != email || !strings.Contains(email[strings.LastIndex(email, "@")+1:], ".") {
