@@ -7,11 +7,45 @@ import (
 	"time"
 )
 
-// bucket keys: accelerator index × 32 + region index.
-const (
-	regionSlots = 32
-	bucketCount = 32 * regionSlots
-)
+// maxCatalogue is the most accelerators, and the most regions, the index
+// can address: a slot names its accelerator and region by their position
+// in the catalogue in one byte each, and a query filters them with a
+// catSet of as many bits.
+const maxCatalogue = 256
+
+// checkCatalogue refuses a catalogue with more accelerators or regions than
+// the index can address.
+func checkCatalogue(accs []Accelerator, regs []Region) error {
+	if len(accs) > maxCatalogue {
+		return fmt.Errorf("market: the catalogue has %d accelerators; the matcher's index holds at most %d", len(accs), maxCatalogue)
+	}
+	if len(regs) > maxCatalogue {
+		return fmt.Errorf("market: the catalogue has %d regions; the matcher's index holds at most %d", len(regs), maxCatalogue)
+	}
+	return nil
+}
+
+// The catalogue is compiled in: one too large for the index stops the
+// program as it starts, before any offer is misplaced.
+func init() {
+	if err := checkCatalogue(accelerators, regions); err != nil {
+		panic(err)
+	}
+}
+
+// bucketCount is the number of buckets: one per accelerator and region of
+// the catalogue, at most maxCatalogue², so a key fits in a uint16.
+func bucketCount() int { return len(accelerators) * len(regions) }
+
+// bucketKey is the bucket of s: accelerator position × regions + region
+// position.
+func bucketKey(s *slot) uint16 { return uint16(s.acc)*uint16(len(regions)) + uint16(s.region) }
+
+// catSet is a set of catalogue positions (accelerators or regions).
+type catSet [maxCatalogue / 64]uint64
+
+func (c *catSet) add(i int)        { c[i>>6] |= 1 << (i & 63) }
+func (c *catSet) has(i uint8) bool { return c[i>>6]&(1<<(i&63)) != 0 }
 
 // Index holds listed offers and their commitments in memory for fast
 // matching, updated incrementally. It is safe for any number of concurrent
@@ -27,9 +61,9 @@ const (
 // collector has nothing in the index to scan.
 type Index struct {
 	mu      sync.RWMutex
-	buckets [bucketCount][]slot
-	spans   []span // the arena; a slot's spans are spans[spanOff:spanOff+spanN]
-	dead    int    // arena entries no slot refers to any more
+	buckets [][]slot // by bucketKey
+	spans   []span   // the arena; a slot's spans are spans[spanOff:spanOff+spanN]
+	dead    int      // arena entries no slot refers to any more
 	// compactMin is the fewest dead entries worth a compaction (tests
 	// lower it).
 	compactMin int
@@ -46,7 +80,7 @@ type Index struct {
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{where: map[int64]uint16{}, pending: map[int64][]span{}, eng: newEngine(), compactMin: 4096}
+	return &Index{buckets: make([][]slot, bucketCount()), where: map[int64]uint16{}, pending: map[int64][]span{}, eng: newEngine(), compactMin: 4096}
 }
 
 // Len is the number of listed offers in the index.
@@ -94,7 +128,7 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 	}
 	// Size every bucket exactly first: append's doubling would leave up to
 	// half of each bucket unused.
-	var sizes [bucketCount]int
+	sizes := make([]int, bucketCount())
 	var vers versionTable
 	slots := make([]slot, 0, len(cands))
 	for _, c := range cands {
@@ -109,7 +143,7 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 		sizes[bucketKey(&s)]++
 		slots = append(slots, s)
 	}
-	var buckets [bucketCount][]slot
+	buckets := make([][]slot, len(sizes))
 	for k, n := range sizes {
 		if n > 0 {
 			buckets[k] = make([]slot, 0, n)
@@ -302,8 +336,6 @@ func less(a, b *slot) bool {
 	}
 	return a.id < b.id
 }
-
-func bucketKey(s *slot) uint16 { return uint16(s.acc)*regionSlots + uint16(s.region) }
 
 // spansOf returns the commitments of s. Callers hold the lock.
 func (x *Index) spansOf(s *slot) []span {

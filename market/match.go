@@ -360,9 +360,9 @@ type query struct {
 	minPiece         int64
 	hours            int64 // 0: derived per offer from workMilli
 	workMilli        int64 // stated work in reference-device-hours × 1000
-	modelMask        uint64
-	memMask          uint64
-	regionMask       uint64
+	modelMask        catSet
+	memMask          catSet
+	regionMask       catSet
 	maxPrice         int32
 	budget           int64
 	minInterconnect  uint8
@@ -380,7 +380,7 @@ type query struct {
 	datasetGB        int64
 	checkpointMins   int64
 	restartMins      int64
-	prefAcc, prefReg uint64
+	prefAcc, prefReg catSet
 	weights          [numMetrics]int64
 	arena            []span // the index's span arena while the query runs
 }
@@ -444,13 +444,13 @@ func compile(req Request, now time.Time) (*query, error) {
 	for i, a := range accelerators {
 		// Families are the rule, model ids narrow within them (see Constraints).
 		if (len(c.Families) == 0 || inList(c.Families, a.Family)) && (len(c.AcceleratorIDs) == 0 || inList(c.AcceleratorIDs, a.ID)) {
-			q.modelMask |= 1 << i
+			q.modelMask.add(i)
 		}
 		if a.MemoryGB >= c.MinMemoryGB {
-			q.memMask |= 1 << i
+			q.memMask.add(i)
 		}
 		if inList(p.PreferredAcceleratorIDs, a.ID) {
-			q.prefAcc |= 1 << i
+			q.prefAcc.add(i)
 		}
 	}
 	var userGroups []string
@@ -465,10 +465,10 @@ func compile(req Request, now time.Time) (*query, error) {
 			ok = false
 		}
 		if ok {
-			q.regionMask |= 1 << i
+			q.regionMask.add(i)
 		}
 		if inList(p.PreferredRegionIDs, r.ID) {
-			q.prefReg |= 1 << i
+			q.prefReg.add(i)
 		}
 		if r.ID == w.DataRegionID {
 			q.dataRegion = i
@@ -504,11 +504,11 @@ func inList(list []string, s string) bool {
 // eliminated, or rFit when the bucket must be looked at offer by offer.
 func (q *query) bucketReason(acc, region uint8) int {
 	switch {
-	case q.modelMask&(1<<acc) == 0:
+	case !q.modelMask.has(acc):
 		return rModel
-	case q.memMask&(1<<acc) == 0:
+	case !q.memMask.has(acc):
 		return rMemory
-	case q.regionMask&(1<<region) == 0:
+	case !q.regionMask.has(region):
 		return rRegion
 	}
 	return rFit
@@ -893,7 +893,7 @@ func gangCand(q *query, f *fit) quoteCand {
 }
 
 func notPreferred(q *query, s *slot) int64 {
-	if q.prefAcc&(1<<s.acc) != 0 || q.prefReg&(1<<s.region) != 0 {
+	if q.prefAcc.has(s.acc) || q.prefReg.has(s.region) {
 		return 0
 	}
 	return 1
