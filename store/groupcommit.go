@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync"
 )
 
@@ -23,6 +25,11 @@ import (
 // nothing of any is stored. A caller returns only after the commit that
 // holds its booking, so durability is unchanged.
 //
+// A panic inside a batch (a bug in a booking's statements or in a market
+// rule it calls) rolls the whole batch back and fails each of its bookings
+// with an internal error, the one that panicked carrying the stack; the
+// queue then moves on as after any batch, so later bookings are served.
+//
 // Batching needs no timer: while one batch runs, new bookings queue; when
 // it ends the first queued caller becomes the leader and runs the next
 // batch with whatever has queued by then. A lone booker runs a batch of one,
@@ -37,6 +44,15 @@ type bookingJob struct {
 	ctx  context.Context
 	run  func(ctx context.Context, tx preparedTx) error // the booking's statements
 	done chan bookingResult                             // buffered: a lead signal, then the result
+	// answered is set when the leader has sent the result (the leader's
+	// goroutine only), so a panic answers only the rest of the batch.
+	answered bool
+}
+
+// answer sends the job its result. Each job is answered once.
+func (j *bookingJob) answer(err error) {
+	j.answered = true
+	j.done <- bookingResult{err: err}
 }
 
 type bookingResult struct {
@@ -93,13 +109,32 @@ func (db *DB) book(ctx context.Context, run func(ctx context.Context, tx prepare
 // runBookingBatch runs the jobs in one immediate transaction and sends each
 // its result. The transaction does not follow any one caller's
 // cancellation (it serves them all); a caller whose context has ended
-// before its turn is skipped.
+// before its turn is skipped. A panic is answered, never passed on: the
+// leader must go on to hand the queue to the next batch.
 func (db *DB) runBookingBatch(batch []*bookingJob) {
+	var running *bookingJob // the job whose statements are running
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		// Deferred before the rollback below, so this runs after it.
+		others := fmt.Errorf("store: create reservation: batch of %d rolled back after a panic: %v", len(batch), r)
+		for _, j := range batch {
+			switch {
+			case j.answered:
+			case j == running:
+				j.answer(fmt.Errorf("store: create reservation: panic, batch of %d rolled back: %v\n%s", len(batch), r, debug.Stack()))
+			default:
+				j.answer(others)
+			}
+		}
+	}()
 	ctx := context.WithoutCancel(batch[0].ctx)
 	tx, err := db.beginPrepared(ctx, bookingQueries)
 	if err != nil {
 		for _, j := range batch {
-			j.done <- bookingResult{err: err}
+			j.answer(err)
 		}
 		return
 	}
@@ -109,12 +144,12 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 	var booked []*bookingJob
 	failAll := func(err error, rest []*bookingJob) {
 		for _, j := range append(booked, rest...) {
-			j.done <- bookingResult{err: err}
+			j.answer(err)
 		}
 	}
 	for i, j := range batch {
 		if err := j.ctx.Err(); err != nil {
-			j.done <- bookingResult{err: err}
+			j.answer(err)
 			continue
 		}
 		if !single {
@@ -123,7 +158,10 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 				return
 			}
 		}
-		if err := j.run(ctx, tx); err != nil {
+		running = j
+		err := j.run(ctx, tx)
+		running = nil
+		if err != nil {
 			if !single {
 				// Undo this booking only; if that fails the transaction is
 				// unusable and nothing of the batch may commit.
@@ -136,7 +174,7 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 					return
 				}
 			}
-			j.done <- bookingResult{err: err}
+			j.answer(err)
 			continue
 		}
 		if !single {
@@ -155,7 +193,7 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 		return
 	}
 	for _, j := range booked {
-		j.done <- bookingResult{}
+		j.answer(nil)
 	}
 }
 
