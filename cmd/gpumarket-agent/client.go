@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// agentVersion is reported in every heartbeat and as the User-Agent.
+const agentVersion = "1.0.0"
+
+// tokenEnv holds the host token when -token-file is not given; it is
+// never passed on to the provider's commands.
+const tokenEnv = "GPUMARKET_AGENT_TOKEN"
+
+// The messages of the agent protocol (docs/agent.md), as JSON.
+
+// heartbeatRequest is POST /agent/v1/heartbeat's body.
+type heartbeatRequest struct {
+	Seq          int64     `json:"seq"`
+	SentAt       time.Time `json:"sent_at"`
+	AgentVersion string    `json:"agent_version"`
+	Probe        string    `json:"probe"`
+	Devices      []device  `json:"devices"`
+	Error        string    `json:"error"`
+}
+
+// heartbeatResponse is what the server answers a heartbeat with.
+type heartbeatResponse struct {
+	Accepted        bool         `json:"accepted"`
+	ServerTime      time.Time    `json:"server_time"`
+	IntervalSeconds int          `json:"interval_seconds"`
+	Assignments     []assignment `json:"assignments"`
+}
+
+// assignment is a piece placed on this node that the agent must act on:
+// only data (keys, times, ids), never a command.
+type assignment struct {
+	ReservationID int64     `json:"reservation_id"`
+	PieceID       int64     `json:"piece_id"`
+	Devices       int       `json:"devices"`
+	Start         time.Time `json:"start"`
+	End           time.Time `json:"end"`
+	SSHUser       string    `json:"ssh_user"`
+	SSHKeys       []string  `json:"ssh_keys"`
+	Acceptance    bool      `json:"acceptance"`
+	State         string    `json:"state"`
+}
+
+// Assignment states.
+const (
+	stateInstall = "install"
+	stateRemove  = "remove"
+)
+
+// connection is how the buyer reaches the node, reported once the keys are
+// in place.
+type connection struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	User string `json:"user"`
+}
+
+// installedReport is POST /agent/v1/assignments/{piece_id}/installed's body.
+type installedReport struct {
+	connection
+	InstalledAt time.Time `json:"installed_at"`
+}
+
+// removedReport is POST /agent/v1/assignments/{piece_id}/removed's body.
+type removedReport struct {
+	RemovedAt time.Time `json:"removed_at"`
+}
+
+// acceptanceReport is POST /agent/v1/assignments/{piece_id}/acceptance's
+// body: the measured figure per device of the piece (0 for a device that
+// could not be measured), or what failed.
+type acceptanceReport struct {
+	Metric          string    `json:"metric"`
+	PerDevice       []float64 `json:"per_device"`
+	DurationSeconds int64     `json:"duration_seconds"`
+	Error           string    `json:"error"`
+}
+
+// errUnauthorized is the server refusing the host token (revoked, unknown,
+// or its provider suspended): nothing the agent does will help, so it stops.
+var errUnauthorized = errors.New("the marketplace refused the host token (revoked, replaced by a newer one, or unknown); " +
+	"create a new one on the hosts page (/provider/hosts) and restart the agent with it")
+
+// httpError is a response other than 2xx, with the server's message.
+type httpError struct {
+	Status  int
+	Message string
+}
+
+func (e *httpError) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("server answered %d %s", e.Status, http.StatusText(e.Status))
+	}
+	return fmt.Sprintf("server answered %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// requestTimeout bounds one call to the server.
+const requestTimeout = 30 * time.Second
+
+// maxResponse bounds a response body the agent reads.
+const maxResponse = 1 << 20
+
+// client calls the marketplace's /agent/v1 endpoints with the host token.
+type client struct {
+	base      *url.URL
+	token     string
+	userAgent string
+	http      *http.Client
+}
+
+func newClient(base *url.URL, token string) *client {
+	return &client{
+		base:      base,
+		token:     token,
+		userAgent: "gpumarket-agent/" + agentVersion,
+		http:      &http.Client{Timeout: requestTimeout},
+	}
+}
+
+// heartbeat sends one heartbeat.
+func (c *client) heartbeat(ctx context.Context, hb heartbeatRequest) (heartbeatResponse, error) {
+	if hb.Devices == nil {
+		hb.Devices = []device{}
+	}
+	var resp heartbeatResponse
+	err := c.post(ctx, "agent/v1/heartbeat", hb, &resp)
+	return resp, err
+}
+
+// installed reports that a piece's keys are in place.
+func (c *client) installed(ctx context.Context, piece int64, r installedReport) error {
+	return c.post(ctx, "agent/v1/assignments/"+strconv.FormatInt(piece, 10)+"/installed", r, nil)
+}
+
+// removed reports that a piece's keys are gone.
+func (c *client) removed(ctx context.Context, piece int64, r removedReport) error {
+	return c.post(ctx, "agent/v1/assignments/"+strconv.FormatInt(piece, 10)+"/removed", r, nil)
+}
+
+// acceptance reports a piece's acceptance result.
+func (c *client) acceptance(ctx context.Context, piece int64, r acceptanceReport) error {
+	if r.PerDevice == nil {
+		r.PerDevice = []float64{}
+	}
+	return c.post(ctx, "agent/v1/assignments/"+strconv.FormatInt(piece, 10)+"/acceptance", r, nil)
+}
+
+// post sends in as JSON to path and decodes a 2xx answer into out (unless
+// nil). A 401 or 403 is errUnauthorized; any other failure is an
+// *httpError or the transport's error, which a retry may cure.
+func (c *client) post(ctx context.Context, path string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base.JoinPath(path).String(), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("User-Agent", c.userAgent)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("POST /%s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return fmt.Errorf("POST /%s: read the answer: %w", path, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		if msg := errorMessage(b); msg != "" {
+			return fmt.Errorf("%w (server: %s)", errUnauthorized, msg)
+		}
+		return errUnauthorized
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		return fmt.Errorf("POST /%s: %w", path, &httpError{Status: resp.StatusCode, Message: errorMessage(b)})
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("POST /%s: the answer is not the expected JSON: %w", path, err)
+	}
+	return nil
+}
+
+// errorMessage reads the message of the marketplace's JSON error
+// ({"error": {"message": …}}), or a short plain-text body.
+func errorMessage(b []byte) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
+		return clip(e.Error.Message, 300)
+	}
+	if s := strings.TrimSpace(string(b)); s != "" && !strings.HasPrefix(s, "<") && !strings.HasPrefix(s, "{") {
+		return firstLine(b)
+	}
+	return ""
+}
+
+// backoff is the wait between retries while the server cannot be reached:
+// it doubles from min to max and starts over after a success.
+type backoff struct {
+	min, max time.Duration
+	next     time.Duration
+}
+
+// wait returns how long to wait before the next attempt.
+func (b *backoff) wait() time.Duration {
+	if b.next < b.min {
+		b.next = b.min
+	}
+	d := b.next
+	b.next = min(2*b.next, b.max)
+	return d
+}
+
+// reset starts over after a success.
+func (b *backoff) reset() { b.next = 0 }
+
+// checkServerURL accepts https URLs, and http for a server on this machine
+// (tests, a local demo): the host token must not cross a network in clear.
+func checkServerURL(raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, errors.New("-server is required: the marketplace's URL, e.g. https://gpumarket.example")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("-server %q is not a URL such as https://gpumarket.example", raw)
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		host := u.Hostname()
+		ip := net.ParseIP(host)
+		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return nil, fmt.Errorf("-server %q: use https:// (plain http is accepted only for a server on this machine, "+
+				"since the host token would cross the network in clear)", raw)
+		}
+	default:
+		return nil, fmt.Errorf("-server %q: use https://", raw)
+	}
+	return u, nil
+}
