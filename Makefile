@@ -3,6 +3,7 @@
 
 GO    ?= go
 BIN   := bin/gpumarket
+AGENT := bin/gpumarket-agent
 TEMPL := $(GO) tool templ
 
 # The same build as the Dockerfile's.
@@ -28,10 +29,11 @@ run: build
 	mkdir -p data
 	./$(BIN) serve -demo $(ARGS)
 
-## build: generate the templ views and build ./bin/gpumarket
+## build: generate the templ views and build ./bin/gpumarket and the provider agent ./bin/gpumarket-agent
 build: first-build-notice generate
 	$(BUILD) -o $(BIN) ./cmd/gpumarket
-	@echo "Built $(BIN)."
+	$(BUILD) -o $(AGENT) ./cmd/gpumarket-agent
+	@echo "Built $(BIN) and $(AGENT)."
 
 # The first build compiles templ itself, then SQLite (a large pure-Go package) and every other
 # dependency, with nothing to show for minutes; say so. Go caches the results: later builds
