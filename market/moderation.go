@@ -70,6 +70,10 @@ const (
 	FlagCapacityAboveHistory RedFlagCode = "capacity_above_history"
 	FlagManyIncidents        RedFlagCode = "many_incidents"
 	FlagUpheldDisputes       RedFlagCode = "upheld_disputes"
+	// FlagHardwareDiffers: a node's agent reports devices other than the
+	// listing's (model, count per node, memory); kept until a heartbeat
+	// matches.
+	FlagHardwareDiffers RedFlagCode = "hardware_differs"
 )
 
 // Label names the flag in words, for the admin's review page.
@@ -87,6 +91,8 @@ func (c RedFlagCode) Label() string {
 		return "Many incidents"
 	case FlagUpheldDisputes:
 		return "Disputes upheld"
+	case FlagHardwareDiffers:
+		return "Hardware differs from listing"
 	}
 	return "Warning"
 }
@@ -212,11 +218,15 @@ type ModerationInput struct {
 	// MarketPrices are the on-demand prices per device-hour of the other
 	// listed offers of the same accelerator model.
 	MarketPrices []Cents
+	// HardwareDiffers holds, per node whose agent reports devices other than
+	// the listing's, the admins' message (HardwareDiffersMessage).
+	HardwareDiffers []string
 }
 
 // RedFlags returns the automatic warnings on an offer, in a fixed order
-// (figures, price, capacity, incidents, disputes). It is pure: the caller
-// gathers the provider's record and the market's prices.
+// (figures, price, capacity, incidents, disputes, hardware). It is pure: the caller
+// gathers the provider's record, the market's prices and what the agents
+// report.
 func RedFlags(o Offer, in ModerationInput) []RedFlag {
 	var flags []RedFlag
 	add := func(code RedFlagCode, format string, args ...any) {
@@ -251,6 +261,9 @@ func RedFlags(o Offer, in ModerationInput) []RedFlag {
 	}
 	if in.Record.UpheldDisputes > 0 {
 		add(FlagUpheldDisputes, "%d dispute(s) decided against the provider.", in.Record.UpheldDisputes)
+	}
+	for _, m := range in.HardwareDiffers {
+		flags = append(flags, RedFlag{Code: FlagHardwareDiffers, Message: m})
 	}
 	return flags
 }

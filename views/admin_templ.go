@@ -68,7 +68,7 @@ func adminNav(current string) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		for _, l := range []Option{{"/admin/offers", "Review queue"}, {"/admin/providers", "Providers"}, {"/admin/disputes", "Disputes"}, {"/admin/reconciliation", "Reconciliation"}, {"/admin/audit", "Audit trail"}} {
+		for _, l := range []Option{{"/admin/offers", "Review queue"}, {"/admin/providers", "Providers"}, {"/admin/disputes", "Disputes"}, {"/admin/reconciliation", "Reconciliation"}, {"/admin/hosts", "Hosts"}, {"/admin/audit", "Audit trail"}} {
 			if l.Value == current {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "<a class=\"btn btn-small\" href=\"")
 				if templ_7745c5c3_Err != nil {

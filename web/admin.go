@@ -50,7 +50,14 @@ func (h *Handler) moderate(ctx context.Context, o market.Offer) bool {
 		h.log.Warn("moderation: listed prices", "offer_id", o.ID, "err", err)
 		return false
 	}
-	if !market.AutoApprove(rec, market.RedFlags(o, moderationInput(o, rec, prices))) {
+	differs, err := h.hardwareDiffers(ctx)
+	if err != nil {
+		h.log.Warn("moderation: hardware differs", "offer_id", o.ID, "err", err)
+		return false
+	}
+	in := moderationInput(o, rec, prices)
+	in.HardwareDiffers = differs[o.ID]
+	if !market.AutoApprove(rec, market.RedFlags(o, in)) {
 		return false
 	}
 	ok, err := h.db.AutoApproveOffer(ctx, o.ID, now)
@@ -80,6 +87,10 @@ func (h *Handler) handleAdminOffers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	differs, err := h.hardwareDiffers(ctx)
+	if err != nil {
+		return err
+	}
 	v := views.AdminReviewView{}
 	for _, l := range rows {
 		o := l.Offer
@@ -93,7 +104,9 @@ func (h *Handler) handleAdminOffers(c echo.Context) error {
 				rec.ApprovedOffers, rec.DeliveredReservations, rec.RecentIncidents, int(market.ReliabilityWindow/(24*time.Hour)),
 				market.FormatPercentBP(market.ReliabilityBP(rec))),
 		}
-		for _, f := range market.RedFlags(o, moderationInput(o, rec, prices)) {
+		in := moderationInput(o, rec, prices)
+		in.HardwareDiffers = differs[o.ID]
+		for _, f := range market.RedFlags(o, in) {
 			row.Flags = append(row.Flags, views.RedFlag{Code: string(f.Code), Label: f.Code.Label(), Message: f.Message})
 		}
 		for _, fk := range market.FigureKinds {

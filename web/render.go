@@ -62,8 +62,8 @@ func statusOf(code market.Code) int {
 
 // handleError is Echo's one error handler: it maps market codes and Echo's
 // own errors to a status, logs internal errors with the request id, and
-// renders an error page or, under /api/, a JSON error. A person never sees
-// the text of an internal error.
+// renders an error page or, under /api/ and /agent/, a JSON error. A person
+// never sees the text of an internal error.
 func (h *Handler) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
@@ -101,7 +101,7 @@ func (h *Handler) handleError(err error, c echo.Context) {
 		logger(c).Error("internal error", "err", err, "path", c.Request().URL.Path)
 	}
 
-	if strings.HasPrefix(c.Request().URL.Path, "/api/") {
+	if path := c.Request().URL.Path; strings.HasPrefix(path, "/api/") || strings.HasPrefix(path, "/agent/") {
 		if code == market.CodeInvalid {
 			status = http.StatusBadRequest // API clients send malformed JSON, not forms
 		}

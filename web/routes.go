@@ -38,6 +38,11 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.PUT("/provider/offers/:id", h.handleAPIOfferUpdate, requireScope(scopeWrite))
 	api.POST("/provider/offers/:id/state", h.handleAPIOfferState, requireScope(scopeWrite))
 
+	// The provider agent (docs/agent.md): host tokens per node, no cookies,
+	// so no CSRF; rate limited per token.
+	agent := e.Group("/agent/v1", middleware.BodyLimit(agentBodyLimit), h.agentAuth, h.agentRateLimit())
+	agent.POST("/heartbeat", h.handleAgentHeartbeat)
+
 	// Browser pages: size limit, CSRF, session.
 	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.csrf(), h.loadSession)
 
@@ -99,6 +104,9 @@ func (h *Handler) routes(e *echo.Echo) {
 	p.POST("/offers/:id", h.handleOfferUpdate)
 	p.POST("/offers/:id/state", h.handleOfferState)
 	p.GET("/reservations", h.handleProviderReservations)
+	p.GET("/hosts", h.handleProviderHosts)
+	p.POST("/hosts/tokens", h.handleHostTokenCreate)
+	p.POST("/hosts/tokens/:id/revoke", h.handleHostTokenRevoke)
 
 	// Admins. Everything under /admin goes through this group (a test walks
 	// the route table to check); nothing here edits or deletes the audit trail.
@@ -116,6 +124,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	a.POST("/disputes/:id/decide", h.handleAdminDisputeDecide)
 	a.POST("/disputes/:id/refund", h.handleAdminDisputeRefund)
 	a.GET("/reservations/:id", h.handleAdminReservation)
+	a.GET("/hosts", h.handleAdminHosts)
 
 	// Billing (issue 5): payment, payouts, incidents, settlement and
 	// reconciliation. The processor's webhook is outside CSRF and sessions,

@@ -1,0 +1,125 @@
+package web
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"golang.org/x/time/rate"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+)
+
+// The provider agent's API (docs/agent.md): JSON under /agent/v1, a host
+// token per node of an offer, outside CSRF and sessions.
+
+const (
+	ctxHostToken   = "host_token"
+	agentBodyLimit = "64K"
+	// agentRatePerSecond is each host token's steady request rate (burst
+	// four times that): a heartbeat every few seconds and a report now and
+	// then, with room for an agent catching up after a restart.
+	agentRatePerSecond = 2
+)
+
+// agentAuth authenticates a host token from the Authorization header
+// ("Bearer gph_…"). The token is read from the database on every request,
+// so a revocation or the provider's suspension takes effect at once.
+func (h *Handler) agentAuth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		raw, ok := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
+		if !ok || strings.TrimSpace(raw) == "" {
+			return market.Errorf(market.CodeUnauthorized, "Send the host token as \"Authorization: Bearer gph_…\"; create one on the provider's hosts page.")
+		}
+		tok, err := h.db.FindHostToken(c.Request().Context(), strings.TrimSpace(raw))
+		if err != nil {
+			return err
+		}
+		c.Set(ctxHostToken, tok)
+		return next(c)
+	}
+}
+
+// hostToken returns the request's authenticated host token.
+func hostToken(c echo.Context) store.HostToken {
+	t, _ := c.Get(ctxHostToken).(store.HostToken)
+	return t
+}
+
+// agentRateLimit limits each host token (see apiRateLimit for why per
+// process is enough).
+func (h *Handler) agentRateLimit() echo.MiddlewareFunc {
+	return middleware.RateLimiterWithConfig(middleware.RateLimiterConfig{
+		Store: middleware.NewRateLimiterMemoryStoreWithConfig(middleware.RateLimiterMemoryStoreConfig{
+			Rate: rate.Limit(agentRatePerSecond), Burst: 4 * agentRatePerSecond, ExpiresIn: 10 * time.Minute,
+		}),
+		IdentifierExtractor: func(c echo.Context) (string, error) {
+			return "host:" + strconv.FormatInt(hostToken(c).ID, 10), nil
+		},
+		DenyHandler: func(c echo.Context, id string, err error) error {
+			return market.Errorf(market.CodeRateLimited, "Too many requests for this host token; slow down.")
+		},
+	})
+}
+
+// agentHeartbeat is the body of POST /agent/v1/heartbeat.
+type agentHeartbeat struct {
+	Seq          int64               `json:"seq"`
+	SentAt       time.Time           `json:"sent_at"`
+	AgentVersion string              `json:"agent_version"`
+	Probe        string              `json:"probe"`
+	Devices      []market.HostDevice `json:"devices"`
+	Error        string              `json:"error"`
+}
+
+// agentHeartbeatResponse answers a heartbeat: whether it was accepted (not
+// a replay), the server's clock, the interval to keep and the assignments
+// the agent must act on now.
+type agentHeartbeatResponse struct {
+	Accepted        bool              `json:"accepted"`
+	ServerTime      time.Time         `json:"server_time"`
+	IntervalSeconds int               `json:"interval_seconds"`
+	Assignments     []agentAssignment `json:"assignments"`
+}
+
+// agentAssignment is a piece placed on the token's node that the agent
+// must act on: data only, never a command.
+type agentAssignment struct {
+	ReservationID int64     `json:"reservation_id"`
+	PieceID       int64     `json:"piece_id"`
+	Devices       int       `json:"devices"`
+	Start         time.Time `json:"start"`
+	End           time.Time `json:"end"`
+	SSHUser       string    `json:"ssh_user"`
+	SSHKeys       []string  `json:"ssh_keys"`
+	Acceptance    bool      `json:"acceptance"`
+	State         string    `json:"state"`
+}
+
+// handleAgentHeartbeat records a heartbeat of the token's node and answers
+// with the assignments of that node. A replayed or reordered heartbeat is
+// answered 200 with accepted false and changes nothing.
+func (h *Handler) handleAgentHeartbeat(c echo.Context) error {
+	var in agentHeartbeat
+	if err := decodeBody(c, &in); err != nil {
+		return err
+	}
+	hb := market.Heartbeat{Seq: in.Seq, SentAt: in.SentAt, AgentVersion: in.AgentVersion, Probe: in.Probe, Devices: in.Devices, Error: in.Error}
+	if err := market.ValidateHeartbeat(&hb); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	tok := hostToken(c)
+	now := h.now()
+	accepted, err := h.db.RecordHeartbeat(ctx, tok.ID, hb, now)
+	if err != nil {
+		return err
+	}
+	out := agentHeartbeatResponse{Accepted: accepted, ServerTime: now.Truncate(time.Second),
+		IntervalSeconds: int(market.HeartbeatInterval / time.Second), Assignments: []agentAssignment{}}
+	return writeJSON(c, http.StatusOK, out)
+}

@@ -1,0 +1,250 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/views"
+)
+
+const (
+	newHostTokenCookie = "gm_new_host_token" // encrypted; see setNewHostToken
+	hostsPath          = "/provider/hosts"
+	// allNodesShown: offers with at most this many nodes show every node;
+	// larger ones show the nodes with an agent or a rental.
+	allNodesShown = 16
+)
+
+func (h *Handler) handleProviderHosts(c echo.Context) error {
+	v, err := h.hostsView(c, 0, "", "")
+	if err != nil {
+		return err
+	}
+	// A token just created is shown on this page once; it is stored hashed.
+	if v.NewToken, v.NewTokenFor = h.takeNewHostToken(c); v.NewToken != "" {
+		c.Response().Header().Set("Cache-Control", "no-store")
+	}
+	return render(c, http.StatusOK, views.ProviderHosts(h.page(c, "Hosts"), v))
+}
+
+// hostsView builds the hosts page of the signed-in provider; errOffer,
+// nodeValue and nodeError put a node number and its problem back on that
+// offer's form.
+func (h *Handler) hostsView(c echo.Context, errOffer int64, nodeValue, nodeError string) (views.ProviderHostsView, error) {
+	now := h.now()
+	offers, err := h.db.ListProviderHosts(c.Request().Context(), currentUser(c).ID, now)
+	if err != nil {
+		return views.ProviderHostsView{}, err
+	}
+	v := views.ProviderHostsView{Interval: durationWords(market.HeartbeatInterval),
+		Grace: durationWords(market.HeartbeatGrace(market.HeartbeatInterval))}
+	for _, ho := range offers {
+		v.Offers = append(v.Offers, hostOfferView(ho, now, errOffer, nodeValue, nodeError))
+	}
+	return v, nil
+}
+
+func hostOfferView(ho store.HostOffer, now time.Time, errOffer int64, nodeValue, nodeError string) views.HostOfferView {
+	o := ho.Offer
+	id := strconv.FormatInt(o.ID, 10)
+	v := views.HostOfferView{ID: id, Title: o.Title, URL: "/offers/" + id, CreateAction: hostsPath + "/tokens",
+		Summary: fmt.Sprintf("%d × %s per node, %d node(s)", o.DevicesPerNode, o.Accelerator().Name, o.Nodes),
+		NodeMax: strconv.Itoa(o.Nodes - 1)}
+	if o.ID == errOffer {
+		v.NodeValue, v.NodeError = nodeValue, nodeError
+	}
+	known := map[int]store.HostNode{}
+	for _, n := range ho.Nodes {
+		known[n.Node] = n
+	}
+	if o.Nodes <= allNodesShown {
+		for i := range o.Nodes {
+			n, ok := known[i]
+			if !ok {
+				n = store.HostNode{Node: i}
+			}
+			v.Nodes = append(v.Nodes, hostNodeView(n, now))
+		}
+		return v
+	}
+	for _, n := range ho.Nodes {
+		v.Nodes = append(v.Nodes, hostNodeView(n, now))
+	}
+	if hidden := o.Nodes - len(ho.Nodes); hidden > 0 {
+		v.Hidden = fmt.Sprintf("%d more node(s) have no agent and no rental; create a token for one by its number below.", hidden)
+	}
+	return v
+}
+
+func hostNodeView(n store.HostNode, now time.Time) views.HostNodeView {
+	v := views.HostNodeView{Node: strconv.Itoa(n.Node), Status: "no agent yet", StatusBadge: "paused"}
+	if n.Token.ID != 0 {
+		v.TokenPrefix, v.TokenCreated, v.TokenLastUsed = n.Token.Prefix, formatTime(n.Token.CreatedAt), "never"
+		if !n.Token.LastUsedAt.IsZero() {
+			v.TokenLastUsed = formatTime(n.Token.LastUsedAt)
+		}
+		v.RevokeURL = fmt.Sprintf("%s/tokens/%d/revoke", hostsPath, n.Token.ID)
+	}
+	if n.Reported {
+		s := n.Status
+		v.Status, v.StatusBadge = "offline", "rejected"
+		if s.Online(now) {
+			v.Status, v.StatusBadge = "online", "active"
+		}
+		v.LastHeartbeat = formatTime(s.LastHeartbeatAt)
+		v.Agent = fmt.Sprintf("agent %s, probe %s", orDash(s.AgentVersion), orDash(s.Probe))
+		v.Health = fmt.Sprintf("%d of %d devices healthy", s.Healthy, len(s.Devices))
+		v.ProbeError, v.Differs = s.ProbeError, s.HardwareDiffers
+		for _, d := range s.Devices {
+			v.Devices = append(v.Devices, hostDeviceView(d))
+		}
+	}
+	for _, r := range n.Rentals {
+		v.Rentals = append(v.Rentals, hostRentalView(r, now))
+	}
+	return v
+}
+
+func hostDeviceView(d market.HostDevice) views.HostDeviceView {
+	return views.HostDeviceView{Index: strconv.Itoa(d.Index), Name: orDash(d.Name), Memory: market.FormatInt(d.MemoryMiB) + " MiB",
+		Temp: strconv.Itoa(d.TemperatureC) + " °C", Util: strconv.Itoa(d.UtilizationPct) + "% busy",
+		Power: strconv.FormatFloat(d.PowerW, 'f', 0, 64) + " W", ECC: market.FormatInt(d.ECCUncorrected) + " uncorrected ECC errors",
+		Healthy: d.Healthy}
+}
+
+func hostRentalView(r store.HostRental, now time.Time) views.HostRentalView {
+	v := views.HostRentalView{Reservation: "#" + strconv.FormatInt(r.ReservationID, 10), URL: fmt.Sprintf("/provider/bookings/%d", r.ReservationID),
+		Buyer: r.BuyerName, Devices: strconv.Itoa(r.Devices), Window: formatSpan(r.Piece.Start, r.Piece.End), When: "now"}
+	switch {
+	case now.Before(r.Piece.Start):
+		v.When = "next"
+	case !now.Before(r.Piece.End):
+		v.When = "ended"
+	}
+	return v
+}
+
+// durationWords writes a protocol duration for people: "10 seconds",
+// "1 minute".
+func durationWords(d time.Duration) string {
+	if d%time.Minute == 0 {
+		if d == time.Minute {
+			return "1 minute"
+		}
+		return fmt.Sprintf("%d minutes", d/time.Minute)
+	}
+	return fmt.Sprintf("%d seconds", d/time.Second)
+}
+
+func (h *Handler) handleHostTokenCreate(c echo.Context) error {
+	offerID, _ := strconv.ParseInt(c.FormValue("offer_id"), 10, 64)
+	nodeValue := strings.TrimSpace(c.FormValue("node"))
+	invalid := func(msg string) error {
+		v, err := h.hostsView(c, offerID, nodeValue, msg)
+		if err != nil {
+			return err
+		}
+		return render(c, http.StatusUnprocessableEntity, views.ProviderHosts(h.page(c, "Hosts"), v))
+	}
+	node, err := strconv.Atoi(nodeValue)
+	if err != nil {
+		return invalid("Enter the node's number, counted from 0.")
+	}
+	ctx := c.Request().Context()
+	tok, raw, err := h.db.CreateHostToken(ctx, currentUser(c).ID, offerID, node, h.now())
+	if msg := market.FieldErrors(err)["node"]; msg != "" {
+		return invalid(msg)
+	}
+	if err != nil {
+		return err
+	}
+	o, err := h.db.FindProviderOffer(ctx, currentUser(c).ID, offerID)
+	if err != nil {
+		return err
+	}
+	// Post/redirect/get: a refresh of the page that shows the token must
+	// not create another (which would revoke this one).
+	if err := h.setNewHostToken(c, raw, fmt.Sprintf("node %d of “%s”", tok.Node, o.Title)); err != nil {
+		return err
+	}
+	logger(c).Info("host token created", "offer_id", offerID, "node", tok.Node, "token_id", tok.ID)
+	h.setFlash(c, "ok", fmt.Sprintf("Host token created for node %d; copy it now: it is shown only once.", tok.Node))
+	return c.Redirect(http.StatusSeeOther, hostsPath)
+}
+
+func (h *Handler) handleHostTokenRevoke(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	if err := h.db.RevokeHostToken(c.Request().Context(), currentUser(c).ID, id, h.now()); err != nil {
+		return err
+	}
+	logger(c).Info("host token revoked", "token_id", id)
+	h.setFlash(c, "ok", "Host token revoked; the agent using it is refused from now on.")
+	return c.Redirect(http.StatusSeeOther, hostsPath)
+}
+
+// setNewHostToken keeps a just-created host token for the hosts page that
+// the creation redirects to, in the encrypted cookie store of new API
+// tokens, scoped to the hosts page; takeNewHostToken shows it once.
+func (h *Handler) setNewHostToken(c echo.Context, raw, label string) error {
+	sess, _ := h.secrets.Get(c.Request(), newHostTokenCookie)
+	sess.Options.Path = hostsPath
+	sess.Values = map[any]any{"token": raw, "for": label}
+	return sess.Save(c.Request(), c.Response())
+}
+
+// takeNewHostToken returns and forgets the token setNewHostToken kept.
+func (h *Handler) takeNewHostToken(c echo.Context) (raw, label string) {
+	sess, err := h.secrets.Get(c.Request(), newHostTokenCookie)
+	if err != nil || sess.IsNew {
+		return "", ""
+	}
+	raw, _ = sess.Values["token"].(string)
+	label, _ = sess.Values["for"].(string)
+	sess.Options.Path, sess.Options.MaxAge = hostsPath, -1
+	if err := sess.Save(c.Request(), c.Response()); err != nil {
+		logger(c).Warn("new host token cookie not cleared", "err", err)
+	}
+	return raw, label
+}
+
+// hardwareDiffers returns the admins' "hardware differs from listing"
+// messages by offer id, for the red flags.
+func (h *Handler) hardwareDiffers(ctx context.Context) (map[int64][]string, error) {
+	flags, err := h.db.ListHardwareDiffers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int64][]string{}
+	for _, f := range flags {
+		out[f.OfferID] = append(out[f.OfferID], f.Message)
+	}
+	return out, nil
+}
+
+func adminHostRow(f store.HostFlag, when string) views.AdminHostRow {
+	return views.AdminHostRow{Offer: f.OfferTitle, OfferURL: fmt.Sprintf("/offers/%d", f.OfferID), Provider: f.ProviderName,
+		Node: strconv.Itoa(f.Node), Message: f.Message, When: when}
+}
+
+func (h *Handler) handleAdminHosts(c echo.Context) error {
+	differs, err := h.db.ListHardwareDiffers(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	v := views.AdminHostsView{}
+	for _, f := range differs {
+		v.Differs = append(v.Differs, adminHostRow(f, formatTime(f.LastHeartbeat)))
+	}
+	return render(c, http.StatusOK, views.AdminHosts(h.page(c, "Hosts"), v))
+}
