@@ -49,6 +49,9 @@ func (db *DB) DecideOffer(ctx context.Context, adminID, offerID int64, decision 
 	if len(note) > 2000 {
 		return market.Offer{}, invalid("Keep the reason under 2,000 characters.")
 	}
+	if err := badText("note", note, true); err != nil {
+		return market.Offer{}, err
+	}
 	tx, err := db.begin(ctx)
 	if err != nil {
 		return market.Offer{}, fail(op, err, "")
@@ -153,6 +156,9 @@ func (db *DB) VerifyFigure(ctx context.Context, adminID, offerID int64, kind mar
 		return &market.Error{Code: market.CodeInvalid, Message: "Say what evidence the verification rests on.",
 			Fields: map[string]string{"verified_note": "Say what evidence the verification rests on."}}
 	}
+	if err := badText("verified_note", note, true); err != nil {
+		return err
+	}
 	tx, err := db.begin(ctx)
 	if err != nil {
 		return fail(op, err, "")
@@ -189,12 +195,16 @@ type Suspension struct {
 	OfferIDs []int64
 	// Flagged counts the open reservations newly flagged for review.
 	Flagged int
+	// RevokedTokens counts the API tokens revoked by the suspension; they
+	// stay revoked when the provider is reinstated.
+	RevokedTokens int
 }
 
 // suspensionState is a user's suspension as the audit trail records it.
 type suspensionState struct {
 	Suspended           bool `json:"suspended"`
 	FlaggedReservations int  `json:"flagged_reservations,omitempty"`
+	RevokedTokens       int  `json:"revoked_tokens,omitempty"`
 }
 
 // openReservationStates are the states in which a reservation still has
@@ -216,6 +226,9 @@ func (db *DB) SuspendProvider(ctx context.Context, adminID, userID int64, reason
 	if reason == "" {
 		return Suspension{}, &market.Error{Code: market.CodeInvalid, Message: "Say why the provider is suspended.",
 			Fields: map[string]string{"reason": "Say why the provider is suspended."}}
+	}
+	if err := badText("reason", reason, true); err != nil {
+		return Suspension{}, err
 	}
 	tx, err := db.begin(ctx)
 	if err != nil {
@@ -267,8 +280,13 @@ func (db *DB) SuspendProvider(ctx context.Context, adminID, userID int64, reason
 	if out.OfferIDs, err = providerOfferIDs(ctx, tx, userID); err != nil {
 		return Suspension{}, fail(op, err, "")
 	}
+	// Revoked, not merely refused while suspended: a token that may have
+	// been misused must not come back to life at reinstatement.
+	if out.RevokedTokens, err = revokeAPITokens(ctx, tx, userID, now); err != nil {
+		return Suspension{}, fail(op, err, "")
+	}
 	if err := insertAudit(ctx, tx, AuditEntry{At: now, ActorID: adminID, Action: AuditProviderSuspend, SubjectKind: AuditSubjectUser, SubjectID: userID,
-		Before: AuditJSON(suspensionState{}), After: AuditJSON(suspensionState{Suspended: true, FlaggedReservations: out.Flagged}), Note: reason}); err != nil {
+		Before: AuditJSON(suspensionState{}), After: AuditJSON(suspensionState{Suspended: true, FlaggedReservations: out.Flagged, RevokedTokens: out.RevokedTokens}), Note: reason}); err != nil {
 		return Suspension{}, fail(op, err, "")
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: userID, Kind: NotifyAccountSuspended, CreatedAt: now,
@@ -288,6 +306,9 @@ func (db *DB) SuspendProvider(ctx context.Context, adminID, userID int64, reason
 func (db *DB) ReinstateProvider(ctx context.Context, adminID, userID int64, note string, now time.Time) (Suspension, error) {
 	const op = "reinstate provider"
 	note = strings.TrimSpace(note)
+	if err := badText("note", note, true); err != nil {
+		return Suspension{}, err
+	}
 	tx, err := db.begin(ctx)
 	if err != nil {
 		return Suspension{}, fail(op, err, "")
@@ -451,6 +472,9 @@ func (db *DB) ListOpenReservationFlags(ctx context.Context) ([]ReservationFlag, 
 // reservation, with an audit entry. A flag already cleared is a conflict.
 func (db *DB) ClearReservationFlag(ctx context.Context, adminID, flagID int64, note string, now time.Time) error {
 	const op = "clear reservation flag"
+	if err := badText("note", note, true); err != nil {
+		return err
+	}
 	tx, err := db.begin(ctx)
 	if err != nil {
 		return fail(op, err, "")

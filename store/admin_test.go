@@ -211,8 +211,8 @@ func TestSuspendAndReinstateProvider(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.OfferIDs) != 1 || s.OfferIDs[0] != o.ID || s.Flagged != 1 {
-		t.Errorf("suspension = %+v, want the offer and one flagged reservation", s)
+	if len(s.OfferIDs) != 1 || s.OfferIDs[0] != o.ID || s.Flagged != 1 || s.RevokedTokens != 1 {
+		t.Errorf("suspension = %+v, want the offer, one flagged reservation and one revoked token", s)
 	}
 	_, err = db.SuspendProvider(ctx, admin.ID, prov.ID, "again", now)
 	wantCode(t, err, market.CodeConflict)
@@ -256,9 +256,12 @@ func TestSuspendAndReinstateProvider(t *testing.T) {
 	if _, total, _ := db.FindOffers(ctx, OfferFilter{Now: now}); total != 1 {
 		t.Errorf("catalogue after reinstating: %d offers, want 1", total)
 	}
-	// The old token works again (it was never revoked); the flag stays until cleared.
-	if _, _, err := db.FindAPIToken(ctx, raw, now); err != nil {
-		t.Errorf("token after reinstating: %v", err)
+	// The old token stays revoked (it may have been misused); the flag
+	// stays until cleared.
+	_, _, err = db.FindAPIToken(ctx, raw, now)
+	wantCode(t, err, market.CodeUnauthorized)
+	if ts, _ := db.ListAPITokens(ctx, prov.ID); len(ts) != 1 || !ts[0].RevokedAt.Equal(now) {
+		t.Errorf("tokens after reinstating: %+v, want the one revoked at the suspension", ts)
 	}
 	if flags, _ := db.ListOpenReservationFlags(ctx); len(flags) != 1 {
 		t.Fatalf("flags after reinstating: %d, want 1", len(flags))
@@ -335,5 +338,33 @@ func TestProviderRecords(t *testing.T) {
 	later := end.Add(market.ReliabilityWindow + time.Hour)
 	if r, _ := db.ProviderRecord(ctx, prov.ID, later); r.PromisedDeviceSeconds != 0 || r.RecentIncidents != 0 || r.DeliveredReservations != 2 {
 		t.Errorf("record after the window = %+v", r)
+	}
+}
+
+func TestAdminNotesRefuseControlCharacters(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	admin := testAdmin(t, db)
+	prov := createUser(t, db, "p@example.com", true)
+	o := listedOffer(t, db, prov.ID, 8)
+
+	_, err := db.SuspendProvider(ctx, admin, prov.ID, "fraud\x00", t0)
+	if market.FieldErrors(err)["reason"] == "" {
+		t.Errorf("suspension reason with NUL: %v", err)
+	}
+	_, err = db.DecideOffer(ctx, admin, o.ID, market.ReviewRejected, "no\x1b[2J", t0)
+	if market.FieldErrors(err)["note"] == "" {
+		t.Errorf("review note with an escape: %v", err)
+	}
+	_, err = db.SaveRequest(ctx, prov.ID, "nightly\x07", `{"version":1}`, t0)
+	if market.FieldErrors(err)["name"] == "" {
+		t.Errorf("saved request name with a bell: %v", err)
+	}
+	// Line breaks in a note are fine.
+	if _, err := db.SuspendProvider(ctx, admin, prov.ID, "Listed hardware it does not have.\nSee ticket 42.", t0); err != nil {
+		t.Errorf("reason on two lines: %v", err)
+	}
+	if _, err := db.ReinstateProvider(ctx, admin, prov.ID, "o\u0085k", t0); market.FieldErrors(err)["note"] == "" {
+		t.Errorf("reinstatement note with a C1 control: %v", err)
 	}
 }

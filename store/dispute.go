@@ -342,6 +342,9 @@ func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credi
 		return DisputeDecision{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
 			Fields: map[string]string{"reason": "Give both parties the reason for the decision."}}
 	}
+	if err := badText("reason", reason, true); err != nil {
+		return DisputeDecision{}, err
+	}
 	if credit < 0 {
 		return DisputeDecision{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
 			Fields: map[string]string{"credit": "The credit cannot be negative."}}

@@ -503,6 +503,9 @@ func (db *DB) VerifyOfferFigure(ctx context.Context, offerID int64, kind market.
 		return &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
 			Fields: map[string]string{"verified_note": "Say what evidence the verification rests on."}}
 	}
+	if err := badText("verified_note", note, true); err != nil {
+		return err
+	}
 	tx, err := db.begin(ctx)
 	if err != nil {
 		return fail(op, err, "")

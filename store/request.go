@@ -53,6 +53,9 @@ func (db *DB) SaveRequest(ctx context.Context, buyerID int64, name, json string,
 	case n > MaxSavedRequestName:
 		p.Add("name", "Keep the name to 80 characters or fewer.")
 	}
+	if msg := market.TextProblem(name, false); msg != "" {
+		p.Add("name", msg)
+	}
 	if strings.TrimSpace(json) == "" {
 		p.Add("json", "There is no request to save.")
 	} else if len(json) > market.MaxJSONBytes {

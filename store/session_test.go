@@ -80,7 +80,7 @@ func TestPasswordChangeEndsOtherSessions(t *testing.T) {
 	drop2, _ := db.CreateSession(ctx, u.ID, t0, time.Hour)
 	others, _ := db.CreateSession(ctx, other.ID, t0, time.Hour)
 
-	if err := db.UpdatePassword(ctx, u.ID, []byte("new"), keep.ID); err != nil {
+	if _, err := db.UpdatePassword(ctx, u.ID, []byte("new"), keep.ID, false, t0); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := db.FindSession(ctx, keep.ID, t0); err != nil {

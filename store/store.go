@@ -116,6 +116,15 @@ func invalid(msg string) error {
 	return &market.Error{Code: market.CodeInvalid, Message: msg}
 }
 
+// badText is an invalid error naming field when s holds a control
+// character (market.TextProblem), or nil.
+func badText(field, s string, multiline bool) error {
+	if msg := market.TextProblem(s, multiline); msg != "" {
+		return &market.Error{Code: market.CodeInvalid, Message: msg, Fields: map[string]string{field: msg}}
+	}
+	return nil
+}
+
 // Person-safe messages for missing rows.
 const (
 	msgUserNotFound    = "That account could not be found."

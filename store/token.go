@@ -86,6 +86,9 @@ func (db *DB) CreateAPIToken(ctx context.Context, userID int64, name, scope stri
 	case n > maxTokenName:
 		p.Add("name", "Keep the name to 80 characters or fewer.")
 	}
+	if msg := market.TextProblem(name, false); msg != "" {
+		p.Add("name", msg)
+	}
 	if scope != TokenScopeRead && scope != TokenScopeWrite {
 		p.Add("scope", "Choose read or write.")
 	}
@@ -170,6 +173,17 @@ func (db *DB) RevokeAPIToken(ctx context.Context, userID, id int64, now time.Tim
 		return fail(op, err, "")
 	}
 	return fail(op, tx.Commit(), "")
+}
+
+// revokeAPITokens revokes every live token of the user at now and returns
+// how many it revoked.
+func revokeAPITokens(ctx context.Context, tx *sql.Tx, userID int64, now time.Time) (int, error) {
+	res, err := tx.ExecContext(ctx, `UPDATE api_tokens SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL`, unix(now), userID)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
 }
 
 // findAPITokenQuery reads a token and its user by the token's hash.

@@ -95,15 +95,20 @@ func TestAPITokens(t *testing.T) {
 		t.Errorf("the other token stopped working: %v", err)
 	}
 
-	// A suspended user's tokens stop working, and come back on reinstatement.
+	// A suspended user's tokens are revoked, and stay revoked on
+	// reinstatement; new ones can be created then.
 	suspend(t, db, u.ID)
 	_, _, err = db.FindAPIToken(ctx, rawRead, t0.Add(2*time.Hour))
 	wantCode(t, err, market.CodeUnauthorized)
 	_, _, err = db.CreateAPIToken(ctx, u.ID, "more", TokenScopeRead, t0)
 	wantCode(t, err, market.CodeForbidden)
 	reinstate(t, db, u.ID)
-	if _, _, err := db.FindAPIToken(ctx, rawRead, t0.Add(2*time.Hour)); err != nil {
-		t.Errorf("token after reinstatement: %v", err)
+	_, _, err = db.FindAPIToken(ctx, rawRead, t0.Add(2*time.Hour))
+	wantCode(t, err, market.CodeUnauthorized)
+	if _, raw, err := db.CreateAPIToken(ctx, u.ID, "after", TokenScopeRead, t0); err != nil {
+		t.Errorf("new token after reinstatement: %v", err)
+	} else if _, _, err := db.FindAPIToken(ctx, raw, t0); err != nil {
+		t.Errorf("new token after reinstatement does not work: %v", err)
 	}
 
 	for _, c := range []struct{ name, scope, field string }{
@@ -111,6 +116,8 @@ func TestAPITokens(t *testing.T) {
 		{strings.Repeat("x", 81), TokenScopeRead, "name"},
 		{"ok", "admin", "scope"},
 		{"ok", "", "scope"},
+		{"ci\x00", TokenScopeRead, "name"},
+		{"ci\x1b[0m", TokenScopeRead, "name"},
 	} {
 		_, _, err := db.CreateAPIToken(ctx, u.ID, c.name, c.scope, t0)
 		wantCode(t, err, market.CodeInvalid)
@@ -120,4 +127,49 @@ func TestAPITokens(t *testing.T) {
 	}
 	_, _, err = db.CreateAPIToken(ctx, 9999, "ghost", TokenScopeRead, t0)
 	wantCode(t, err, market.CodeNotFound)
+}
+
+func TestPasswordChangeRevokesTokensOnRequest(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	u := createUser(t, db, "pw@example.com", false)
+	other := createUser(t, db, "other@example.com", false)
+	_, keep, _ := db.CreateAPIToken(ctx, u.ID, "ci", TokenScopeRead, t0)
+	_, theirs, _ := db.CreateAPIToken(ctx, other.ID, "theirs", TokenScopeRead, t0)
+
+	// Without asking, the tokens keep working.
+	if n, err := db.UpdatePassword(ctx, u.ID, []byte("h1"), "", false, t0.Add(time.Hour)); err != nil || n != 0 {
+		t.Fatalf("UpdatePassword without revoking = %d, %v", n, err)
+	}
+	if _, _, err := db.FindAPIToken(ctx, keep, t0.Add(time.Hour)); err != nil {
+		t.Errorf("token revoked without asking: %v", err)
+	}
+
+	// Asking revokes every live token of the user, once, and no one else's.
+	_, second, _ := db.CreateAPIToken(ctx, u.ID, "laptop", TokenScopeWrite, t0)
+	revokedTok, _, _ := db.CreateAPIToken(ctx, u.ID, "old", TokenScopeRead, t0)
+	if err := db.RevokeAPIToken(ctx, u.ID, revokedTok.ID, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(2 * time.Hour)
+	if n, err := db.UpdatePassword(ctx, u.ID, []byte("h2"), "", true, at); err != nil || n != 2 {
+		t.Fatalf("UpdatePassword revoking = %d, %v; want 2 revoked", n, err)
+	}
+	for _, raw := range []string{keep, second} {
+		_, _, err := db.FindAPIToken(ctx, raw, at)
+		wantCode(t, err, market.CodeUnauthorized)
+	}
+	ts, _ := db.ListAPITokens(ctx, u.ID)
+	for _, tok := range ts {
+		want := at
+		if tok.ID == revokedTok.ID {
+			want = t0.Add(time.Minute) // the first revocation is kept
+		}
+		if !tok.RevokedAt.Equal(want) {
+			t.Errorf("token %q revoked at %s, want %s", tok.Name, tok.RevokedAt, want)
+		}
+	}
+	if _, _, err := db.FindAPIToken(ctx, theirs, at); err != nil {
+		t.Errorf("another user's token revoked: %v", err)
+	}
 }

@@ -89,23 +89,31 @@ func (db *DB) FindUserByEmail(ctx context.Context, email string) (market.User, [
 
 // UpdatePassword replaces the user's password hash and ends every other
 // session of the user, keeping only keepSessionID (the raw id of the session
-// the change was made from; "" ends them all).
-func (db *DB) UpdatePassword(ctx context.Context, userID int64, hash []byte, keepSessionID string) error {
+// the change was made from; "" ends them all). With revokeTokens it also
+// revokes every API token of the user at now, in the same transaction, and
+// returns how many it revoked.
+func (db *DB) UpdatePassword(ctx context.Context, userID int64, hash []byte, keepSessionID string, revokeTokens bool, now time.Time) (int, error) {
 	const op = "update password"
 	tx, err := db.begin(ctx)
 	if err != nil {
-		return fail(op, err, "")
+		return 0, fail(op, err, "")
 	}
 	defer tx.Rollback()
 
 	if err := updateUser(ctx, tx, `UPDATE users SET password_hash = ? WHERE id = ?`, hash, userID); err != nil {
-		return fail(op, err, "")
+		return 0, fail(op, err, "")
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE user_id = ? AND id_hash <> ?`,
 		userID, hashSessionID(keepSessionID)); err != nil {
-		return fail(op, err, "")
+		return 0, fail(op, err, "")
 	}
-	return fail(op, tx.Commit(), "")
+	revoked := 0
+	if revokeTokens {
+		if revoked, err = revokeAPITokens(ctx, tx, userID, now); err != nil {
+			return 0, fail(op, err, "")
+		}
+	}
+	return revoked, fail(op, tx.Commit(), "")
 }
 
 // SetUserRoles sets whether the account may rent (buyer) and list

@@ -56,7 +56,7 @@ func TestUserUpdates(t *testing.T) {
 	if err := db.SetUserAdmin(ctx, u.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.UpdatePassword(ctx, u.ID, []byte("new-hash"), ""); err != nil {
+	if _, err := db.UpdatePassword(ctx, u.ID, []byte("new-hash"), "", false, t0); err != nil {
 		t.Fatal(err)
 	}
 	got, hash, err := db.FindUserByEmail(ctx, u.Email)
@@ -70,5 +70,6 @@ func TestUserUpdates(t *testing.T) {
 	missing := u.ID + 100
 	wantCode(t, db.SetUserRoles(ctx, missing, true, true), market.CodeNotFound)
 	wantCode(t, db.SetUserAdmin(ctx, missing, true), market.CodeNotFound)
-	wantCode(t, db.UpdatePassword(ctx, missing, []byte("x"), ""), market.CodeNotFound)
+	_, err = db.UpdatePassword(ctx, missing, []byte("x"), "", true, t0)
+	wantCode(t, err, market.CodeNotFound)
 }
