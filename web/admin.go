@@ -236,7 +236,7 @@ func (h *Handler) handleAdminSuspend(c echo.Context) error {
 		h.wf.RemoveOffer(offerID)
 	}
 	logger(c).Info("provider suspended", "provider_id", id, "admin_id", currentUser(c).ID, "flagged", s.Flagged)
-	h.setFlash(c, "ok", fmt.Sprintf("Provider suspended: %d offer(s) unlisted, %d open reservation(s) flagged for review.", len(s.OfferIDs), s.Flagged))
+	h.setFlash(c, "ok", fmt.Sprintf("Provider suspended: %d offer(s) unlisted, %d open reservation(s) flagged for review, %d API token(s) revoked.", len(s.OfferIDs), s.Flagged, s.RevokedTokens))
 	return c.Redirect(http.StatusSeeOther, "/admin/providers")
 }
 
@@ -308,8 +308,10 @@ func (h *Handler) handleAdminAudit(c echo.Context) error {
 	}
 	parseDate("from", fv.From, &f.From, false)
 	parseDate("to", fv.To, &f.To, true)
-	page, _ := strconv.Atoi(q.Get("page"))
-	page = max(page, 1)
+	page, err := pageNumber(q.Get("page"))
+	if err != nil {
+		return err
+	}
 	f.Offset = (page - 1) * auditPageSize
 
 	v := views.AuditView{Filter: fv, Errors: errs, Actions: auditActionOptions()}

@@ -154,6 +154,26 @@ type apiOfferList struct {
 	Total  int        `json:"total"`
 }
 
+// Bounds of the offers list's limit and offset.
+const (
+	apiMaxLimit  = 200
+	apiMaxOffset = 10_000_000
+)
+
+// apiInt reads an integer query parameter: empty is def; anything but a
+// whole number from lo to hi is an invalid error naming the parameter.
+func apiInt(name, s string, def, lo, hi int) (int, error) {
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		msg := fmt.Sprintf("must be a whole number from %d to %d", lo, hi)
+		return 0, &market.Error{Code: market.CodeInvalid, Message: name + ": " + msg, Fields: map[string]string{name: msg}}
+	}
+	return n, nil
+}
+
 // handleAPIOffers searches the catalogue with the catalogue's query
 // parameters (q, the query language; model, family, min_memory,
 // min_devices, region, country, max_price, interruptible, network, sort)
@@ -171,13 +191,12 @@ func (h *Handler) handleAPIOffers(c echo.Context) error {
 		return &market.Error{Code: market.CodeInvalid, Message: msg, Fields: errs}
 	}
 	f.Now = h.now()
-	f.Limit, _ = strconv.Atoi(c.QueryParam("limit"))
-	if f.Limit <= 0 || f.Limit > 200 {
-		f.Limit = 50
+	var err error
+	if f.Limit, err = apiInt("limit", c.QueryParam("limit"), 50, 1, apiMaxLimit); err != nil {
+		return err
 	}
-	f.Offset, _ = strconv.Atoi(c.QueryParam("offset"))
-	if f.Offset < 0 {
-		f.Offset = 0
+	if f.Offset, err = apiInt("offset", c.QueryParam("offset"), 0, 0, apiMaxOffset); err != nil {
+		return err
 	}
 	listings, total, err := h.db.FindOffers(c.Request().Context(), f)
 	if err != nil {

@@ -1,9 +1,14 @@
 package web
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,7 +39,7 @@ func (h *Handler) handleSignUp(c echo.Context) error {
 			IsBuyer: su.IsBuyer, IsProvider: su.IsProvider, Errors: errs, Message: msg}
 	}
 	ctx := c.Request().Context()
-	allowed, wait, err := h.db.ThrottleHit(ctx, "signup-ip:"+c.RealIP(), h.now(), signupWindow, signupPerAddress)
+	allowed, wait, err := h.db.ThrottleHit(ctx, "signup-ip:"+clientNetwork(c), h.now(), signupWindow, signupPerAddress)
 	if err != nil {
 		return err
 	}
@@ -87,19 +92,34 @@ func (h *Handler) handleLogin(c echo.Context) error {
 	ctx := c.Request().Context()
 	now := h.now()
 	// Every attempt counts against the client address; only failures count
-	// against the account (so its owner is not locked out by successes).
-	ok, wait, err := h.db.ThrottleHit(ctx, "login-ip:"+c.RealIP(), now, loginWindow, loginPerAddress)
+	// against the account, from this address and from all of them.
+	addr := clientNetwork(c)
+	ok, wait, err := h.db.ThrottleHit(ctx, "login-ip:"+addr, now, loginWindow, loginPerAddress)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return fail(http.StatusTooManyRequests, throttledMessage(wait))
 	}
-	acctKey := "login-acct:" + email
-	if blocked, wait, err := h.db.ThrottlePeek(ctx, acctKey, now, loginWindow, loginPerAccount); err != nil {
-		return err
-	} else if blocked {
-		return fail(http.StatusTooManyRequests, throttledMessage(wait))
+	pairKey, acctKey := "login-pair:"+email+" "+addr, "login-acct:"+email
+	for _, l := range []struct {
+		window time.Duration
+		limit  int
+	}{{loginWindow, loginPerPair}, {loginDay, loginPerPairDay}} {
+		if blocked, wait, err := h.db.ThrottlePeek(ctx, pairKey, now, l.window, l.limit); err != nil {
+			return err
+		} else if blocked {
+			return fail(http.StatusTooManyRequests, throttledMessage(wait))
+		}
+	}
+	known := h.knownDevice(c, email)
+	if !known {
+		if blocked, wait, err := h.db.ThrottlePeek(ctx, acctKey, now, loginDay, loginPerAccount); err != nil {
+			return err
+		} else if blocked {
+			return fail(http.StatusTooManyRequests, fmt.Sprintf("This account has had too many failed log-ins today. "+
+				"Log in from a browser you have logged in with before, or wait %s and try again.", waitText(wait)))
+		}
 	}
 	if email == "" || password == "" {
 		return fail(http.StatusUnprocessableEntity, "Enter your email and password.")
@@ -113,7 +133,11 @@ func (h *Handler) handleLogin(c echo.Context) error {
 		checkPassword(h.dummyHash, password)
 	}
 	if err != nil || !checkPassword(hash, password) {
-		if _, _, err := h.db.ThrottleHit(ctx, acctKey, now, loginWindow, loginPerAccount); err != nil {
+		// The pair's rows are kept for the day; its short window is a peek.
+		if _, _, err := h.db.ThrottleHit(ctx, pairKey, now, loginDay, loginPerPairDay); err != nil {
+			return err
+		}
+		if _, _, err := h.db.ThrottleHit(ctx, acctKey, now, loginDay, loginPerAccount); err != nil {
 			return err
 		}
 		return fail(http.StatusUnauthorized, "That email and password do not match an account.")
@@ -121,12 +145,13 @@ func (h *Handler) handleLogin(c echo.Context) error {
 	if u.Suspended {
 		return fail(http.StatusForbidden, "This account is suspended. Contact support if you think this is a mistake.")
 	}
-	if err := h.db.ThrottleReset(ctx, acctKey); err != nil {
+	if err := h.db.ThrottleReset(ctx, pairKey); err != nil {
 		return err
 	}
 	if err := h.startSession(c, u.ID); err != nil {
 		return err
 	}
+	h.rememberDevice(c, email)
 	logger(c).Info("logged in", "user_id", u.ID)
 	return c.Redirect(http.StatusSeeOther, next)
 }
@@ -170,13 +195,25 @@ func (h *Handler) accountView(c echo.Context, errs map[string]string) (views.Acc
 	if err != nil {
 		return v, err
 	}
+	active := 0
 	for _, t := range tokens {
+		if !t.Revoked() {
+			active++
+		}
 		row := views.TokenRow{Name: t.Name, Scope: t.Scope, Prefix: t.Prefix, Created: formatDate(t.CreatedAt),
 			LastUsed: "never", Revoked: !t.RevokedAt.IsZero(), RevokeURL: fmt.Sprintf("/account/tokens/%d/revoke", t.ID)}
 		if !t.LastUsedAt.IsZero() {
 			row.LastUsed = formatTime(t.LastUsedAt)
 		}
 		v.Tokens = append(v.Tokens, row)
+	}
+	switch active {
+	case 0:
+		v.ActiveTokens = "no active API tokens"
+	case 1:
+		v.ActiveTokens, v.RevokeTokens = "1 active API token", "Also revoke my API token"
+	default:
+		v.ActiveTokens, v.RevokeTokens = fmt.Sprintf("%d active API tokens", active), fmt.Sprintf("Also revoke all %d of my API tokens", active)
 	}
 	return v, nil
 }
@@ -187,6 +224,8 @@ func (h *Handler) handleTokenCreate(c echo.Context) error {
 	errs := map[string]string{}
 	if name == "" || len([]rune(name)) > 80 {
 		errs["token_name"] = "Name the token (up to 80 characters) so you can recognise it later."
+	} else if msg := market.TextProblem(name, false); msg != "" {
+		errs["token_name"] = msg
 	}
 	if scope != scopeRead && scope != scopeWrite {
 		errs["token_scope"] = "Choose read, or read and write."
@@ -250,22 +289,80 @@ func (h *Handler) handlePasswordChange(c echo.Context) error {
 		return err
 	}
 	sess, _ := currentSession(c)
-	if err := h.db.UpdatePassword(ctx, u.ID, newHash, sess.ID); err != nil {
+	revoked, err := h.db.UpdatePassword(ctx, u.ID, newHash, sess.ID, c.FormValue("revoke_tokens") != "", h.now())
+	if err != nil {
 		return err
 	}
-	h.setFlash(c, "ok", "Password changed. Other sessions have been logged out.")
+	msg := "Password changed. Other sessions have been logged out."
+	switch revoked {
+	case 0:
+	case 1:
+		msg += " 1 API token revoked."
+	default:
+		msg += fmt.Sprintf(" %d API tokens revoked.", revoked)
+	}
+	h.setFlash(c, "ok", msg)
 	return c.Redirect(http.StatusSeeOther, "/account")
 }
 
 // throttledMessage tells a person how long to wait.
 func throttledMessage(wait time.Duration) string {
+	return fmt.Sprintf("Too many attempts from here. Please wait %s and try again.", waitText(wait))
+}
+
+// waitText is a wait in whole minutes, rounded up, or in hours from two hours.
+func waitText(wait time.Duration) string {
 	mins := int(math.Ceil(wait.Minutes()))
-	if mins < 1 {
-		mins = 1
+	switch {
+	case mins <= 1:
+		return "1 minute"
+	case mins < 120:
+		return fmt.Sprintf("%d minutes", mins)
 	}
-	unit := "minutes"
-	if mins == 1 {
-		unit = "minute"
+	return fmt.Sprintf("%d hours", (mins+59)/60)
+}
+
+// clientNetwork is the client address throttles count by: the address, or
+// for IPv6 its /64, which one subscriber usually holds whole.
+func clientNetwork(c echo.Context) string {
+	ip := net.ParseIP(c.RealIP())
+	if ip == nil || ip.To4() != nil {
+		return c.RealIP()
 	}
-	return fmt.Sprintf("Too many attempts from here. Please wait %d %s and try again.", mins, unit)
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
+// knownDevice reports whether this browser has logged in to the account
+// with the email before (a signed cookie that rememberDevice set).
+func (h *Handler) knownDevice(c echo.Context, email string) bool {
+	sess, err := h.cookies.Get(c.Request(), deviceCookie)
+	if err != nil || sess.IsNew {
+		return false
+	}
+	tags, _ := sess.Values["accounts"].([]string)
+	return slices.Contains(tags, h.deviceTag(email))
+}
+
+// rememberDevice marks this browser as one that has logged in to the
+// account with the email, keeping the last few accounts.
+func (h *Handler) rememberDevice(c echo.Context, email string) {
+	sess, _ := h.cookies.Get(c.Request(), deviceCookie)
+	tags, _ := sess.Values["accounts"].([]string)
+	tag := h.deviceTag(email)
+	tags = append(slices.DeleteFunc(tags, func(t string) bool { return t == tag }), tag)
+	if len(tags) > 5 {
+		tags = tags[len(tags)-5:]
+	}
+	sess.Values = map[any]any{"accounts": tags}
+	sess.Options.MaxAge = int(knownDeviceTTL.Seconds())
+	if err := sess.Save(c.Request(), c.Response()); err != nil {
+		logger(c).Warn("known-device cookie not saved", "err", err)
+	}
+}
+
+// deviceTag names an account in the known-device cookie without its email.
+func (h *Handler) deviceTag(email string) string {
+	m := hmac.New(sha256.New, deriveKey(h.cfg.SessionKey, "gpumarket known device"))
+	m.Write([]byte(email))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:16])
 }

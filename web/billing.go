@@ -193,6 +193,14 @@ func (h *Handler) handlePayoutConnect(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, link)
 }
 
+// handlePayoutRefresh is where the processor sends a provider whose
+// onboarding link expired or was already used. A GET changes nothing: it
+// leads back to the payouts panel, whose button (a POST) makes a new link.
+func (h *Handler) handlePayoutRefresh(c echo.Context) error {
+	h.setFlash(c, "error", "That onboarding link expired. Choose “Finish connecting payouts” to continue where you left off.")
+	return c.Redirect(http.StatusSeeOther, "/provider/reservations")
+}
+
 // handlePayoutReturn is where onboarding sends the provider back: the
 // account's state is read from the processor (the webhook may be later).
 func (h *Handler) handlePayoutReturn(c echo.Context) error {

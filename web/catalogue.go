@@ -96,12 +96,30 @@ func readCatalogueFilter(q url.Values) (store.OfferFilter, views.CatalogueFilter
 	return f, v, errs
 }
 
+// maxPage bounds page numbers, so an offset never overflows and a deep
+// page cannot make the database skip millions of rows.
+const maxPage = 10_000
+
+// pageNumber reads a page parameter: empty is the first page; anything but
+// a whole number from 1 to maxPage is refused, not replaced by page 1.
+func pageNumber(s string) (int, error) {
+	if s == "" {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxPage {
+		msg := fmt.Sprintf("The page number must be a whole number from 1 to %s.", market.FormatInt(maxPage))
+		return 0, &market.Error{Code: market.CodeInvalid, Message: msg, Fields: map[string]string{"page": msg}}
+	}
+	return n, nil
+}
+
 func (h *Handler) handleCatalogue(c echo.Context) error {
 	q := c.QueryParams()
 	f, fv, errs := readCatalogueFilter(q)
-	page, _ := strconv.Atoi(q.Get("page"))
-	if page < 1 {
-		page = 1
+	page, err := pageNumber(q.Get("page"))
+	if err != nil {
+		return err
 	}
 	v := views.CatalogueView{Filter: fv, Errors: errs}
 	v.Filtered = fv != (views.CatalogueFilter{Sort: store.SortPriceAsc})

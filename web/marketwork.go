@@ -213,6 +213,8 @@ func (h *Handler) handleCarbonProfileSave(c echo.Context) error {
 	}
 	if v.Source == "" || len([]rune(v.Source)) > 200 {
 		v.Errors["source"] = "Say where the figures come from (up to 200 characters)."
+	} else if msg := market.TextProblem(v.Source, false); msg != "" {
+		v.Errors["source"] = msg
 	}
 	if len(v.Errors) > 0 {
 		return render(c, http.StatusUnprocessableEntity, views.CarbonProfileForm(h.page(c, "Hourly carbon profile"), v))
@@ -239,10 +241,7 @@ func (h *Handler) handleCarbonProfileDelete(c echo.Context) error {
 
 // workReportView builds the reservation page's measured-work section.
 func (h *Handler) workReportView(c echo.Context, r market.Reservation, values views.WorkReportValues, errs map[string]string) (views.WorkReportView, error) {
-	v := views.WorkReportView{Action: fmt.Sprintf("/reservations/%d/work", r.ID), Values: values, Errors: errs}
-	if tok, ok := c.Get(ctxCSRF).(string); ok {
-		v.CSRF = tok
-	}
+	v := views.WorkReportView{Action: fmt.Sprintf("/reservations/%d/work", r.ID), Values: values, Errors: errs, CSRF: h.csrfToken(c)}
 	switch r.State {
 	case market.ReservationActive, market.ReservationCompleted, market.ReservationSettled:
 		v.CanReport = true

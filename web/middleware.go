@@ -1,6 +1,11 @@
 package web
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -8,7 +13,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
@@ -19,7 +23,6 @@ const (
 	ctxLogger  = "logger"
 	ctxUser    = "user"
 	ctxSession = "session"
-	ctxCSRF    = "csrf"
 )
 
 // requestLogger gives every request a logger carrying its request id, and
@@ -73,25 +76,76 @@ func (h *Handler) securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// csrf protects every state-changing browser request with a token that the
-// forms carry in the _csrf field (or the X-CSRF-Token header for scripts).
+// csrf protects every state-changing browser request. The token, which
+// forms carry in the _csrf field (scripts in the X-CSRF-Token header), is
+// the session's own: the signed-in session's csrf_token, or for a visitor
+// one derived from the pre-session id in the signed session cookie. So a
+// planted cookie, another browser's token or a logged-out session's token
+// is refused, and logging in or out changes the token. A request another
+// origin's page sends (Sec-Fetch-Site or Origin) is refused even with a
+// valid token: a sibling subdomain is same-site, so SameSite cookies alone
+// do not stop it. It runs after loadSession.
 func (h *Handler) csrf() echo.MiddlewareFunc {
-	return middleware.CSRFWithConfig(middleware.CSRFConfig{
-		TokenLookup:    "form:_csrf,header:X-CSRF-Token",
-		CookieName:     "gm_csrf",
-		CookiePath:     "/",
-		CookieHTTPOnly: true,
-		CookieSecure:   h.secure,
-		CookieSameSite: http.SameSiteLaxMode,
-		ContextKey:     ctxCSRF,
-		ErrorHandler: func(err error, c echo.Context) error {
-			return market.Errorf(market.CodeForbidden, "This form has expired or did not come from this site. Go back, reload the page and try again.")
-		},
-	})
+	cop := http.NewCrossOriginProtection()
+	if u, err := url.Parse(h.baseURL); err == nil && u.Host != "" {
+		_ = cop.AddTrustedOrigin(u.Scheme + "://" + u.Host) // behind a proxy that rewrites Host
+	}
+	refuse := func() error {
+		return market.Errorf(market.CodeForbidden, "This form has expired or did not come from this site. Go back, reload the page and try again.")
+	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			switch c.Request().Method {
+			case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+				return next(c)
+			}
+			if err := cop.Check(c.Request()); err != nil {
+				return refuse()
+			}
+			sent := c.Request().Header.Get("X-CSRF-Token")
+			if sent == "" {
+				sent = c.FormValue("_csrf")
+			}
+			want := h.csrfToken(c)
+			if sent == "" || subtle.ConstantTimeCompare([]byte(sent), []byte(want)) != 1 {
+				return refuse()
+			}
+			return next(c)
+		}
+	}
+}
+
+// csrfToken returns the token the request's forms carry: the signed-in
+// session's, or the visitor's pre-session's, starting a pre-session (a
+// random id in the signed session cookie, nothing in the database) on
+// first use.
+func (h *Handler) csrfToken(c echo.Context) string {
+	if s, ok := currentSession(c); ok {
+		return s.CSRFToken
+	}
+	sess, _ := h.cookies.Get(c.Request(), sessionCookie)
+	pre, _ := sess.Values["pre"].(string)
+	if pre == "" {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return "" // matches no token: the form fails closed
+		}
+		pre = base64.RawURLEncoding.EncodeToString(b)
+		sess.Values = map[any]any{"pre": pre}
+		sess.Options.MaxAge = int(sessionTTL.Seconds())
+		if err := sess.Save(c.Request(), c.Response()); err != nil {
+			logger(c).Warn("pre-session not saved", "err", err)
+			return ""
+		}
+	}
+	m := hmac.New(sha256.New, h.csrfKey)
+	m.Write([]byte(pre))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 // loadSession resolves the session cookie to a user through the database,
-// so logout, password changes and suspensions take effect at once.
+// so logout, password changes and suspensions take effect at once. What is
+// served to a signed-in user is private: no browser or proxy stores it.
 func (h *Handler) loadSession(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		sess, _ := h.cookies.Get(c.Request(), sessionCookie)
@@ -101,8 +155,10 @@ func (h *Handler) loadSession(next echo.HandlerFunc) echo.HandlerFunc {
 			case err == nil:
 				c.Set(ctxSession, s)
 				c.Set(ctxUser, &u)
+				c.Response().Header().Set("Cache-Control", "no-store")
 			case market.ErrorCode(err) == market.CodeNotFound:
 				// Expired, logged out or suspended: forget the cookie.
+				sess.Values = map[any]any{}
 				sess.Options.MaxAge = -1
 				_ = sess.Save(c.Request(), c.Response())
 			default:

@@ -102,10 +102,7 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 		return views.QuotesView{}, err
 	}
 	v := views.QuotesView{Searched: true, Total: res.Total, SignedIn: currentUser(c) != nil,
-		LoginURL: "/login?next=" + url.QueryEscape("/requests?"+requestQuery(requestValues(req)))}
-	if tok, ok := c.Get(ctxCSRF).(string); ok {
-		v.CSRF = tok
-	}
+		LoginURL: "/login?next=" + url.QueryEscape("/requests?"+requestQuery(requestValues(req))), CSRF: h.csrfToken(c)}
 	if len(res.Quotes) == 0 {
 		v.Summary = res.Explanation.Summary()
 		v.Shortfall = res.Explanation.Shortfall
@@ -383,6 +380,8 @@ func (h *Handler) handleRequestSave(c echo.Context) error {
 	name := strings.TrimSpace(c.FormValue("name"))
 	if errs == nil && (name == "" || len([]rune(name)) > 80) {
 		errs = map[string]string{"name": "Name the request (up to 80 characters)."}
+	} else if msg := market.TextProblem(name, false); errs == nil && msg != "" {
+		errs = map[string]string{"name": msg}
 	}
 	if errs != nil {
 		v := h.builderView(c, values)

@@ -43,8 +43,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	agent := e.Group("/agent/v1", middleware.BodyLimit(agentBodyLimit), h.agentAuth, h.agentRateLimit())
 	agent.POST("/heartbeat", h.handleAgentHeartbeat)
 
-	// Browser pages: size limit, CSRF, session.
-	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.csrf(), h.loadSession)
+	// Browser pages: size limit, session, then CSRF (its token is the session's).
+	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.loadSession, h.csrf())
 
 	// Public.
 	b.GET("/", h.handleCatalogue)
@@ -139,7 +139,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/connect/local/:id", h.handleLocalOnboardPage, requireUser, requireProvider)
 	b.POST("/connect/local/:id", h.handleLocalOnboard, requireUser, requireProvider)
 	p.POST("/payouts/connect", h.handlePayoutConnect)
-	p.GET("/payouts/refresh", h.handlePayoutConnect)
+	p.GET("/payouts/refresh", h.handlePayoutRefresh)
 	p.GET("/payouts/return", h.handlePayoutReturn)
 	p.GET("/bookings/:id", h.handleProviderBooking)
 	p.GET("/bookings/:id/incidents/new", h.handleProviderIncidentForm)

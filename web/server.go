@@ -55,6 +55,8 @@ type Handler struct {
 	// secrets is an encrypted cookie store for a value shown once after a
 	// redirect (a new API token): see setNewToken.
 	secrets *sessions.CookieStore
+	// csrfKey derives a visitor's CSRF token from their pre-session id.
+	csrfKey []byte
 	secure  bool // base URL is https: Secure cookies and HSTS
 	// wf runs the multi-step operations (booking, cancelling, payments,
 	// settlement, disputes, reconciliation) and owns the matcher's index.
@@ -73,12 +75,22 @@ type Handler struct {
 // Limits on abuse, kept together.
 const (
 	sessionTTL       = 14 * 24 * time.Hour
-	loginWindow      = 15 * time.Minute
-	loginPerAddress  = 30 // attempts per client address per window
-	loginPerAccount  = 8  // failed attempts per account per window
 	signupWindow     = time.Hour
 	signupPerAddress = 10
 	formBodyLimit    = "256K"
+
+	// Log-in throttling (README, "Accounts and security"): attempts per
+	// client address; failures per account and address, in a short and a
+	// daily window; failures per account from every address, per day,
+	// which a browser that has logged in to the account before is exempt
+	// from, so guessing cannot lock its owner out.
+	loginWindow     = 15 * time.Minute
+	loginPerAddress = 30 // attempts per client address per loginWindow
+	loginPerPair    = 8  // failures per account and address per loginWindow
+	loginDay        = 24 * time.Hour
+	loginPerPairDay = 20                  // failures per account and address per loginDay
+	loginPerAccount = 100                 // failures per account, all addresses, per loginDay
+	knownDeviceTTL  = 30 * 24 * time.Hour // the signed cookie codec's own limit
 )
 
 // New builds the handler and the Echo instance with every route and
@@ -122,6 +134,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 		SameSite: http.SameSiteLaxMode,
 	}
 	h.secrets = newSecretStore(cfg.SessionKey, h.secure)
+	h.csrfKey = deriveKey(cfg.SessionKey, "gpumarket csrf: pre-session")
 
 	e := echo.New()
 	// The client address (for throttling and logs) is the TCP peer: headers

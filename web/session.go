@@ -18,6 +18,7 @@ const (
 	sessionCookie  = "gm_session"
 	flashCookie    = "gm_flash"
 	newTokenCookie = "gm_new_token" // encrypted; see setNewToken
+	deviceCookie   = "gm_device"    // signed; see rememberDevice
 )
 
 // DefaultPasswordCost is the bcrypt cost of stored passwords.
@@ -104,14 +105,16 @@ func (h *Handler) takeFlash(c echo.Context) (kind, msg string) {
 // keys derived from the session key, for values the browser must not read
 // in its cookie jar. Its cookies go only to /account and last 5 minutes.
 func newSecretStore(sessionKey []byte, secure bool) *sessions.CookieStore {
-	derive := func(purpose string) []byte {
-		m := hmac.New(sha256.New, sessionKey)
-		m.Write([]byte(purpose))
-		return m.Sum(nil)
-	}
-	s := sessions.NewCookieStore(derive("gpumarket secret cookie: signing"), derive("gpumarket secret cookie: encryption"))
+	s := sessions.NewCookieStore(deriveKey(sessionKey, "gpumarket secret cookie: signing"), deriveKey(sessionKey, "gpumarket secret cookie: encryption"))
 	s.Options = &sessions.Options{Path: "/account", MaxAge: 300, HttpOnly: true, Secure: secure, SameSite: http.SameSiteLaxMode}
 	return s
+}
+
+// deriveKey derives a 32-byte key for one purpose from the session key.
+func deriveKey(sessionKey []byte, purpose string) []byte {
+	m := hmac.New(sha256.New, sessionKey)
+	m.Write([]byte(purpose))
+	return m.Sum(nil)
 }
 
 // setNewToken keeps a just-created API token for the account page that the
