@@ -2,6 +2,7 @@ package market
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -100,6 +101,7 @@ const (
 	ConstraintMemory       Constraint = "memory"
 	ConstraintRegion       Constraint = "region"
 	ConstraintPrice        Constraint = "price"
+	ConstraintOffer        Constraint = "offer"
 	ConstraintInterconnect Constraint = "interconnect"
 	ConstraintNetwork      Constraint = "network"
 	ConstraintSoftware     Constraint = "software"
@@ -123,6 +125,7 @@ var reasons = [...]struct {
 	{ConstraintMemory, "too little memory"},
 	{ConstraintRegion, "outside the allowed regions"},
 	{ConstraintPrice, "over the maximum price"},
+	{ConstraintOffer, "not the offers asked for"},
 	{ConstraintInterconnect, "interconnect too weak"},
 	{ConstraintNetwork, "network too slow"},
 	{ConstraintSoftware, "driver or CUDA too old"},
@@ -140,6 +143,7 @@ const (
 	rMemory
 	rRegion
 	rPrice
+	rOffer
 	rInterconnect
 	rNetwork
 	rSoftware
@@ -364,6 +368,7 @@ type query struct {
 	memMask          catSet
 	regionMask       catSet
 	maxPrice         int32
+	offers           []int64 // pinned offers (Constraints.OfferIDs); empty = any
 	budget           int64
 	minInterconnect  uint8
 	minNet           uint16
@@ -420,7 +425,7 @@ func compile(req Request, now time.Time) (*query, error) {
 		req: req, split: w.Kind != WorkTraining,
 		devices: int64(w.Devices), minPiece: int64(w.MinPieceDevices),
 		hours:    int64(w.Hours),
-		maxPrice: int32(c.MaxPricePerDeviceHour), budget: int64(c.BudgetCents),
+		maxPrice: int32(c.MaxPricePerDeviceHour), offers: c.OfferIDs, budget: int64(c.BudgetCents),
 		minInterconnect: uint8(c.MinInterconnect.Rank()), minNet: clampU16(int64(c.MinNetworkGbps)),
 		verified: c.RequireVerified, minReliability: uint16(c.MinReliabilityBP), maxCarbon: uint16(c.MaxCarbonGPerKWh),
 		allowIntr: c.AllowInterruption, dataRegion: -1, datasetGB: int64(w.DatasetGB),
@@ -545,6 +550,10 @@ func (q *query) eval(s *slot, f *fit) int {
 	switch {
 	case q.maxPrice > 0 && price > q.maxPrice:
 		return rPrice
+	case len(q.offers) > 0 && !slices.Contains(q.offers, s.id):
+		// After price: a bucket's tail over the maximum price is counted
+		// against price wholesale, before its offers are looked at.
+		return rOffer
 	case s.interconnectRk < q.minInterconnect:
 		return rInterconnect
 	case s.netGbps < q.minNet:

@@ -163,6 +163,7 @@ func (e *engine) relax(src source, q *query, now time.Time) []Relaxation {
 			r.Constraints.MinDriverVersion, r.Constraints.MinCUDAVersion = "", ""
 		}},
 		{c.RequireVerified, ConstraintVerified, "accept unverified figures", func(r *Request) { r.Constraints.RequireVerified = false }},
+		{len(c.OfferIDs) > 0, ConstraintOffer, "quote any offer, not only the ones asked for", func(r *Request) { r.Constraints.OfferIDs = nil }},
 	} {
 		if !d.active {
 			continue

@@ -2,6 +2,7 @@ package market
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -35,6 +36,8 @@ const (
 	MaxBudgetCents     = Cents(1_000_000_000_00) // $1 billion
 	MaxQuoteLimit      = 100
 	DefaultQuoteLimit  = 10
+	// MaxRequestOffers bounds the offers a request may be pinned to.
+	MaxRequestOffers = 20
 )
 
 // Workload describes the job.
@@ -100,6 +103,9 @@ type Constraints struct {
 	MinDriverVersion      string
 	MinCUDAVersion        string
 	RequireVerified       bool // at least one platform-verified figure
+	// OfferIDs pins the request to these offers (empty = any offer), as
+	// "Quote this offer" on an offer's page does.
+	OfferIDs []int64
 }
 
 // Preferences are weights (0..100) over the feasible quotes. All zero means
@@ -216,6 +222,14 @@ func ValidateRequest(r *Request) error {
 		}
 	}
 	checkNarrowing(p, c)
+	if len(c.OfferIDs) > MaxRequestOffers {
+		p.Add("constraints.offers", fmt.Sprintf("Pin at most %d offers.", MaxRequestOffers))
+	}
+	for i, id := range c.OfferIDs {
+		if id < 1 || slices.Contains(c.OfferIDs[:i], id) {
+			p.Add("constraints.offers", "Offers are named by their numbers, each once.")
+		}
+	}
 	if !c.Deadline.IsZero() && !c.EarliestStart.IsZero() && !c.Deadline.After(c.EarliestStart) {
 		p.Add("constraints.deadline", "The deadline must be after the earliest start.")
 	}

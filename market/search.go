@@ -22,6 +22,10 @@ type OfferSearch struct {
 	Devices        Range // devices per node × nodes
 	PriceCents     Range // on-demand price per device-hour
 	Interruptible  *bool // nil: any; true: sells interruptible capacity; false: does not
+	// Free, when set, keeps offers that can be booked for its window with
+	// devices free on their nodes (FreeAdmits); the store checks it against
+	// the commitments, not in SQL.
+	Free *FreeWindow
 }
 
 // Range is an inclusive range of whole numbers; the zero Range is any.
@@ -93,6 +97,8 @@ const (
 	kindDevices                      // a whole number
 	kindPrice                        // dollars, kept as cents
 	kindBool
+	kindFreeFrom  // when devices are wanted free: now, a date, a date and time
+	kindFreeHours // for how long, hours or days
 )
 
 type queryField struct {
@@ -140,6 +146,13 @@ var queryFields = []queryField{
 	{name: "interruptible", aliases: []string{"spot"}, kind: kindBool,
 		meaning: "sells interruptible (preemptible) capacity", example: "interruptible=yes",
 		expected: "yes or no"},
+	{name: "available", aliases: []string{"from", "free_from"}, kind: kindFreeFrom,
+		meaning:  "devices free from then (UTC) for the hours asked, or the offer's shortest rental; with devices>=N, N of them",
+		example:  `available="2026-12-01 09:00" hours=24`,
+		expected: `now, a date such as 2026-12-01, or a quoted date and time such as "2026-12-01 09:00" (UTC)`},
+	{name: "hours", aliases: []string{"for"}, kind: kindFreeHours,
+		meaning: "for how long the devices must be free, hours or days (h if no unit); alone, from now", example: "available=now for=8h",
+		expected: "a number of hours, e.g. 24, 24h or 2d", units: map[string]int64{"": 1, "h": 1, "hours": 1, "d": 24, "days": 24}},
 }
 
 func findQueryField(name string) (queryField, bool) {
@@ -163,6 +176,8 @@ func (f queryField) ops() string {
 		return "=, !=, in (…) or not in (…)"
 	case kindBool:
 		return "= or !="
+	case kindFreeFrom, kindFreeHours:
+		return "="
 	}
 	return "=, <, <=, > or >="
 }
@@ -262,6 +277,8 @@ func (s *OfferSearch) add(c Condition) error {
 		return s.applySet(f, c)
 	case kindBool:
 		return s.applyBool(f, c)
+	case kindFreeFrom, kindFreeHours:
+		return s.applyFree(f, c)
 	}
 	switch c.Op.Text {
 	case "=", "<", "<=", ">", ">=":
