@@ -142,6 +142,10 @@ type Reservation struct {
 	RequestJSON string
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+
+	// ExtendsID is the reservation this one continues (an extension: the
+	// same pieces from where they end), or 0.
+	ExtendsID int64
 }
 
 // Start is the earliest piece start.
