@@ -657,6 +657,13 @@ func (db *DB) FindOffers(ctx context.Context, f OfferFilter) ([]OfferListing, in
 	}
 	defer tx.Rollback()
 
+	if f.Free != nil {
+		ls, total, err := findFreeOffers(ctx, tx, f, cond, args, order)
+		if err != nil {
+			return nil, 0, fail(op, err, "")
+		}
+		return ls, total, nil
+	}
 	var total int
 	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM offers o`+cond, args...).Scan(&total); err != nil {
 		return nil, 0, fail(op, err, "")
