@@ -32,7 +32,7 @@ const (
 
 const (
 	reservationColumns = `r.id, r.buyer_id, r.state, r.amount_cents, r.hold_expires_at, r.cancel_fee_cents,
-		r.request_json, r.created_at, r.updated_at`
+		r.request_json, r.created_at, r.updated_at, r.extends_id`
 	pieceColumns = `p.id, p.offer_id, p.provider_id, p.devices, p.start_at, p.end_at, p.interruptible,
 		p.price_cents, p.amount_cents, p.free_cancel_hours, p.cancel_fee_bp,
 		p.billing_basis, p.uptime_bp, p.credit_cap_bp, p.credit_schedule_json, p.gang, p.nodes`
@@ -54,10 +54,12 @@ func scanReservation(s scanner) (market.Reservation, error) {
 	var r market.Reservation
 	var state string
 	var amount, fee, holdExpires, created, updated int64
+	var extends sql.NullInt64
 	if err := s.Scan(&r.ID, &r.BuyerID, &state, &amount, &holdExpires, &fee,
-		&r.RequestJSON, &created, &updated); err != nil {
+		&r.RequestJSON, &created, &updated, &extends); err != nil {
 		return market.Reservation{}, err
 	}
+	r.ExtendsID = extends.Int64
 	r.State = market.ReservationState(state)
 	r.AmountCents, r.CancelFeeCents = market.Cents(amount), market.Cents(fee)
 	r.HoldExpiresAt = fromUnix(holdExpires)
@@ -201,8 +203,8 @@ const (
 	// pile up, are skipped by the index.
 	bookingCommitmentsWhere = `p.offer_id = ? AND p.end_at > ? AND p.start_at < ?`
 	insertReservationQuery  = `INSERT INTO reservations (buyer_id, state, amount_cents, hold_expires_at, cancel_fee_cents,
-			request_json, starts_at, ends_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			request_json, starts_at, ends_at, created_at, updated_at, extends_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, 0))
 		RETURNING id`
 	// insertPieceQuery freezes the offer's settlement terms on the piece
 	// from the offer row as it stands in the inserting transaction (the
@@ -370,7 +372,7 @@ func insertReservation(ctx context.Context, tx querier, r market.Reservation) (i
 	var id int64
 	err := tx.QueryRowContext(ctx, insertReservationQuery,
 		r.BuyerID, string(r.State), int64(r.AmountCents), unix(r.HoldExpiresAt), int64(r.CancelFeeCents), r.RequestJSON,
-		unix(r.Start()), unix(r.End()), unix(r.CreatedAt), unix(r.UpdatedAt)).Scan(&id)
+		unix(r.Start()), unix(r.End()), unix(r.CreatedAt), unix(r.UpdatedAt), r.ExtendsID).Scan(&id)
 	if err != nil {
 		return 0, err
 	}
