@@ -28,6 +28,8 @@ var catalogueFormFields = []struct{ param, field, op string }{
 	{"max_price", "price", "<="},
 	{"interruptible", "interruptible", "="},
 	{"network", "network", ">="},
+	{"free_from", "available", "="},
+	{"free_hours", "hours", "="},
 }
 
 // catalogueSorts are the catalogue's orders, as the sort select and the
@@ -50,7 +52,7 @@ func readCatalogueFilter(q url.Values) (store.OfferFilter, views.CatalogueFilter
 		Accelerator: q.Get("model"), Family: q.Get("family"), MinMemory: q.Get("min_memory"),
 		MinDevices: q.Get("min_devices"), Region: q.Get("region"), Country: q.Get("country"),
 		MaxPrice: q.Get("max_price"), Interruptible: q.Get("interruptible"), Network: q.Get("network"), Sort: q.Get("sort"),
-		Query: q.Get("q"),
+		Query: q.Get("q"), FreeFrom: q.Get("free_from"), FreeHours: q.Get("free_hours"),
 	}
 	var f store.OfferFilter
 	errs := map[string]string{}
@@ -153,9 +155,16 @@ func (h *Handler) handleCatalogue(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	commitments, err := h.offerCommitments(c.Request().Context(), listings, f.Now)
+	if err != nil {
+		return err
+	}
 	for _, l := range listings {
 		card := offerCard(l)
 		card.Reliability = market.FormatPercentBP(h.wf.Reliability(l.Offer.ProviderID)) + "%"
+		cs := commitments[l.Offer.ID]
+		card.Free, card.FreeLevel = freeNowLine(l.Offer, cs, f.Now)
+		card.FreeWindow = freeWindowLine(l.Offer, cs, f.Free, f.Now)
 		v.Offers = append(v.Offers, card)
 	}
 	switch total {
@@ -285,6 +294,15 @@ func (h *Handler) handleOfferShow(c echo.Context) error {
 	}
 	if v.Market, err = h.offerMarketView(c.Request().Context(), o, owner); err != nil {
 		return err
+	}
+	if v.Listed = listed; listed {
+		now := h.now()
+		cs, err := h.db.ListOfferCommitments(c.Request().Context(), o.ID, now)
+		if err != nil {
+			return err
+		}
+		v.Availability = calendarView(o, cs, now)
+		v.Quote = quoteOfferLink(o, u != nil, now)
 	}
 	return render(c, http.StatusOK, views.OfferDetail(h.page(c, o.Title), v))
 }

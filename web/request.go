@@ -91,6 +91,7 @@ func (h *Handler) builderView(c echo.Context, values views.RequestFormValues) vi
 			})
 		}
 	}
+	h.pinnedView(c.Request().Context(), &v)
 	return v
 }
 

@@ -47,6 +47,7 @@ func readRequestForm(q url.Values, now time.Time) views.RequestFormValues {
 		ProvidersWeight: get("preferences.providers_weight"), PreferredWeight: get("preferences.preferred_weight"),
 		PreferredAccelerators: q["preferences.preferred_accelerators"], PreferredRegions: q["preferences.preferred_regions"],
 		CarbonAwareStart: q.Get("preferences.carbon_aware_start") != "",
+		Offers:           q["constraints.offers"],
 	}
 }
 
@@ -143,6 +144,14 @@ func requestFromValues(v views.RequestFormValues) (market.Request, map[string]st
 	num("constraints.max_carbon_g_per_kwh", v.MaxCarbon, &c.MaxCarbonGPerKWh)
 	c.MinDriverVersion, c.MinCUDAVersion = v.MinDriver, v.MinCUDA
 	c.RequireVerified = v.RequireVerified
+	for _, s := range nonEmpty(v.Offers) {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			p.Add("constraints.offers", "Offers are named by their numbers.")
+			continue
+		}
+		c.OfferIDs = append(c.OfferIDs, id)
+	}
 
 	num("preferences.cost_weight", v.CostWeight, &pr.CostWeight)
 	num("preferences.carbon_weight", v.CarbonWeight, &pr.CarbonWeight)
@@ -210,6 +219,9 @@ func requestValues(r market.Request) views.RequestFormValues {
 	if c.MinReliabilityBP > 0 {
 		v.MinReliability = market.FormatPercentBP(c.MinReliabilityBP)
 	}
+	for _, id := range c.OfferIDs {
+		v.Offers = append(v.Offers, strconv.FormatInt(id, 10))
+	}
 	return v
 }
 
@@ -256,6 +268,7 @@ func requestQuery(v views.RequestFormValues) string {
 	set("constraints.min_driver_version", v.MinDriver)
 	set("constraints.min_cuda_version", v.MinCUDA)
 	flag("constraints.require_verified", v.RequireVerified)
+	q["constraints.offers"] = v.Offers
 	set("preferences.cost_weight", v.CostWeight)
 	set("preferences.carbon_weight", v.CarbonWeight)
 	set("preferences.reliability_weight", v.ReliabilityWeight)
