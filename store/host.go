@@ -402,6 +402,7 @@ type HostRental struct {
 	BuyerID       int64
 	BuyerName     string
 	Devices       int // of the piece's devices, those on this node
+	Access        PieceAccess
 }
 
 // HostOffer is one offer of a provider with the nodes that have a token,
@@ -471,6 +472,9 @@ func offerHostNodes(ctx context.Context, q querier, offerID int64, now time.Time
 		for _, s := range r.Piece.Nodes {
 			rr := r
 			rr.Devices = s.Devices
+			if rr.Access, err = getPieceAccess(ctx, q, r.Piece.ID, s.Node); err != nil {
+				return nil, err
+			}
 			n := node(s.Node)
 			n.Rentals = append(n.Rentals, rr)
 		}
@@ -485,10 +489,12 @@ func offerHostNodes(ctx context.Context, q querier, offerID int64, now time.Time
 
 // offerRentals returns the pieces of an offer (on node, or on any node
 // when node < 0) of paid reservations — confirmed, active, completed or
-// settled — that end after a day before now, with their buyer, oldest
-// start first.
+// settled — that end after a day before now, and any piece whose keys were
+// installed and not confirmed removed, with their buyer, oldest start
+// first.
 func offerRentals(ctx context.Context, q querier, offerID int64, node int, now time.Time) ([]HostRental, error) {
-	where := `p.offer_id = ? AND r.state IN (?, ?, ?, ?) AND p.end_at > ?`
+	where := `p.offer_id = ? AND ((r.state IN (?, ?, ?, ?) AND p.end_at > ?) OR EXISTS (
+		SELECT 1 FROM piece_access a WHERE a.piece_id = p.id AND a.removed_at IS NULL))`
 	args := []any{offerID, string(market.ReservationConfirmed), string(market.ReservationActive), string(market.ReservationCompleted),
 		string(market.ReservationSettled), unix(now.Add(-24 * time.Hour))}
 	if node >= 0 {
@@ -509,16 +515,16 @@ func offerRentals(ctx context.Context, q querier, offerID int64, node int, now t
 }
 
 // HostFlag is a node the admins should look at: its devices differ from
-// the listing (Message), or the removal of a buyer's keys on it is not
-// confirmed in time.
+// the listing, or the removal of a buyer's keys on it is not confirmed in
+// time. At is the node's last heartbeat, or the rental's end.
 type HostFlag struct {
-	OfferID       int64
-	OfferTitle    string
-	ProviderID    int64
-	ProviderName  string
-	Node          int
-	Message       string
-	LastHeartbeat time.Time
+	OfferID      int64
+	OfferTitle   string
+	ProviderID   int64
+	ProviderName string
+	Node         int
+	Message      string
+	At           time.Time
 }
 
 // ListHardwareDiffers returns the nodes whose reported devices differ from
@@ -534,7 +540,7 @@ func (db *DB) ListHardwareDiffers(ctx context.Context) ([]HostFlag, error) {
 		var f HostFlag
 		var last int64
 		err := s.Scan(&f.OfferID, &f.OfferTitle, &f.ProviderID, &f.ProviderName, &f.Node, &f.Message, &last)
-		f.LastHeartbeat = fromUnix(last)
+		f.At = fromUnix(last)
 		return f, err
 	}, `SELECT o.id, o.title, u.id, u.display_name, h.node, h.hardware_differs, h.last_heartbeat_at
 		FROM hosts h JOIN offers o ON o.id = h.offer_id JOIN users u ON u.id = o.provider_id

@@ -221,7 +221,7 @@ func TestHeartbeatsSeqStatusAndHistory(t *testing.T) {
 	}
 	if len(differs) != 1 || differs[0].OfferID != o.ID || differs[0].Node != 1 || differs[0].ProviderID != prov.ID ||
 		differs[0].OfferTitle != o.Title || differs[0].ProviderName != prov.DisplayName ||
-		differs[0].Message != "Node 1 reports 7 devices; the listing has 8 per node." || !differs[0].LastHeartbeat.Equal(at.Add(11*time.Minute)) {
+		differs[0].Message != "Node 1 reports 7 devices; the listing has 8 per node." || !differs[0].At.Equal(at.Add(11*time.Minute)) {
 		t.Fatalf("differs %v", differs)
 	}
 	hb := market.Heartbeat{Seq: 13, Error: "nvidia-smi: command not found"}

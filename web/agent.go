@@ -119,7 +119,99 @@ func (h *Handler) handleAgentHeartbeat(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// A replay changed nothing, but the agent is still told what to do:
+	// assignments are read, not written.
+	as, err := h.db.ListAssignments(ctx, tok.ID, now)
+	if err != nil {
+		return err
+	}
 	out := agentHeartbeatResponse{Accepted: accepted, ServerTime: now.Truncate(time.Second),
 		IntervalSeconds: int(market.HeartbeatInterval / time.Second), Assignments: []agentAssignment{}}
+	for _, a := range as {
+		out.Assignments = append(out.Assignments, agentAssignment{ReservationID: a.ReservationID, PieceID: a.Piece.ID,
+			Devices: a.Devices, Start: a.Piece.Start, End: a.Piece.End, SSHKeys: a.SSHKeys, Acceptance: a.Acceptance,
+			State: string(a.State)})
+	}
 	return writeJSON(c, http.StatusOK, out)
+}
+
+// pieceID reads the :piece_id of an assignment path.
+func pieceID(c echo.Context) (int64, error) {
+	id, err := strconv.ParseInt(c.Param("piece_id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, market.Errorf(market.CodeNotFound, "There is no such assignment.")
+	}
+	return id, nil
+}
+
+// agentInstalled is the body of POST /agent/v1/assignments/:piece_id/installed.
+type agentInstalled struct {
+	Host        string    `json:"host"`
+	Port        int       `json:"port"`
+	User        string    `json:"user"`
+	InstalledAt time.Time `json:"installed_at"`
+}
+
+// agentRemoved is the body of POST /agent/v1/assignments/:piece_id/removed.
+type agentRemoved struct {
+	RemovedAt time.Time `json:"removed_at"`
+}
+
+// agentAccessReply answers an installed or removed report.
+type agentAccessReply struct {
+	PieceID     int64      `json:"piece_id"`
+	InstalledAt *time.Time `json:"installed_at,omitempty"`
+	RemovedAt   *time.Time `json:"removed_at,omitempty"`
+}
+
+func accessReply(a store.PieceAccess) agentAccessReply {
+	out := agentAccessReply{PieceID: a.PieceID}
+	if a.Installed() {
+		out.InstalledAt = &a.InstalledAt
+	}
+	if a.Removed() {
+		out.RemovedAt = &a.RemovedAt
+	}
+	return out
+}
+
+// handleAgentInstalled records that the buyer's keys are in place on the
+// token's node, with the connection shown to the buyer. A piece not on the
+// node is 404 (whoever's it is); a rental not running is 409.
+func (h *Handler) handleAgentInstalled(c echo.Context) error {
+	id, err := pieceID(c)
+	if err != nil {
+		return err
+	}
+	var in agentInstalled
+	if err := decodeBody(c, &in); err != nil {
+		return err
+	}
+	a, err := h.db.RecordInstalled(c.Request().Context(), hostToken(c).ID, id,
+		market.Connection{Host: in.Host, Port: in.Port, User: in.User}, h.now())
+	if err != nil {
+		return err
+	}
+	logger(c).Info("keys installed", "piece_id", id, "node", a.Node, "offer_id", hostToken(c).OfferID)
+	return writeJSON(c, http.StatusOK, accessReply(a))
+}
+
+// handleAgentRemoved records that the buyer's keys are gone from the
+// token's node. A piece not on the node is 404; a rental still running is
+// 409.
+func (h *Handler) handleAgentRemoved(c echo.Context) error {
+	id, err := pieceID(c)
+	if err != nil {
+		return err
+	}
+	var in agentRemoved
+	if err := decodeBody(c, &in); err != nil {
+		return err
+	}
+	a, err := h.db.RecordRemoved(c.Request().Context(), hostToken(c).ID, id, in.RemovedAt, h.now())
+	if err != nil {
+		return err
+	}
+	logger(c).Info("keys removed", "piece_id", id, "node", a.Node, "offer_id", hostToken(c).OfferID)
+	return writeJSON(c, http.StatusOK, accessReply(a))
 }

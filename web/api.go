@@ -446,7 +446,7 @@ func (h *Handler) handleAPIReservation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, http.StatusOK, toAPIReservation(r))
+	return h.writeAPIReservation(c, r)
 }
 
 func (h *Handler) handleAPIReservationCancel(c echo.Context) error {

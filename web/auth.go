@@ -191,6 +191,10 @@ func (h *Handler) accountView(c echo.Context, errs map[string]string) (views.Acc
 	}
 	v := views.AccountView{Email: u.Email, DisplayName: u.DisplayName, Organisation: u.Organisation,
 		Roles: strings.Join(roles, ", "), MemberSince: formatDate(u.CreatedAt), Errors: errs, TokenScope: scopeRead}
+	var err error
+	if v.SSH, err = h.sshKeysView(c, "", ""); err != nil {
+		return v, err
+	}
 	tokens, err := h.db.ListAPITokens(c.Request().Context(), u.ID)
 	if err != nil {
 		return v, err

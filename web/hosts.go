@@ -129,7 +129,32 @@ func hostRentalView(r store.HostRental, now time.Time) views.HostRentalView {
 	case !now.Before(r.Piece.End):
 		v.When = "ended"
 	}
+	v.Access, v.Overdue = accessText(r, now)
 	return v
+}
+
+// accessText says, for the provider, where the buyer's keys stand on the
+// node (never the keys or the connection: those are the buyer's), and
+// whether their removal is overdue.
+func accessText(r store.HostRental, now time.Time) (string, bool) {
+	a := r.Access
+	state := market.AccessStateOf(r.State, r.Piece, a.Installed(), a.Removed(), now)
+	switch {
+	case market.RemovalOverdue(r.State, r.Piece, a.Installed(), a.Removed(), r.UpdatedAt, now):
+		return fmt.Sprintf("The buyer's keys, installed %s, are not confirmed removed %s after the end: check the agent.",
+			formatTime(a.InstalledAt), durationWords(market.RemovalDeadline)), true
+	case a.Removed():
+		return "The buyer's keys were installed " + formatTime(a.InstalledAt) + " and removed " + formatTime(a.RemovedAt) + ".", false
+	case state == market.AccessRemove:
+		return "The rental is over: the agent is asked to remove the buyer's keys (installed " + formatTime(a.InstalledAt) + ").", false
+	case a.Installed():
+		return "The buyer's keys are installed (since " + formatTime(a.InstalledAt) + ").", false
+	case state == market.AccessInstall:
+		return "Waiting for the agent to install the buyer's keys.", false
+	case now.Before(r.Piece.Start):
+		return "The agent installs the buyer's keys at the start.", false
+	}
+	return "", false
 }
 
 // durationWords writes a protocol duration for people: "10 seconds",
@@ -242,9 +267,16 @@ func (h *Handler) handleAdminHosts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	overdue, err := h.db.ListOverdueRemovals(c.Request().Context(), h.now())
+	if err != nil {
+		return err
+	}
 	v := views.AdminHostsView{}
 	for _, f := range differs {
-		v.Differs = append(v.Differs, adminHostRow(f, formatTime(f.LastHeartbeat)))
+		v.Differs = append(v.Differs, adminHostRow(f, formatTime(f.At)))
+	}
+	for _, f := range overdue {
+		v.Overdue = append(v.Overdue, adminHostRow(f, formatTime(f.At)))
 	}
 	return render(c, http.StatusOK, views.AdminHosts(h.page(c, "Hosts"), v))
 }

@@ -161,6 +161,9 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 	if v.Work, err = h.workReportView(c, r, views.WorkReportValues{}, nil); err != nil {
 		return err
 	}
+	if v.Access, err = h.reservationAccessView(c, r, now); err != nil {
+		return err
+	}
 	return render(c, http.StatusOK, views.Reservation(h.page(c, fmt.Sprintf("Reservation %d", r.ID)), v))
 }
 

@@ -42,6 +42,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	// so no CSRF; rate limited per token.
 	agent := e.Group("/agent/v1", middleware.BodyLimit(agentBodyLimit), h.agentAuth, h.agentRateLimit())
 	agent.POST("/heartbeat", h.handleAgentHeartbeat)
+	agent.POST("/assignments/:piece_id/installed", h.handleAgentInstalled)
+	agent.POST("/assignments/:piece_id/removed", h.handleAgentRemoved)
 
 	// Browser pages: size limit, session, then CSRF (its token is the session's).
 	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.loadSession, h.csrf())
@@ -85,6 +87,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/account/password", h.handlePasswordChange, requireUser)
 	b.POST("/account/tokens", h.handleTokenCreate, requireUser)
 	b.POST("/account/tokens/:id/revoke", h.handleTokenRevoke, requireUser)
+	b.POST("/account/ssh-keys", h.handleSSHKeyAdd, requireUser)
+	b.POST("/account/ssh-keys/:id/remove", h.handleSSHKeyRemove, requireUser)
 	b.GET("/notifications", h.handleNotifications, requireUser)
 	b.POST("/notifications/read", h.handleNotificationsRead, requireUser)
 
