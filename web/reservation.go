@@ -161,6 +161,9 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 	if v.Work, err = h.workReportView(c, r, views.WorkReportValues{}, nil); err != nil {
 		return err
 	}
+	if v.Extend, err = h.extendOffer(ctx, currentUser(c).ID, r); err != nil {
+		return err
+	}
 	if v.Access, err = h.reservationAccessView(c, r, now); err != nil {
 		return err
 	}

@@ -80,6 +80,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/reservations/:id", h.handleReservationShow, requireUser)
 	b.GET("/reservations/:id/cancel", h.handleReservationCancelConfirm, requireUser)
 	b.POST("/reservations/:id/cancel", h.handleReservationCancel, requireUser)
+	b.GET("/reservations/:id/extend", h.handleExtendConfirm, requireUser)
+	b.POST("/reservations/:id/extend", h.handleExtend, requireUser)
 
 	// Any signed-in user. (Per route, not a group: a group with an empty
 	// prefix would catch every unknown path and send it to log in.)
