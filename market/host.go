@@ -347,3 +347,33 @@ func (c Connection) SSHCommand() string {
 	}
 	return fmt.Sprintf("ssh -p %d %s@%s", c.Port, c.User, c.Host)
 }
+
+// MissingDevices is how many devices a piece lacks on a node that reports
+// healthy devices when it holds held of them: the devices of a "fewer
+// devices" incident measured by the agent (none when enough are healthy).
+func MissingDevices(held, healthy int) int {
+	return max(0, held-healthy)
+}
+
+// HostSilent reports whether a node whose last heartbeat was at last is
+// down at now: silent for longer than the grace period.
+func HostSilent(last, now time.Time) bool {
+	return now.Sub(last) > HeartbeatGrace(HeartbeatInterval)
+}
+
+// SilenceOutage says whether a node's silence — no heartbeat after last
+// until until — is a host failure of a piece on the node, and from when:
+// the silence must pass the grace period (HostSilent), and do so before
+// the piece ends, and the piece must have started by until. The outage
+// starts at the last heartbeat, or at the piece's start if the node was
+// already silent then.
+func SilenceOutage(p ReservationPiece, last, until time.Time) (time.Time, bool) {
+	detected := last.Add(HeartbeatGrace(HeartbeatInterval))
+	if !HostSilent(last, until) || !detected.Before(p.End) || !p.Start.Before(until) {
+		return time.Time{}, false
+	}
+	if last.Before(p.Start) {
+		return p.Start, true
+	}
+	return last, true
+}

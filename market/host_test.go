@@ -222,3 +222,33 @@ func TestValidateConnection(t *testing.T) {
 		t.Error(c.SSHCommand())
 	}
 }
+
+func TestMeasuredOutageRules(t *testing.T) {
+	if MissingDevices(8, 8) != 0 || MissingDevices(8, 9) != 0 || MissingDevices(8, 5) != 3 || MissingDevices(4, 0) != 4 {
+		t.Error("MissingDevices")
+	}
+	s := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	p := ReservationPiece{Start: s, End: s.Add(time.Hour)}
+	tests := []struct {
+		name        string
+		last, until time.Time
+		start       time.Time
+		ok          bool
+	}{
+		{"within the grace period", s.Add(time.Minute), s.Add(2 * time.Minute), time.Time{}, false},
+		{"exactly the grace period", s.Add(time.Minute), s.Add(2*time.Minute + 0), time.Time{}, false},
+		{"beyond it", s.Add(time.Minute), s.Add(2*time.Minute + time.Second), s.Add(time.Minute), true},
+		{"silent before the start", s.Add(-time.Hour), s.Add(time.Second), s, true},
+		{"silent before the start, not yet started", s.Add(-time.Hour), s, time.Time{}, false},
+		{"silent from just before the start", s.Add(-10 * time.Second), s.Add(51 * time.Second), s, true},
+		{"grace passes after the end", p.End.Add(-30 * time.Second), p.End.Add(time.Hour), time.Time{}, false},
+		{"grace passes before the end", p.End.Add(-61 * time.Second), p.End.Add(time.Hour), p.End.Add(-61 * time.Second), true},
+		{"silent after the end", p.End.Add(time.Second), p.End.Add(time.Hour), time.Time{}, false},
+	}
+	for _, tt := range tests {
+		start, ok := SilenceOutage(p, tt.last, tt.until)
+		if ok != tt.ok || !start.Equal(tt.start) {
+			t.Errorf("%s: SilenceOutage = %s, %v; want %s, %v", tt.name, start, ok, tt.start, tt.ok)
+		}
+	}
+}

@@ -252,7 +252,8 @@ func liveHostToken(ctx context.Context, tx *sql.Tx, tokenID int64) (HostToken, e
 // the token (a replay or a reordered heartbeat: nothing changes and it
 // reports false), it becomes the node's latest status, extends or starts a
 // run of the history, and sets or clears the node's "hardware differs"
-// message (a probe failure with no devices leaves it as it was). The
+// message (a probe failure with no devices leaves it as it was), and is
+// measured against the pieces on the node (measureHeartbeat). The
 // heartbeat must have passed market.ValidateHeartbeat.
 func (db *DB) RecordHeartbeat(ctx context.Context, tokenID int64, hb market.Heartbeat, now time.Time) (bool, error) {
 	const op = "record heartbeat"
@@ -279,6 +280,7 @@ func (db *DB) RecordHeartbeat(ctx context.Context, tokenID int64, hb market.Hear
 	if err != nil && market.ErrorCode(err) != market.CodeNotFound {
 		return false, fail(op, err, "")
 	}
+	reported := err == nil
 	differs := prev.HardwareDiffers
 	if len(hb.Devices) > 0 || hb.Error == "" {
 		differs = ""
@@ -303,6 +305,9 @@ func (db *DB) RecordHeartbeat(ctx context.Context, tokenID int64, hb market.Hear
 		return false, fail(op, err, "")
 	}
 	if err := appendHeartbeatRun(ctx, tx, t.OfferID, t.Node, hb, now); err != nil {
+		return false, fail(op, err, "")
+	}
+	if err := measureHeartbeat(ctx, tx, t.OfferID, t.Node, prev, reported, hb, now); err != nil {
 		return false, fail(op, err, "")
 	}
 	return true, fail(op, tx.Commit(), "")

@@ -14,13 +14,16 @@ import (
 const (
 	ReportedByProvider = "provider"
 	ReportedByBuyer    = "buyer"
+	// ReportedByAgent: measured from the provider agent's heartbeats
+	// (store/measure.go); applies at once, like a provider's report.
+	ReportedByAgent = "agent"
 )
 
 // Incident is a reported incident with who reported it and where it stands.
 type Incident struct {
 	market.Incident
 	ReservationID  int64
-	ReportedBy     string // ReportedByProvider or ReportedByBuyer
+	ReportedBy     string // ReportedByProvider, ReportedByBuyer or ReportedByAgent
 	ReporterID     int64
 	AcknowledgedAt time.Time // zero until acknowledged (provider reports: at once)
 	DisputedAt     time.Time // zero unless an unacknowledged buyer report became a dispute

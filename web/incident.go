@@ -255,9 +255,13 @@ func incidentRows(incs []store.Incident, pieces []market.ReservationPiece, provi
 		if !on[i.PieceID] {
 			continue
 		}
-		// The reader's own reports are "you", the other party's by role.
+		// The reader's own reports are "you", the other party's by role;
+		// the agent's are measured, nobody's own.
 		by := "the " + i.ReportedBy
-		if (i.ReportedBy == store.ReportedByProvider) == provider {
+		switch {
+		case i.ReportedBy == store.ReportedByAgent:
+			by = "the provider's agent (measured)"
+		case (i.ReportedBy == store.ReportedByProvider) == provider:
 			by = "you"
 		}
 		row := views.IncidentRow{ID: strconv.FormatInt(i.ID, 10), Kind: i.Kind.Label(), Note: i.Note,

@@ -43,7 +43,8 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 
 // Tick is one round of the periodic work at now: unpaid holds expire
 // (freeing their capacity in the index), reservations move through their
-// lifecycle, and the money workflow advances (settleTick).
+// lifecycle, the agents' heartbeats are measured (measureTick), and the
+// money workflow advances (settleTick).
 func (s *Service) Tick(ctx context.Context, now time.Time) {
 	expired, err := s.db.ExpireHolds(ctx, now)
 	if err != nil {
@@ -57,6 +58,7 @@ func (s *Service) Tick(ctx context.Context, now time.Time) {
 	if _, err := s.db.AdvanceReservations(ctx, now); err != nil {
 		s.log.Error("background: advance reservations", "err", err)
 	}
+	s.measureTick(ctx, now)
 	s.settleTick(ctx, now)
 }
 
