@@ -20,7 +20,7 @@ func TestNameMatchesAccelerator(t *testing.T) {
 		{"NVIDIA A100-SXM4-80GB", "nvidia-a100-80gb-sxm", true},
 		{"NVIDIA A100-PCIE-40GB", "nvidia-a100-40gb-pcie", true},
 		{"NVIDIA A100-SXM4-80GB", "nvidia-a10-24gb-pcie", false}, // A10 is not A100
-		{"NVIDIA A10", "nvidia-a10-24gb-pcie", true},               // one form factor: no PCIe word needed
+		{"NVIDIA A10", "nvidia-a10-24gb-pcie", true},             // one form factor: no PCIe word needed
 		{"NVIDIA L40S", "nvidia-l4-24gb-pcie", false},
 		{"NVIDIA GeForce RTX 4090", "nvidia-rtx4090-24gb-pcie", true},
 		{"NVIDIA GeForce RTX 3090", "nvidia-rtx4090-24gb-pcie", false},

@@ -23,6 +23,10 @@ import (
 //   - preemption: interruptible capacity was taken back. Only the time used is
 //     charged: the affected devices are not charged from the preemption start
 //     to the end of the piece, whatever the incident's end says.
+//   - underperformance: the devices ran below the offer's guaranteed figure
+//     (measured by the provider agent's acceptance test). A credit of
+//     DegradationBP — the shortfall — of the amount for the affected
+//     device-hours, like a degraded network.
 //
 // How the first three count depends on the billing basis; see Settle.
 type IncidentKind string
@@ -34,12 +38,13 @@ const (
 	IncidentNetworkDegradation IncidentKind = "network_degradation"
 	IncidentFewerDevices       IncidentKind = "fewer_devices"
 	IncidentPreemption         IncidentKind = "preemption"
+	IncidentUnderperformance   IncidentKind = "underperformance"
 )
 
 // IncidentKinds lists every kind, in the order forms show them.
 var IncidentKinds = []IncidentKind{
 	IncidentHostFailure, IncidentPowerCurtailment, IncidentNetworkDegradation,
-	IncidentFewerDevices, IncidentPreemption,
+	IncidentFewerDevices, IncidentPreemption, IncidentUnderperformance,
 }
 
 // Valid reports whether k is a known kind.
@@ -65,6 +70,8 @@ func (k IncidentKind) Label() string {
 		return "Fewer devices than booked"
 	case IncidentPreemption:
 		return "Preemption (interruptible)"
+	case IncidentUnderperformance:
+		return "Underperformance"
 	}
 	return string(k)
 }
@@ -83,6 +90,8 @@ func (k IncidentKind) Remedy() string {
 		return "Pro-rata refund for the missing devices."
 	case IncidentPreemption:
 		return "Only the time used is charged: the rest of the booking from the preemption on is not."
+	case IncidentUnderperformance:
+		return "A credit of the shortfall below the guaranteed figure (the severity) of the amount for the affected device-hours."
 	}
 	return ""
 }
@@ -122,9 +131,10 @@ type Incident struct {
 	Kind            IncidentKind
 	Start, End      time.Time
 	DevicesAffected int
-	// DegradationBP is, for network degradation only, the agreed severity:
-	// the share of the degraded device-hours' amount credited. Zero means
-	// NetworkDegradationCreditBP. Must be zero for other kinds.
+	// DegradationBP is, for network degradation, the agreed severity: the
+	// share of the degraded device-hours' amount credited (zero means
+	// NetworkDegradationCreditBP); for underperformance, the shortfall below
+	// the guaranteed figure, required. Must be zero for other kinds.
 	DegradationBP int
 	Note          string // evidence: what happened, logs, ticket numbers
 	Acknowledged  bool   // counts in settlement
@@ -171,8 +181,10 @@ func ValidateIncident(inc *Incident, piece ReservationPiece) error {
 	switch {
 	case inc.DegradationBP < 0 || inc.DegradationBP > 10000:
 		p.Add("degradation", "The severity must be between 0%% and 100%%.")
-	case inc.DegradationBP != 0 && inc.Kind != IncidentNetworkDegradation:
-		p.Add("degradation", "A severity applies only to network degradation.")
+	case inc.DegradationBP != 0 && inc.Kind != IncidentNetworkDegradation && inc.Kind != IncidentUnderperformance:
+		p.Add("degradation", "A severity applies only to network degradation and underperformance.")
+	case inc.DegradationBP == 0 && inc.Kind == IncidentUnderperformance:
+		p.Add("degradation", "Enter how far below the guaranteed figure the devices ran, as a percentage.")
 	}
 	inc.Note = strings.TrimSpace(inc.Note)
 	switch {
@@ -218,6 +230,7 @@ const (
 	ClauseNetworkDegradation ClauseKind = "network_degradation"
 	ClauseFewerDevices       ClauseKind = "fewer_devices"
 	ClausePreemption         ClauseKind = "preemption"
+	ClauseUnderperformance   ClauseKind = "underperformance"
 	ClauseUptime             ClauseKind = "uptime_credit"
 	ClauseCancellation       ClauseKind = "cancellation"
 )
@@ -374,6 +387,7 @@ const maxReservedDeviceSeconds = 10_000_000_000_000
 // degradation counts the degraded devices that were not preempted; it is
 // independent of outages (the remedies add, bounded by the cap and the
 // amount paid), which keeps every remedy monotone in downtime.
+// Underperformance counts the same way, apart from network degradation.
 //
 // Remedies, per billing basis (the piece amount A covers the reserved block,
 // so "pro-rata" is A × device-seconds / reserved device-seconds):
@@ -390,6 +404,8 @@ const maxReservedDeviceSeconds = 10_000_000_000_000
 //   - network degradation, every basis: an SLA credit of the severity
 //     (NetworkDegradationCreditBP by default) of the degraded device-time's
 //     amount.
+//   - underperformance, every basis: an SLA credit of the shortfall (the
+//     severity) of the affected device-time's amount.
 //   - uptime credit, every basis: of the schedule's tiers whose BelowBP
 //     exceeds the uptime, the largest CreditBP (the tier for the lowest band
 //     reached, however the schedule is ordered), as an SLA credit of A.
@@ -579,11 +595,16 @@ func settlePiece(p ReservationPiece, terms SLATerms, incs []Incident, feeBP int)
 				lost += take * dur
 			}
 		}
-		degradable := running
+		degradable, slow := running, running
 		for i, inc := range incs {
 			if inc.Kind == IncidentNetworkDegradation && active(i) {
 				take := min(int64(inc.DevicesAffected), degradable)
 				degradable -= take
+				ds[i] += take * dur
+			}
+			if inc.Kind == IncidentUnderperformance && active(i) {
+				take := min(int64(inc.DevicesAffected), slow)
+				slow -= take
 				ds[i] += take * dur
 			}
 		}
@@ -612,6 +633,10 @@ func settlePiece(p ReservationPiece, terms SLATerms, incs []Incident, feeBP int)
 			}
 			c.SLA = true
 			c.Label = fmt.Sprintf("%s: %s%% credit for the degraded device-hours", desc, FormatPercentBP(c.RateBP))
+			sla = append(sla, line{c, ds[i] * int64(c.RateBP)})
+		case inc.Kind == IncidentUnderperformance:
+			c.RateBP, c.SLA = inc.DegradationBP, true
+			c.Label = fmt.Sprintf("%s: %s%% credit, the shortfall below the guaranteed figure, for those device-hours", desc, FormatPercentBP(c.RateBP))
 			sla = append(sla, line{c, ds[i] * int64(c.RateBP)})
 		case terms.BillingBasis == BillingSuccessfulWork:
 			c.Label = desc + ": device-hours not delivered are not charged"

@@ -60,12 +60,13 @@ type Assignment struct {
 	Devices       int // of the piece's devices, those on the node
 	State         market.AccessState
 	SSHKeys       []string // the buyer's keys as authorized_keys lines; only to install
-	Acceptance    bool     // run the acceptance test once and report it
+	Acceptance    bool     // run the acceptance test and report it: no result is in yet
 }
 
 // ListAssignments returns what the agent of the token's node must act on
 // at now, by piece start: only pieces placed on that node, only the state
-// market.AccessStateOf gives, and the buyer's keys only to install. A
+// market.AccessStateOf gives, the buyer's keys only to install, and the
+// acceptance test asked for while the piece runs and no result is in. A
 // token revoked meanwhile, or of a suspended provider, is unauthorized.
 func (db *DB) ListAssignments(ctx context.Context, tokenID int64, now time.Time) ([]Assignment, error) {
 	const op = "list assignments"
@@ -94,6 +95,11 @@ func (db *DB) ListAssignments(ctx context.Context, tokenID int64, now time.Time)
 		}
 		as := Assignment{ReservationID: r.ReservationID, Piece: r.Piece, Devices: r.Piece.DevicesOnNode(t.Node), State: state, SSHKeys: []string{}}
 		if state == market.AccessInstall {
+			done, err := hasAcceptance(ctx, tx, r.Piece.ID, t.Node)
+			if err != nil {
+				return nil, fail(op, err, "")
+			}
+			as.Acceptance = !done
 			keys, err := userSSHKeys(ctx, tx, r.BuyerID)
 			if err != nil {
 				return nil, fail(op, err, "")

@@ -108,7 +108,7 @@ func TestAssignmentsInstallRemoveAndScope(t *testing.T) {
 	}
 	as := list(tok.ID, start)
 	if len(as) != 1 || as[0].ReservationID != r.ID || as[0].Piece.ID != p.ID || as[0].Devices != 8 ||
-		as[0].State != market.AccessInstall || len(as[0].SSHKeys) != 1 || as[0].SSHKeys[0] != testKey(0).Line || as[0].Acceptance {
+		as[0].State != market.AccessInstall || len(as[0].SSHKeys) != 1 || as[0].SSHKeys[0] != testKey(0).Line || !as[0].Acceptance {
 		t.Fatalf("assignments at the start: %+v", as)
 	}
 	// Another node of the same offer, another provider's offer: nothing.

@@ -72,7 +72,7 @@ const (
 	hostTokenRawPrefix = "gph_"
 	// maxRunsPerNode caps the heartbeat history of a node: a node whose
 	// health flaps keeps its most recent changes.
-	maxRunsPerNode = 5000
+	maxRunsPerNode   = 5000
 	hostTokenColumns = `t.id, t.offer_id, o.provider_id, t.node, t.prefix, t.last_seq, t.created_at,
 		COALESCE(t.last_used_at, 0), COALESCE(t.revoked_at, 0)`
 	hostColumns = `h.offer_id, h.node, h.last_heartbeat_at, h.last_seq, h.agent_version, h.probe, h.probe_error,

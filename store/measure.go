@@ -22,15 +22,17 @@ type measuredOutage struct {
 	Kind       market.IncidentKind
 	Start, End time.Time // End zero while open
 	Devices    int
+	SeverityBP int    // an underperformance's shortfall
+	Note       string // an underperformance's evidence
 }
 
-const outageColumns = `id, piece_id, node, kind, start_at, COALESCE(end_at, 0), devices`
+const outageColumns = `id, piece_id, node, kind, start_at, COALESCE(end_at, 0), devices, severity_bp, note`
 
 func scanOutage(s scanner) (measuredOutage, error) {
 	var o measuredOutage
 	var kind string
 	var start, end int64
-	if err := s.Scan(&o.ID, &o.PieceID, &o.Node, &kind, &start, &end, &o.Devices); err != nil {
+	if err := s.Scan(&o.ID, &o.PieceID, &o.Node, &kind, &start, &end, &o.Devices, &o.SeverityBP, &o.Note); err != nil {
 		return measuredOutage{}, err
 	}
 	o.Kind, o.Start = market.IncidentKind(kind), fromUnix(start)
@@ -234,23 +236,29 @@ func recordOutage(ctx context.Context, tx *sql.Tx, o measuredOutage, now time.Ti
 		}
 		return Incident{}, "", err
 	}
-	note, err := outageNote(ctx, tx, p, o, start, end)
-	if err != nil {
-		return Incident{}, "", err
+	note := o.Note
+	if note == "" {
+		if note, err = outageNote(ctx, tx, p, o, start, end); err != nil {
+			return Incident{}, "", err
+		}
 	}
 	in := Incident{ReservationID: r.ID, ReportedBy: ReportedByAgent, ReporterID: p.ProviderID, CreatedAt: truncate(now), AcknowledgedAt: truncate(now),
-		Incident: market.Incident{PieceID: p.ID, Kind: o.Kind, Start: start, End: end, DevicesAffected: min(o.Devices, p.Devices), Note: note, Acknowledged: true}}
+		Incident: market.Incident{PieceID: p.ID, Kind: o.Kind, Start: start, End: end, DevicesAffected: min(o.Devices, p.Devices),
+			DegradationBP: o.SeverityBP, Note: note, Acknowledged: true}}
 	if err := market.ValidateIncident(&in.Incident, p); err != nil {
 		return Incident{}, "", fmt.Errorf("measured outage %d: %w", o.ID, err)
 	}
 	if err := tx.QueryRowContext(ctx, `INSERT INTO incidents (reservation_id, piece_id, kind, start_at, end_at, devices_affected,
 		degradation_bp, note, reported_by, reporter_id, acknowledged, acknowledged_at, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, 1, ?, ?) RETURNING id`,
-		r.ID, p.ID, string(in.Kind), unix(in.Start), unix(in.End), in.DevicesAffected, in.Note,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?) RETURNING id`,
+		r.ID, p.ID, string(in.Kind), unix(in.Start), unix(in.End), in.DevicesAffected, in.DegradationBP, in.Note,
 		in.ReportedBy, in.ReporterID, unix(now), unix(now)).Scan(&in.ID); err != nil {
 		return Incident{}, "", err
 	}
 	what := fmt.Sprintf("%s, %d device(s), %s", in.Kind.Label(), in.DevicesAffected, market.FormatSpan(in.Start, in.End))
+	if in.Kind == market.IncidentUnderperformance {
+		what += fmt.Sprintf(", %s%% short", market.FormatPercentBP(in.DegradationBP))
+	}
 	for _, n := range []Notification{
 		{UserID: r.BuyerID, Kind: NotifyIncidentReported, CreatedAt: now, URL: fmt.Sprintf("/reservations/%d", r.ID),
 			Message: fmt.Sprintf("The provider's agent measured an outage on reservation #%d (%s); it counts in settlement.", r.ID, what)},

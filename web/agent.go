@@ -215,3 +215,47 @@ func (h *Handler) handleAgentRemoved(c echo.Context) error {
 	logger(c).Info("keys removed", "piece_id", id, "node", a.Node, "offer_id", hostToken(c).OfferID)
 	return writeJSON(c, http.StatusOK, accessReply(a))
 }
+
+// agentAcceptance is the body of POST /agent/v1/assignments/:piece_id/acceptance.
+type agentAcceptance struct {
+	Metric          string    `json:"metric"`
+	PerDevice       []float64 `json:"per_device"`
+	DurationSeconds int       `json:"duration_seconds"`
+	Error           string    `json:"error"`
+}
+
+// agentAcceptanceReply answers an acceptance result: how it compares with
+// the offer's guaranteed figure.
+type agentAcceptanceReply struct {
+	PieceID          int64 `json:"piece_id"`
+	Guaranteed       int64 `json:"guaranteed,omitempty"`
+	DevicesBelow     int   `json:"devices_below"`
+	ShortfallBP      int   `json:"shortfall_bp"`
+	Underperformance bool  `json:"underperformance"`
+}
+
+// handleAgentAcceptance records the acceptance test of a piece on the
+// token's node. Only the first result counts (one posted again is answered
+// with the stored one). A piece not on the node is 404; one not started 409.
+func (h *Handler) handleAgentAcceptance(c echo.Context) error {
+	id, err := pieceID(c)
+	if err != nil {
+		return err
+	}
+	var in agentAcceptance
+	if err := decodeBody(c, &in); err != nil {
+		return err
+	}
+	res, err := market.AcceptanceFromReport(in.Metric, in.PerDevice, in.DurationSeconds, in.Error)
+	if err != nil {
+		return err
+	}
+	a, err := h.db.RecordAcceptance(c.Request().Context(), hostToken(c).ID, id, res, h.now())
+	if err != nil {
+		return err
+	}
+	logger(c).Info("acceptance result", "piece_id", id, "node", a.Node, "metric", string(a.Result.Metric),
+		"devices_below", a.DevicesBelow, "shortfall_bp", a.ShortfallBP)
+	return writeJSON(c, http.StatusOK, agentAcceptanceReply{PieceID: a.PieceID, Guaranteed: a.Guaranteed, DevicesBelow: a.DevicesBelow,
+		ShortfallBP: a.ShortfallBP, Underperformance: a.DevicesBelow > 0})
+}

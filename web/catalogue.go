@@ -295,6 +295,9 @@ func (h *Handler) handleOfferShow(c echo.Context) error {
 	if v.Market, err = h.offerMarketView(c.Request().Context(), o, owner); err != nil {
 		return err
 	}
+	if v.Agent, err = h.agentFiguresView(c.Request().Context(), o); err != nil {
+		return err
+	}
 	if v.Listed = listed; listed {
 		now := h.now()
 		cs, err := h.db.ListOfferCommitments(c.Request().Context(), o.ID, now)

@@ -280,3 +280,22 @@ func (h *Handler) handleAdminHosts(c echo.Context) error {
 	}
 	return render(c, http.StatusOK, views.AdminHosts(h.page(c, "Hosts"), v))
 }
+
+// agentFiguresView lists an offer's figures measured by its agents, beside
+// the offer's own.
+func (h *Handler) agentFiguresView(ctx context.Context, o market.Offer) (views.AgentFiguresView, error) {
+	figs, err := h.db.OfferAgentFigures(ctx, o.ID)
+	if err != nil {
+		return views.AgentFiguresView{}, err
+	}
+	var v views.AgentFiguresView
+	for _, f := range figs {
+		row := views.AgentFigureRow{Name: market.FigureKindLabel(f.Metric), Value: market.MilliFigure(f.Metric, f.MedianMilli), Stated: "—",
+			Detail: fmt.Sprintf("median of %d device(s) in %d acceptance test(s), the last %s", f.Devices, f.Tests, formatTime(f.Last))}
+		if stated, ok := o.Figure(f.Metric); ok {
+			row.Stated = market.FormatFigure(f.Metric, stated.Value) + ", " + string(stated.Basis)
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	return v, nil
+}

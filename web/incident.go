@@ -87,8 +87,9 @@ func incidentFormView(r market.Reservation, pieces []market.ReservationPiece, ac
 	v.End = views.Field{Name: "end", Label: "Ended (UTC)", Type: "datetime-local", Value: in.End, Error: fe["end"],
 		Help: "For a preemption, the end of the booking."}
 	v.Devices = views.Field{Name: "devices_affected", Label: "Devices affected", Type: "number", Value: in.Devices, Error: fe["devices_affected"]}
-	v.Degrade = views.Field{Name: "degradation", Label: "Severity % (network degradation only)", Type: "text", Value: in.Degradation,
-		Error: fe["degradation"], Help: fmt.Sprintf("Empty means %s%%.", market.FormatPercentBP(market.NetworkDegradationCreditBP))}
+	v.Degrade = views.Field{Name: "degradation", Label: "Severity % (network degradation or underperformance)", Type: "text", Value: in.Degradation,
+		Error: fe["degradation"], Help: fmt.Sprintf("For a network, empty means %s%%; for underperformance, how far below the guaranteed figure.",
+			market.FormatPercentBP(market.NetworkDegradationCreditBP))}
 	v.Note = views.Field{Name: "note", Label: "Evidence", Value: in.Note, Error: fe["note"],
 		Help: "What happened: logs, error messages, ticket numbers."}
 	return v
