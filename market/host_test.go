@@ -73,6 +73,16 @@ func TestHardwareDifferences(t *testing.T) {
 			d[0].MemoryMiB = 0
 			return d
 		}, nil},
+		{"a device fallen off the bus is not other hardware", o, func() []HostDevice {
+			d := h100Devices(8)
+			d[1] = HostDevice{Index: 1, Healthy: false}
+			return d
+		}, nil},
+		{"an unhealthy device of another model still differs", o, func() []HostDevice {
+			d := h100Devices(8)
+			d[2].Name, d[2].Healthy = "Tesla T4", false
+			return d
+		}, []string{`device 2 is "Tesla T4"`}},
 		{"B200 memory read as GB", b200, func() []HostDevice {
 			return []HostDevice{{Index: 0, Name: "NVIDIA B200", MemoryMiB: 183359}}
 		}, nil},
