@@ -94,7 +94,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return errors.New("-tick must be positive")
 	}
 
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// Buffered (logbuffer.go): no write per request line. Deferred first so
+	// the last flush comes after everything the stop logs.
+	logs := newLogBuffer(stderr, logBufferSize, logFlushInterval)
+	defer logs.Close()
+	log := slog.New(newBufferedHandler(logs, slog.LevelInfo))
 	db, err := store.Open(ctx, *dbPath)
 	if err != nil {
 		return err

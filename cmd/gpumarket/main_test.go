@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -73,6 +74,13 @@ func TestServeStopsGracefully(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// A request's log line waits in the log buffer; the stop writes it out.
+	addr := strings.Fields(strings.TrimPrefix(out.String(), "gpumarket listening on "))[0]
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 	cancel()
 	select {
 	case err := <-done:
@@ -82,8 +90,10 @@ func TestServeStopsGracefully(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop after its context ended")
 	}
-	if !strings.Contains(errOut.String(), "stopped") {
-		t.Errorf("no clean stop in the log:\n%s", errOut.String())
+	for _, want := range []string{"path=/healthz", "msg=stopped", `msg="background work stopped"`} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("%s missing from the log after the stop:\n%s", want, errOut.String())
+		}
 	}
 }
 
