@@ -620,7 +620,9 @@ func (q *query) eval(s *slot, f *fit) int {
 }
 
 // slotShape is the offer's nodes.
-func slotShape(s *slot) shape { return shape{nodes: int64(s.devices) / int64(s.dpn), dpn: int64(s.dpn)} }
+func slotShape(s *slot) shape {
+	return shape{nodes: int64(s.devices) / int64(s.dpn), dpn: int64(s.dpn)}
+}
 
 // roomAlways reports whether a gang of devices fits on s whenever its
 // commitments lie: when every node keeps room for it even with all of them

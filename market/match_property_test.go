@@ -325,7 +325,7 @@ func checkPlacement(t *testing.T, o Offer, commits []Commitment, c Commitment) {
 		t.Fatalf("piece %+v placed on %v, reference %v", c, got, want)
 	}
 	for _, sh := range got {
-		for h := 0; c.Start.Add(time.Duration(h)*time.Hour).Before(c.End); h++ {
+		for h := 0; c.Start.Add(time.Duration(h) * time.Hour).Before(c.End); h++ {
 			at := c.Start.Add(time.Duration(h) * time.Hour)
 			if used := refNodeUsed(o, commits, sh.Node, at); used+sh.Devices > o.DevicesPerNode {
 				t.Fatalf("piece %+v placed on %v overbooks node %d at %s: %d + %d of %d", c, got, sh.Node, at, used, sh.Devices, o.DevicesPerNode)

@@ -97,7 +97,7 @@ func TestQuoteKeyHonour(t *testing.T) {
 		{"4.5 s later, starting 5 s later", []Quote{shift(quoted, 5*time.Second)}, at.Add(4*time.Second + 500*time.Millisecond), 0, ""},
 		{"pieces in another order", []Quote{reversed}, at.Add(4 * time.Second), 0, ""},
 		{"at the end of the validity", []Quote{shift(quoted, 5*time.Minute)}, at.Add(5 * time.Minute), 0, ""},
-		{"one second too late", []Quote{shift(quoted, 5*time.Minute + time.Second)}, at.Add(5*time.Minute + time.Second), -1, "expired"},
+		{"one second too late", []Quote{shift(quoted, 5*time.Minute+time.Second)}, at.Add(5*time.Minute + time.Second), -1, "expired"},
 		{"slipped by more than the wait", []Quote{shift(quoted, 2*time.Hour)}, at.Add(time.Minute), -1, "no longer available"},
 		{"capacity freed: earlier is fine", []Quote{quoted}, at.Add(time.Minute), 0, ""},
 		{"a higher price", []Quote{edit(quoted, func(p *Piece) { p.PriceCents++ })}, at, -1, "no longer available"},
@@ -109,7 +109,7 @@ func TestQuoteKeyHonour(t *testing.T) {
 		{"not interruptible", []Quote{edit(quoted, func(p *Piece) { p.Interruptible = false })}, at, -1, "no longer available"},
 		{"other offer", []Quote{edit(quoted, func(p *Piece) { p.OfferID = 9 })}, at, -1, "no longer available"},
 		{"fewer pieces", []Quote{other}, at, -1, "no longer available"},
-		{"the honouring one among others", []Quote{other, shift(quoted, 30 * time.Second)}, at.Add(30 * time.Second), 1, ""},
+		{"the honouring one among others", []Quote{other, shift(quoted, 30*time.Second)}, at.Add(30 * time.Second), 1, ""},
 	} {
 		got, err := key.Honour(tc.live, tc.now)
 		if tc.want < 0 {
