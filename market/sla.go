@@ -491,12 +491,15 @@ func Settle(in SettlementInput) (Statement, error) {
 		st.Fee += ps.Fee
 		st.Payout += ps.Payout
 	}
-	st.UptimeBP = uptimeBP(st.DeliveredDeviceSeconds, st.PromisedDeviceSeconds)
+	st.UptimeBP = UptimeBP(st.DeliveredDeviceSeconds, st.PromisedDeviceSeconds)
 	st.applyProviderFees()
 	return st, nil
 }
 
-func uptimeBP(delivered, promised int64) int {
+// UptimeBP is delivered over promised device-seconds in basis points,
+// rounded down (10000 when nothing was promised): the uptime of a piece, a
+// provider's side of a statement or a whole statement.
+func UptimeBP(delivered, promised int64) int {
 	if promised <= 0 {
 		return 10000
 	}
@@ -611,7 +614,7 @@ func settlePiece(p ReservationPiece, terms SLATerms, incs []Incident, feeBP int)
 	}
 	ps.PromisedDeviceSeconds = reserved - preempted
 	ps.DeliveredDeviceSeconds = ps.PromisedDeviceSeconds - lost
-	ps.UptimeBP = uptimeBP(ps.DeliveredDeviceSeconds, ps.PromisedDeviceSeconds)
+	ps.UptimeBP = UptimeBP(ps.DeliveredDeviceSeconds, ps.PromisedDeviceSeconds)
 	ps.Breached = ps.UptimeBP < terms.UptimeBP
 
 	// Two groups, each rounded once (cumulatively): amounts not charged, and

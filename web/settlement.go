@@ -418,10 +418,7 @@ func summaryLines(st market.Statement, t summaryTotals, forProvider bool) ([]vie
 		line("Refunded on cancellation", t.refund, "statement-sla-refund", false)
 		line("Cancellation fee kept by the provider", t.kept, "statement-cancel-fee", false)
 	} else {
-		uptime := 10000
-		if t.promised > 0 {
-			uptime = int(t.delivered * 10000 / t.promised)
-		}
+		uptime := market.UptimeBP(t.delivered, t.promised)
 		lines = append(lines,
 			views.StatementLine{Label: "Device-hours delivered", Amount: market.FormatDeviceHours(t.delivered) + " of " + market.FormatDeviceHours(t.reserved), TestID: "statement-delivered"},
 			views.StatementLine{Label: "Uptime", Amount: market.FormatPercentBP(uptime) + "%", TestID: "statement-uptime"})
