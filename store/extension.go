@@ -29,23 +29,8 @@ func (db *DB) CreateExtension(ctx context.Context, buyerID, extendsID int64, pie
 	if hold <= 0 {
 		return market.Reservation{}, fmt.Errorf("store: %s: hold %s must be positive", op, hold)
 	}
-	r := market.Reservation{
-		BuyerID: buyerID, State: market.ReservationHeld, Pieces: make([]market.ReservationPiece, len(pieces)),
-		HoldExpiresAt: truncate(now.Add(hold)), ExtendsID: extendsID,
-		CreatedAt: truncate(now), UpdatedAt: truncate(now),
-	}
-	var offerIDs []int64
-	byOffer := map[int64][]int{}
-	for i, p := range pieces {
-		p.ID = 0
-		p.Start, p.End = truncate(p.Start), truncate(p.End)
-		r.Pieces[i] = p
-		r.AmountCents += p.AmountCents
-		if _, seen := byOffer[p.OfferID]; !seen {
-			offerIDs = append(offerIDs, p.OfferID)
-		}
-		byOffer[p.OfferID] = append(byOffer[p.OfferID], i)
-	}
+	r, offerIDs, byOffer := newHold(buyerID, pieces, now, hold)
+	r.ExtendsID = extendsID
 
 	err := db.book(ctx, func(ctx context.Context, tx preparedTx) error {
 		orig, err := getBuyerReservation(ctx, tx, buyerID, extendsID)

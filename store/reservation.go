@@ -224,6 +224,29 @@ const (
 var bookingQueries = []string{countHeldQuery, bookableOfferQuery, commitmentsQuery(bookingCommitmentsWhere),
 	insertReservationQuery, insertPieceQuery, savepointQuery, rollbackToSavepointQuery, releaseSavepointQuery}
 
+// newHold is a held reservation of the pieces, not yet stored: their times
+// truncated as stored, the amount their sum, with the offers in first-seen
+// order and each offer's piece indexes, for the booking transaction.
+func newHold(buyerID int64, pieces []market.ReservationPiece, now time.Time, hold time.Duration) (market.Reservation, []int64, map[int64][]int) {
+	r := market.Reservation{
+		BuyerID: buyerID, State: market.ReservationHeld, Pieces: make([]market.ReservationPiece, len(pieces)),
+		HoldExpiresAt: truncate(now.Add(hold)), CreatedAt: truncate(now), UpdatedAt: truncate(now),
+	}
+	var offerIDs []int64
+	byOffer := map[int64][]int{}
+	for i, p := range pieces {
+		p.ID = 0
+		p.Start, p.End = truncate(p.Start), truncate(p.End)
+		r.Pieces[i] = p
+		r.AmountCents += p.AmountCents
+		if _, seen := byOffer[p.OfferID]; !seen {
+			offerIDs = append(offerIDs, p.OfferID)
+		}
+		byOffer[p.OfferID] = append(byOffer[p.OfferID], i)
+	}
+	return r, offerIDs, byOffer
+}
+
 // CreateReservation books pieces for the buyer, all or nothing, in one
 // immediate write transaction, so the capacity check and the insert see
 // and change the same state whatever other bookers (in this process or
@@ -250,23 +273,8 @@ func (db *DB) CreateReservation(ctx context.Context, buyerID int64, pieces []mar
 	if len(pieces) == 0 {
 		return market.Reservation{}, invalid("Choose a quote to reserve.")
 	}
-	r := market.Reservation{
-		BuyerID: buyerID, State: market.ReservationHeld, Pieces: make([]market.ReservationPiece, len(pieces)),
-		HoldExpiresAt: truncate(now.Add(hold)), RequestJSON: requestJSON,
-		CreatedAt: truncate(now), UpdatedAt: truncate(now),
-	}
-	var offerIDs []int64
-	byOffer := map[int64][]int{}
-	for i, p := range pieces {
-		p.ID = 0
-		p.Start, p.End = truncate(p.Start), truncate(p.End)
-		r.Pieces[i] = p
-		r.AmountCents += p.AmountCents
-		if _, seen := byOffer[p.OfferID]; !seen {
-			offerIDs = append(offerIDs, p.OfferID)
-		}
-		byOffer[p.OfferID] = append(byOffer[p.OfferID], i)
-	}
+	r, offerIDs, byOffer := newHold(buyerID, pieces, now, hold)
+	r.RequestJSON = requestJSON
 
 	// The booking runs in a transaction shared with concurrent bookings,
 	// inside its own savepoint (see groupcommit.go); it returns after the
