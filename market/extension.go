@@ -166,7 +166,7 @@ func ExtensionPieces(r Reservation, offers map[int64]Offer, hours, datasetGB int
 		ext.Pieces = append(ext.Pieces, ReservationPiece{
 			OfferID: p.OfferID, ProviderID: o.ProviderID, Devices: p.Devices, Start: p.End, End: end,
 			Interruptible: intr, PriceCents: price, AmountCents: amount,
-			FreeCancelHours: o.FreeCancelHours, CancelFeeBP: o.CancelFeeBP, Terms: TermsOf(o),
+			FreeCancelHours: o.FreeCancelHours, CancelFeeBP: o.CancelFeeBP, RejectMinutes: o.RejectMinutes, Terms: TermsOf(o),
 			Gang: p.Gang, Nodes: slices.Clone(pieceShares(p)),
 		})
 		ext.Amount += amount

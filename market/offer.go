@@ -221,6 +221,10 @@ type Offer struct {
 	CreditCapBP     int // most that credits may refund, basis points of the amount paid
 	FreeCancelHours int // free cancellation until this many hours before start
 	CancelFeeBP     int // fee after that, basis points of the reservation amount
+	// RejectMinutes is the acceptance period: for this many minutes from
+	// a rental's start the buyer may reject it for a full refund (0: no
+	// rejection). See RejectionWindow.
+	RejectMinutes int
 
 	Figures []Figure
 
@@ -431,6 +435,9 @@ func ValidateOffer(o *Offer, now time.Time) error {
 	}
 	if o.CancelFeeBP < 0 || o.CancelFeeBP > 10000 {
 		p.Add("cancel_fee", "The cancellation fee must be between 0% and 100%.")
+	}
+	if o.RejectMinutes < 0 || o.RejectMinutes > MaxRejectMinutes {
+		p.Add("reject_minutes", fmt.Sprintf("The acceptance period must be between 0 and %s minutes.", FormatInt(int64(MaxRejectMinutes))))
 	}
 
 	seen := map[FigureKind]bool{}

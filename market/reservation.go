@@ -111,6 +111,9 @@ type ReservationPiece struct {
 	// Cancellation policy of the offer at booking time.
 	FreeCancelHours int
 	CancelFeeBP     int
+	// RejectMinutes is the offer's acceptance period at booking time
+	// (RejectionWindow).
+	RejectMinutes int
 	// Terms are the offer's settlement terms at booking time: the piece
 	// settles under them whatever the provider changes on the offer later.
 	Terms SLATerms
@@ -146,6 +149,12 @@ type Reservation struct {
 	// ExtendsID is the reservation this one continues (an extension: the
 	// same pieces from where they end), or 0.
 	ExtendsID int64
+
+	// RejectedAt is when the buyer rejected the rental within its
+	// acceptance period (zero if not; the state is then cancelled), and
+	// RejectReason what they said.
+	RejectedAt   time.Time
+	RejectReason string
 }
 
 // Start is the earliest piece start.
@@ -194,7 +203,7 @@ func PiecesFromQuote(q Quote, offers map[int64]Offer) ([]ReservationPiece, error
 			OfferID: p.OfferID, ProviderID: o.ProviderID, Devices: p.Devices, Start: p.Start, End: p.End,
 			Interruptible: p.Interruptible, PriceCents: p.PriceCents, Gang: p.Gang,
 			AmountCents:     p.Cost.Instance + p.Cost.Storage + p.Cost.Egress,
-			FreeCancelHours: o.FreeCancelHours, CancelFeeBP: o.CancelFeeBP, Terms: TermsOf(o),
+			FreeCancelHours: o.FreeCancelHours, CancelFeeBP: o.CancelFeeBP, RejectMinutes: o.RejectMinutes, Terms: TermsOf(o),
 		})
 	}
 	if len(out) == 0 {

@@ -233,6 +233,7 @@ const (
 	ClauseUnderperformance   ClauseKind = "underperformance"
 	ClauseUptime             ClauseKind = "uptime_credit"
 	ClauseCancellation       ClauseKind = "cancellation"
+	ClauseRejection          ClauseKind = "rejection"
 )
 
 // Clause is one line of a settlement statement: what a clause of the terms
@@ -313,6 +314,9 @@ type Statement struct {
 	// cancelled (CancellationStatement), at CancelledAt.
 	Cancelled   bool      `json:",omitempty"`
 	CancelledAt time.Time `json:",omitempty"`
+	// Rejected is set, beside Cancelled, when the buyer rejected the rental
+	// within its acceptance period (RejectionStatement): refunded in full.
+	Rejected bool `json:",omitempty"`
 	// DisputeCredits are the credits of decided disputes applied after the
 	// statement was computed (ApplyDisputeCredit), in order. Fee and Payout
 	// above are as first computed; Payouts gives what is owed now.

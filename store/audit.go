@@ -41,6 +41,8 @@ const (
 	AuditProviderReinstate     = "provider.reinstate"
 	AuditReservationFlagClear  = "reservation.flag_clear"
 	AuditDisputeDecide         = "dispute.decide"
+	AuditReservationReject     = "reservation.reject"
+	AuditIncidentNote          = "incident.note"
 	AuditMoneyPrefix           = "money."
 	AuditSubjectOffer          = "offer"
 	AuditSubjectUser           = "user"
@@ -71,6 +73,10 @@ func AuditActionLabel(action string) string {
 		return "Reservation flag cleared"
 	case AuditDisputeDecide:
 		return "Dispute decided"
+	case AuditReservationReject:
+		return "Rental rejected by the buyer in its acceptance period"
+	case AuditIncidentNote:
+		return "Provider's note on an incident"
 	}
 	if kind, ok := strings.CutPrefix(action, AuditMoneyPrefix); ok {
 		return "Money: " + market.EntryKindLabel(kind)

@@ -32,7 +32,7 @@ func offerFields(o market.Offer) ([]string, []any) {
 		"region_id", "carbon_g_per_kwh", "power_note",
 		"available_from", "available_until", "min_rental_hours", "max_rental_hours", "provisioning_mins", "preempt_notice_mins",
 		"price_cents_per_device_hour", "interruptible", "interruptible_cents_per_dh", "storage_cents_per_gb_month", "egress_cents_per_gb",
-		"billing_basis", "uptime_bp", "credit_cap_bp", "free_cancel_hours", "cancel_fee_bp",
+		"billing_basis", "uptime_bp", "credit_cap_bp", "free_cancel_hours", "cancel_fee_bp", "reject_minutes",
 	}
 	args := []any{
 		o.Title, o.AcceleratorID, o.MemoryGB, o.DevicesPerNode, o.Nodes, string(o.Interconnect), o.NetworkID,
@@ -41,7 +41,7 @@ func offerFields(o market.Offer) ([]string, []any) {
 		o.RegionID, o.CarbonGPerKWh, o.PowerNote,
 		unix(o.AvailableFrom), unix(o.AvailableUntil), o.MinRentalHours, o.MaxRentalHours, o.ProvisioningMins, o.PreemptNoticeMins,
 		int64(o.PriceCentsPerDeviceHour), boolInt(o.Interruptible), int64(o.InterruptibleCentsPerDH), int64(o.StorageCentsPerGBMonth), int64(o.EgressCentsPerGB),
-		string(o.BillingBasis), o.UptimeBP, o.CreditCapBP, o.FreeCancelHours, o.CancelFeeBP,
+		string(o.BillingBasis), o.UptimeBP, o.CreditCapBP, o.FreeCancelHours, o.CancelFeeBP, o.RejectMinutes,
 	}
 	return cols, args
 }
@@ -55,7 +55,7 @@ const (
 		o.region_id, o.carbon_g_per_kwh, o.power_note,
 		o.available_from, o.available_until, o.min_rental_hours, o.max_rental_hours, o.provisioning_mins, o.preempt_notice_mins,
 		o.price_cents_per_device_hour, o.interruptible, o.interruptible_cents_per_dh, o.storage_cents_per_gb_month, o.egress_cents_per_gb,
-		o.billing_basis, o.uptime_bp, o.credit_cap_bp, o.free_cancel_hours, o.cancel_fee_bp,
+		o.billing_basis, o.uptime_bp, o.credit_cap_bp, o.free_cancel_hours, o.cancel_fee_bp, o.reject_minutes,
 		o.review, o.review_note, o.state, o.created_at, o.updated_at`
 	listingColumns = offerColumns + `, u.display_name, u.organisation, u.suspended`
 	listingFrom    = ` FROM offers o JOIN users u ON u.id = o.provider_id`
@@ -73,7 +73,7 @@ func scanOffer(s scanner, extra ...any) (market.Offer, error) {
 		&o.RegionID, &o.CarbonGPerKWh, &o.PowerNote,
 		&from, &until, &o.MinRentalHours, &o.MaxRentalHours, &o.ProvisioningMins, &o.PreemptNoticeMins,
 		&price, &o.Interruptible, &intPrice, &storagePrice, &egressPrice,
-		&basis, &o.UptimeBP, &o.CreditCapBP, &o.FreeCancelHours, &o.CancelFeeBP,
+		&basis, &o.UptimeBP, &o.CreditCapBP, &o.FreeCancelHours, &o.CancelFeeBP, &o.RejectMinutes,
 		&review, &o.ReviewNote, &state, &created, &updated,
 	}, extra...)
 	if err := s.Scan(dest...); err != nil {

@@ -32,10 +32,10 @@ const (
 
 const (
 	reservationColumns = `r.id, r.buyer_id, r.state, r.amount_cents, r.hold_expires_at, r.cancel_fee_cents,
-		r.request_json, r.created_at, r.updated_at, r.extends_id`
+		r.request_json, r.created_at, r.updated_at, r.extends_id, COALESCE(r.rejected_at, 0), r.reject_reason`
 	pieceColumns = `p.id, p.offer_id, p.provider_id, p.devices, p.start_at, p.end_at, p.interruptible,
 		p.price_cents, p.amount_cents, p.free_cancel_hours, p.cancel_fee_bp,
-		p.billing_basis, p.uptime_bp, p.credit_cap_bp, p.credit_schedule_json, p.gang, p.nodes`
+		p.billing_basis, p.uptime_bp, p.credit_cap_bp, p.credit_schedule_json, p.gang, p.nodes, p.reject_minutes`
 )
 
 // holdsCapacity is the condition, on reservations aliased r, for a piece
@@ -53,13 +53,16 @@ func holdsCapacityArgs(now time.Time) []any {
 func scanReservation(s scanner) (market.Reservation, error) {
 	var r market.Reservation
 	var state string
-	var amount, fee, holdExpires, created, updated int64
+	var amount, fee, holdExpires, created, updated, rejected int64
 	var extends sql.NullInt64
 	if err := s.Scan(&r.ID, &r.BuyerID, &state, &amount, &holdExpires, &fee,
-		&r.RequestJSON, &created, &updated, &extends); err != nil {
+		&r.RequestJSON, &created, &updated, &extends, &rejected, &r.RejectReason); err != nil {
 		return market.Reservation{}, err
 	}
 	r.ExtendsID = extends.Int64
+	if rejected != 0 {
+		r.RejectedAt = fromUnix(rejected)
+	}
 	r.State = market.ReservationState(state)
 	r.AmountCents, r.CancelFeeCents = market.Cents(amount), market.Cents(fee)
 	r.HoldExpiresAt = fromUnix(holdExpires)
@@ -73,7 +76,7 @@ func scanPiece(s scanner, extra ...any) (market.ReservationPiece, error) {
 	var basis, schedule, nodes string
 	dest := append([]any{&p.ID, &p.OfferID, &p.ProviderID, &p.Devices, &start, &end, &p.Interruptible,
 		&price, &amount, &p.FreeCancelHours, &p.CancelFeeBP,
-		&basis, &p.Terms.UptimeBP, &p.Terms.CreditCapBP, &schedule, &p.Gang, &nodes}, extra...)
+		&basis, &p.Terms.UptimeBP, &p.Terms.CreditCapBP, &schedule, &p.Gang, &nodes, &p.RejectMinutes}, extra...)
 	if err := s.Scan(dest...); err != nil {
 		return market.ReservationPiece{}, err
 	}
@@ -212,13 +215,13 @@ const (
 	// JSON of market.CreditTier, as 0008_piece_terms.sql backfilled it.
 	insertPieceQuery = `INSERT INTO reservation_pieces (reservation_id, position, offer_id, provider_id, devices,
 			start_at, end_at, interruptible, price_cents, amount_cents, free_cancel_hours, cancel_fee_bp, gang, nodes,
-			billing_basis, uptime_bp, credit_cap_bp, credit_schedule_json)
+			billing_basis, uptime_bp, credit_cap_bp, credit_schedule_json, reject_minutes)
 		SELECT ?, ?, o.id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
 			o.billing_basis, o.uptime_bp, o.credit_cap_bp,
 			(SELECT json_group_array(json_object('below_bp', t.below_bp, 'credit_bp', t.credit_bp) ORDER BY t.position)
-				FROM offer_credit_tiers t WHERE t.offer_id = o.id)
+				FROM offer_credit_tiers t WHERE t.offer_id = o.id), o.reject_minutes
 		FROM offers o WHERE o.id = ?
-		RETURNING id, billing_basis, uptime_bp, credit_cap_bp, credit_schedule_json`
+		RETURNING id, billing_basis, uptime_bp, credit_cap_bp, credit_schedule_json, reject_minutes`
 )
 
 var bookingQueries = []string{countHeldQuery, bookableOfferQuery, commitmentsQuery(bookingCommitmentsWhere),
@@ -391,7 +394,7 @@ func insertReservation(ctx context.Context, tx querier, r market.Reservation) (i
 			id, i, p.ProviderID, p.Devices, unix(p.Start), unix(p.End),
 			boolInt(p.Interruptible), int64(p.PriceCents), int64(p.AmountCents), p.FreeCancelHours, p.CancelFeeBP,
 			boolInt(p.Gang), formatNodes(p.Nodes), p.OfferID,
-		).Scan(&p.ID, &basis, &p.Terms.UptimeBP, &p.Terms.CreditCapBP, &schedule)
+		).Scan(&p.ID, &basis, &p.Terms.UptimeBP, &p.Terms.CreditCapBP, &schedule, &p.RejectMinutes)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, notFound(msgOfferNotFound)
 		}
