@@ -185,3 +185,17 @@ func (db *DB) OfferAgentFigures(ctx context.Context, offerID int64) ([]AgentFigu
 	}
 	return out, nil
 }
+
+// ListReservationAcceptance returns the acceptance results of a
+// reservation's pieces, by piece and node, for its buyer's page.
+func (db *DB) ListReservationAcceptance(ctx context.Context, reservationID int64) ([]AcceptanceRecord, error) {
+	const op = "list reservation acceptance"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	rs, err := collect(ctx, tx, scanAcceptance, `SELECT `+acceptanceColumns+` FROM acceptance_results
+		WHERE piece_id IN (SELECT p.id FROM reservation_pieces p WHERE p.reservation_id = ?) ORDER BY piece_id, node`, reservationID)
+	return rs, fail(op, err, "")
+}

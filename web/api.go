@@ -309,6 +309,7 @@ func (h *Handler) apiQuotes(c echo.Context, req market.Request) (apiQuotes, erro
 	if err != nil {
 		return apiQuotes{}, err
 	}
+	h.cfg.Metrics.Quoted("api", len(res.Quotes) > 0)
 	out := apiQuotes{Quotes: []apiQuote{}, Total: res.Total, Explanation: apiExplanation{
 		Summary: res.Explanation.Summary(), Considered: res.Explanation.Considered, Fit: res.Explanation.Fit,
 		Eliminated: map[string]int{}, Shortfall: res.Explanation.Shortfall,
@@ -351,13 +352,20 @@ type apiBooking struct {
 }
 
 type apiReservation struct {
-	ID             int64                 `json:"id"`
-	State          string                `json:"state"`
-	AmountCents    market.Cents          `json:"amount_cents"`
-	CancelFeeCents market.Cents          `json:"cancel_fee_cents,omitempty"`
-	HoldExpiresAt  *time.Time            `json:"hold_expires_at,omitempty"`
-	Pieces         []apiReservationPiece `json:"pieces"`
-	CreatedAt      time.Time             `json:"created_at"`
+	ID             int64        `json:"id"`
+	State          string       `json:"state"`
+	AmountCents    market.Cents `json:"amount_cents"`
+	CancelFeeCents market.Cents `json:"cancel_fee_cents,omitempty"`
+	// RejectedAt is when the buyer rejected the rental in its acceptance
+	// period (the state is then cancelled, refunded in full).
+	RejectedAt *time.Time `json:"rejected_at,omitempty"`
+	// RejectUntil is the end of the acceptance period of a paid rental:
+	// from its start until then it can be rejected for a full refund
+	// (POST /api/v1/reservations/:id/reject).
+	RejectUntil   *time.Time            `json:"reject_until,omitempty"`
+	HoldExpiresAt *time.Time            `json:"hold_expires_at,omitempty"`
+	Pieces        []apiReservationPiece `json:"pieces"`
+	CreatedAt     time.Time             `json:"created_at"`
 }
 
 type apiReservationPiece struct {
@@ -376,6 +384,13 @@ func toAPIReservation(r market.Reservation) apiReservation {
 	if r.State == market.ReservationHeld {
 		t := r.HoldExpiresAt
 		out.HoldExpiresAt = &t
+	}
+	if !r.RejectedAt.IsZero() {
+		t := r.RejectedAt
+		out.RejectedAt = &t
+	}
+	if _, until, ok := market.RejectionWindow(r); ok && (r.State == market.ReservationConfirmed || r.State == market.ReservationActive) {
+		out.RejectUntil = &until
 	}
 	for _, p := range r.Pieces {
 		out.Pieces = append(out.Pieces, apiReservationPiece{OfferID: p.OfferID, Devices: p.Devices, Start: p.Start, End: p.End,

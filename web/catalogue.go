@@ -360,6 +360,7 @@ func offerDetail(l store.OfferListing) views.OfferDetailView {
 			{Label: "Credit schedule", Value: creditScheduleText(o.CreditSchedule), Basis: g},
 			{Label: "Credit cap", Value: market.FormatPercentBP(o.CreditCapBP) + "% of the amount paid"},
 			{Label: "Cancellation", Value: fmt.Sprintf("Free until %d hours before start; %s%% fee after", o.FreeCancelHours, market.FormatPercentBP(o.CancelFeeBP))},
+			{Label: "Acceptance period", Value: market.RejectionPolicyText(o.RejectMinutes), Basis: g},
 		}},
 	}
 	for _, fk := range market.FigureKinds {

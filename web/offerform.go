@@ -21,7 +21,7 @@ var offerFieldOrder = []string{
 	"cpu_cores", "ram_gb", "storage_gb", "driver_version", "cuda_version", "os_image", "container_runtime",
 	"region", "carbon", "power_note", "available_from", "available_until", "min_rental_hours", "max_rental_hours",
 	"provisioning_mins", "price", "storage_price", "egress_price", "interruptible_price", "preempt_notice_mins",
-	"billing_basis", "uptime", "credit_schedule", "credit_cap", "free_cancel_hours", "cancel_fee",
+	"billing_basis", "uptime", "credit_schedule", "credit_cap", "free_cancel_hours", "cancel_fee", "reject_minutes",
 }
 
 func init() {
@@ -50,6 +50,7 @@ func readOfferForm(c echo.Context) views.OfferFormValues {
 		BillingBasis: c.FormValue("billing_basis"), Uptime: c.FormValue("uptime"),
 		CreditSchedule: c.FormValue("credit_schedule"), CreditCap: c.FormValue("credit_cap"),
 		FreeCancelHours: c.FormValue("free_cancel_hours"), CancelFee: c.FormValue("cancel_fee"),
+		RejectMinutes: c.FormValue("reject_minutes"),
 	}
 	for _, fk := range market.FigureKinds {
 		k := string(fk.Kind)
@@ -147,6 +148,8 @@ func offerFromForm(v views.OfferFormValues) (market.Offer, market.Problems) {
 	}
 	percent("credit_cap", v.CreditCap, &o.CreditCapBP)
 	integer("free_cancel_hours", v.FreeCancelHours, &o.FreeCancelHours, true)
+	// Empty means no acceptance period, as 0 does.
+	integer("reject_minutes", v.RejectMinutes, &o.RejectMinutes, true)
 	if strings.TrimSpace(v.CancelFee) != "" {
 		percent("cancel_fee", v.CancelFee, &o.CancelFeeBP)
 	}
@@ -183,6 +186,7 @@ func offerFormValues(o market.Offer) views.OfferFormValues {
 		BillingBasis: string(o.BillingBasis), Uptime: market.FormatPercentBP(o.UptimeBP),
 		CreditSchedule: market.FormatCreditSchedule(o.CreditSchedule), CreditCap: market.FormatPercentBP(o.CreditCapBP),
 		FreeCancelHours: itoa(o.FreeCancelHours), CancelFee: market.FormatPercentBP(o.CancelFeeBP),
+		RejectMinutes: itoa(o.RejectMinutes),
 	}
 	if o.Interruptible {
 		v.InterruptPrice = o.InterruptibleCentsPerDH.Decimal()
@@ -222,6 +226,7 @@ func newOfferDefaults(now time.Time) views.OfferFormValues {
 		ProvisioningMins: 10, BillingBasis: market.BillingWallClock, UptimeBP: 9950,
 		CreditSchedule: []market.CreditTier{{BelowBP: 9950, CreditBP: 1000}, {BelowBP: 9900, CreditBP: 2500}, {BelowBP: 9500, CreditBP: 10000}},
 		CreditCapBP:    10000, FreeCancelHours: 24, CancelFeeBP: 2500, StorageCentsPerGBMonth: 8, EgressCentsPerGB: 5,
+		RejectMinutes: market.DefaultRejectMinutes,
 	})
 	v.Carbon = "" // empty means the region's published average, never a claim of zero
 	return v

@@ -16,8 +16,16 @@ import (
 // the quote id the buyer saw (market.QuoteKey: the same pieces at the
 // quoted prices or lower, within the quote's validity; "as soon as
 // possible" starts now), in one database transaction that re-checks
-// capacity. It is shared by the browser and the API.
-func (h *Handler) book(c echo.Context, buyerID int64, req market.Request, quoteID string) (market.Reservation, error) {
+// capacity. It is shared by the browser and the API, and counts bookings
+// and conflicts (a quote gone or capacity taken meanwhile) for metrics.
+func (h *Handler) book(c echo.Context, buyerID int64, req market.Request, quoteID string) (_ market.Reservation, err error) {
+	defer func() {
+		if err == nil {
+			h.cfg.Metrics.Booked()
+		} else if market.ErrorCode(err) == market.CodeConflict {
+			h.cfg.Metrics.BookingConflict()
+		}
+	}()
 	ctx := c.Request().Context()
 	key, err := market.ParseQuoteKey(quoteID)
 	if err != nil {
@@ -150,6 +158,7 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 			Devices: strconv.Itoa(p.Devices), Window: formatTime(p.Start) + " – " + formatTime(p.End),
 			Price: p.PriceCents.String() + "/device-hour", Amount: p.AmountCents.String(), Interruptible: p.Interruptible,
 			Cancellation: market.CancellationPolicyText(p.FreeCancelHours, p.CancelFeeBP),
+			Acceptance:   market.RejectionPolicyText(p.RejectMinutes),
 		})
 	}
 	if v.Billing, err = h.reservationBilling(ctx, r); err != nil {
@@ -167,6 +176,11 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 	if v.Access, err = h.reservationAccessView(c, r, now); err != nil {
 		return err
 	}
+	acceptance, err := h.db.ListReservationAcceptance(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	v.Reject = rejectPanelView(r, acceptance, now)
 	return render(c, http.StatusOK, views.Reservation(h.page(c, fmt.Sprintf("Reservation %d", r.ID)), v))
 }
 

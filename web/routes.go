@@ -33,6 +33,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.GET("/reservations/:id", h.handleAPIReservation)
 	api.POST("/reservations", h.handleAPIReserve, requireScope(scopeWrite))
 	api.POST("/reservations/:id/cancel", h.handleAPIReservationCancel, requireScope(scopeWrite))
+	api.POST("/reservations/:id/reject", h.handleAPIReservationReject, requireScope(scopeWrite))
 	api.GET("/provider/offers", h.handleAPIProviderOffers)
 	api.POST("/provider/offers", h.handleAPIOfferCreate, requireScope(scopeWrite))
 	api.PUT("/provider/offers/:id", h.handleAPIOfferUpdate, requireScope(scopeWrite))
@@ -81,6 +82,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/reservations/:id", h.handleReservationShow, requireUser)
 	b.GET("/reservations/:id/cancel", h.handleReservationCancelConfirm, requireUser)
 	b.POST("/reservations/:id/cancel", h.handleReservationCancel, requireUser)
+	b.GET("/reservations/:id/reject", h.handleReservationRejectConfirm, requireUser)
+	b.POST("/reservations/:id/reject", h.handleReservationReject, requireUser)
 	b.GET("/reservations/:id/extend", h.handleExtendConfirm, requireUser)
 	b.POST("/reservations/:id/extend", h.handleExtend, requireUser)
 
@@ -165,15 +168,30 @@ func cacheForever(next http.Handler) http.Handler {
 	})
 }
 
+// handleHealth tells a load balancer whether this replica can serve: the
+// database answers, and its matcher index was loaded within IndexMaxAge
+// (else its quotes may miss offers changed on other replicas).
 func (h *Handler) handleHealth(c echo.Context) error {
+	age := h.wf.IndexAge()
+	b := healthBody{Status: "ok", Database: "ok", Index: "ok", IndexAgeSeconds: int64(age.Seconds()), IndexOffers: h.wf.Index().Len()}
 	if err := h.db.Ping(c.Request().Context()); err != nil {
 		logger(c).Error("health: database unreachable", "err", err)
-		return c.JSON(http.StatusServiceUnavailable, healthBody{Status: "unavailable", Database: "unreachable"})
+		b.Status, b.Database = "unavailable", "unreachable"
 	}
-	return c.JSON(http.StatusOK, healthBody{Status: "ok", Database: "ok"})
+	if age > h.cfg.IndexMaxAge {
+		logger(c).Error("health: matcher index stale", "age", age.String(), "max_age", h.cfg.IndexMaxAge.String())
+		b.Status, b.Index = "unavailable", "stale"
+	}
+	if b.Status != "ok" {
+		return c.JSON(http.StatusServiceUnavailable, b)
+	}
+	return c.JSON(http.StatusOK, b)
 }
 
 type healthBody struct {
-	Status   string `json:"status"`
-	Database string `json:"database"`
+	Status          string `json:"status"`   // ok or unavailable
+	Database        string `json:"database"` // ok or unreachable
+	Index           string `json:"index"`    // ok or stale
+	IndexAgeSeconds int64  `json:"index_age_seconds"`
+	IndexOffers     int    `json:"index_offers"`
 }

@@ -32,6 +32,12 @@ func (h *Handler) settlementNote(ctx context.Context, reservationID, providerID 
 func settlementStateText(s store.Settlement, providerID int64) string {
 	switch s.State {
 	case store.SettlementDone:
+		if s.Statement.Rejected && providerID == 0 {
+			return fmt.Sprintf("Rejection settled on %s: %s refunded, everything you paid.", formatTime(s.SettledAt), s.RefundCents)
+		}
+		if s.Statement.Rejected {
+			return "Rejection settled on " + formatTime(s.SettledAt) + ": the buyer is refunded in full; nothing of it is paid out."
+		}
 		if s.Statement.Cancelled && providerID == 0 {
 			return fmt.Sprintf("Cancellation settled on %s: %s refunded (what was paid less the %s cancellation fee).",
 				formatTime(s.SettledAt), s.RefundCents, s.Statement.Kept)
@@ -228,6 +234,14 @@ func (h *Handler) statementView(ctx context.Context, s store.Settlement, provide
 		State: settlementBadge(s, providerID), StateNote: settlementStateText(s, providerID), Simulated: h.simulated()}
 	v.Lead = "Delivered device-hours, uptime and every clause of the terms that gave money back."
 	switch {
+	case st.Rejected && forProvider:
+		v.Lead = "A rental the buyer rejected in its acceptance period: refunded in full."
+		v.Cancelled = "The buyer rejected this rental on " + formatTime(st.CancelledAt) +
+			", within its acceptance period: the buyer is refunded in full, and nothing of it is paid out or charged as a fee."
+	case st.Rejected:
+		v.Lead = "A rental you rejected in its acceptance period: refunded in full."
+		v.Cancelled = "You rejected this rental on " + formatTime(st.CancelledAt) +
+			", within its acceptance period: everything you paid is refunded in full; the provider is paid nothing."
 	case st.Cancelled && forProvider:
 		v.Lead = "A cancelled reservation: the buyer's refund and your share of the cancellation fee."
 		v.Cancelled = "The buyer cancelled this reservation on " + formatTime(st.CancelledAt) +
@@ -263,6 +277,8 @@ func (h *Handler) statementView(ctx context.Context, s store.Settlement, provide
 				kind = "SLA credit"
 			case cl.Kind == market.ClauseCancellation:
 				kind = "refunded on cancellation"
+			case cl.Kind == market.ClauseRejection:
+				kind = "refunded on rejection"
 			}
 			dh := "—"
 			if cl.DeviceSeconds > 0 {
@@ -414,7 +430,9 @@ func summaryLines(st market.Statement, t summaryTotals, forProvider bool) ([]vie
 	} else {
 		line("Paid", t.paid, "statement-paid", true)
 	}
-	if st.Cancelled {
+	if st.Rejected {
+		line("Refunded in full on rejection", t.refund, "statement-sla-refund", false)
+	} else if st.Cancelled {
 		line("Refunded on cancellation", t.refund, "statement-sla-refund", false)
 		line("Cancellation fee kept by the provider", t.kept, "statement-cancel-fee", false)
 	} else {
