@@ -80,6 +80,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 	bf := billingFlags(fs, getenv)
+	demoAgent := demoAgentFlag(fs, getenv)
 	clockOffset := fs.Duration("clock-offset", 0, "TEST ONLY: shift the server's clock by this duration, e.g. 72h (refused with a Stripe key)")
 	tick := fs.Duration("tick", 15*time.Second, "how often the background loop runs: holds, lifecycle, settlement retries (env GPUMARKET_TICK)")
 	if v := getenv("GPUMARKET_TICK"); v != "" {
@@ -159,6 +160,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", *addr, err)
+	}
+	// Demo only: simulated hosts run the agent against this server; they
+	// stop (deferred last, so first) before the background work and the database.
+	if *demo {
+		hosts, err := startDemoHosts(ctx, db, *demoAgent, ln.Addr(), filepath.Dir(*dbPath), now(), log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer hosts.Stop()
 	}
 	srv := &http.Server{
 		Handler:           e,
