@@ -108,7 +108,7 @@ func (db *DB) AnnotateIncident(ctx context.Context, providerID, incidentID int64
 		return IncidentNote{}, fail(op, err, "")
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyIncidentReported, CreatedAt: now,
-		URL: fmt.Sprintf("/reservations/%d", r.ID),
+		URL:     fmt.Sprintf("/reservations/%d", r.ID),
 		Message: fmt.Sprintf("The provider added a note to the %s its agent measured on reservation #%d.", inc.Kind.Label(), r.ID)}); err != nil {
 		return IncidentNote{}, fail(op, err, "")
 	}
