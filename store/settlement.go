@@ -184,6 +184,32 @@ func (db *DB) ListDueSettlements(ctx context.Context, now time.Time) ([]Settleme
 	return ss, fail(op, err, "")
 }
 
+// SettlementBacklog counts the settlements the retrier has work on:
+// pending with no failed attempt yet (Due), pending after a failed attempt
+// (Retrying), and given up, waiting for an admin (Failed).
+type SettlementBacklog struct {
+	Due, Retrying, Failed int
+}
+
+// CountSettlementBacklog returns the retrier's backlog, for monitoring.
+func (db *DB) CountSettlementBacklog(ctx context.Context) (SettlementBacklog, error) {
+	const op = "count settlement backlog"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return SettlementBacklog{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	var b SettlementBacklog
+	err = tx.QueryRowContext(ctx, `SELECT
+		COALESCE(SUM(CASE WHEN state = ? AND attempts = 0 THEN 1 ELSE 0 END), 0),
+		COALESCE(SUM(CASE WHEN state = ? AND attempts > 0 THEN 1 ELSE 0 END), 0),
+		COALESCE(SUM(CASE WHEN state = ? THEN 1 ELSE 0 END), 0)
+		FROM settlements WHERE state IN (?, ?)`,
+		string(SettlementPending), string(SettlementPending), string(SettlementFailed),
+		string(SettlementPending), string(SettlementFailed)).Scan(&b.Due, &b.Retrying, &b.Failed)
+	return b, fail(op, err, "")
+}
+
 // pendingIncidentsWhere selects, on reservations aliased r, those with a
 // buyer report neither acknowledged nor turned into a dispute.
 const pendingIncidentsWhere = `EXISTS (SELECT 1 FROM incidents i WHERE i.reservation_id = r.id AND i.acknowledged = 0 AND i.disputed_at IS NULL)`

@@ -97,6 +97,12 @@ type billingApp struct {
 // a counting local processor.
 func newBillingApp(t *testing.T) *billingApp {
 	t.Helper()
+	return newBillingAppWith(t, nil)
+}
+
+// newBillingAppWith is newBillingApp with the configuration changed by edit.
+func newBillingAppWith(t *testing.T, edit func(*Config)) *billingApp {
+	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))
 	if err != nil {
@@ -106,8 +112,12 @@ func newBillingApp(t *testing.T) *billingApp {
 	clock := newTestClock(testNow)
 	pay := &countingLocal{Local: billing.NewLocal(billing.LocalConfig{Store: db}), refunds: map[string]market.Cents{}, transfers: map[string]market.Cents{}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h, e, err := New(ctx, Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), Now: clock.now,
-		Billing: pay, PlatformFeeBP: 1000}, db, log)
+	cfg := Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), Now: clock.now,
+		Billing: pay, PlatformFeeBP: 1000}
+	if edit != nil {
+		edit(&cfg)
+	}
+	h, e, err := New(ctx, cfg, db, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ const (
 )
 
 // requestLogger gives every request a logger carrying its request id, and
-// logs one line per request when it is done.
+// logs one line per request when it is done, and measures it by route.
 func (h *Handler) requestLogger(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -38,14 +38,20 @@ func (h *Handler) requestLogger(next echo.HandlerFunc) echo.HandlerFunc {
 			c.Error(err)
 		}
 		req := c.Request()
+		took := time.Since(start)
 		l.Info("request",
 			"method", req.Method,
 			"path", req.URL.Path,
 			"status", c.Response().Status,
 			"bytes", c.Response().Size,
-			"duration_ms", float64(time.Since(start).Microseconds())/1000,
+			"duration_ms", float64(took.Microseconds())/1000,
 			"remote", c.RealIP(),
 		)
+		route := c.Path()
+		if !h.routeSet[req.Method+" "+route] {
+			route = "unmatched"
+		}
+		h.cfg.Metrics.ObserveRequest(req.Method, route, c.Response().Status, took)
 		return nil
 	}
 }

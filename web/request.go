@@ -102,6 +102,7 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 	if err != nil {
 		return views.QuotesView{}, err
 	}
+	h.cfg.Metrics.Quoted("web", len(res.Quotes) > 0)
 	v := views.QuotesView{Searched: true, Total: res.Total, SignedIn: currentUser(c) != nil,
 		LoginURL: "/login?next=" + url.QueryEscape("/requests?"+requestQuery(requestValues(req))), CSRF: h.csrfToken(c)}
 	if len(res.Quotes) == 0 {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/gpumarket/gpumarket/billing"
+	"github.com/gpumarket/gpumarket/metrics"
 	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/workflow"
 )
@@ -44,6 +46,17 @@ type Config struct {
 	// PlatformFeeBP is the platform's fee in basis points of what a
 	// provider keeps after credits, when Workflow is nil.
 	PlatformFeeBP int
+	// TrustedProxies are the load balancers and proxies whose
+	// X-Forwarded-For is believed for the client address (throttles,
+	// logs). None means the TCP peer is the client and the header is
+	// ignored. Loopback and private addresses are trusted only when listed.
+	TrustedProxies []*net.IPNet
+	// Metrics records request latency, bookings and quotes; nil records
+	// nothing.
+	Metrics *metrics.Metrics
+	// IndexMaxAge is how old the matcher index may be before /healthz
+	// reports this replica unhealthy; 0 means workflow.IndexMaxAge(0).
+	IndexMaxAge time.Duration
 }
 
 // Handler holds what the handlers share. It is created once by New.
@@ -70,6 +83,10 @@ type Handler struct {
 	pay     billing.Processor
 	local   localProcessor
 	baseURL string
+	// routeSet holds "METHOD template" of every route, so a request that
+	// matched none is measured as one "unmatched" route, not by the
+	// nearest template Echo leaves in its context.
+	routeSet map[string]bool
 }
 
 // Limits on abuse, kept together.
@@ -107,9 +124,13 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return time.Now().UTC() }
 	}
+	if cfg.IndexMaxAge <= 0 {
+		cfg.IndexMaxAge = workflow.IndexMaxAge(0)
+	}
 	h := &Handler{cfg: cfg, db: db, log: log, secure: strings.EqualFold(u.Scheme, "https")}
 	if cfg.Workflow == nil {
-		cfg.Workflow, err = workflow.New(ctx, workflow.Config{Billing: cfg.Billing, PlatformFeeBP: cfg.PlatformFeeBP, Now: cfg.Now}, db, log)
+		cfg.Workflow, err = workflow.New(ctx, workflow.Config{Billing: cfg.Billing, PlatformFeeBP: cfg.PlatformFeeBP, Now: cfg.Now,
+			Metrics: cfg.Metrics}, db, log)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -137,14 +158,33 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	h.csrfKey = deriveKey(cfg.SessionKey, "gpumarket csrf: pre-session")
 
 	e := echo.New()
-	// The client address (for throttling and logs) is the TCP peer: headers
-	// such as X-Forwarded-For are not trusted, so they cannot dodge a limit.
-	e.IPExtractor = echo.ExtractIPDirect()
+	e.IPExtractor = ipExtractor(cfg.TrustedProxies)
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = h.handleError
 	h.routes(e)
+	h.routeSet = map[string]bool{}
+	for _, r := range e.Routes() {
+		h.routeSet[r.Method+" "+r.Path] = true
+	}
 	return h, e, nil
+}
+
+// ipExtractor finds the client address for throttling and logs. With no
+// trusted proxies it is the TCP peer: X-Forwarded-For is ignored, so it
+// cannot dodge a limit. With some, it is the rightmost address in
+// X-Forwarded-For (then the peer) that is not a trusted proxy; Echo's
+// default trust of loopback, link-local and private addresses is turned
+// off, so only the listed ranges are believed.
+func ipExtractor(trusted []*net.IPNet) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, n := range trusted {
+		opts = append(opts, echo.TrustIPRange(n))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
 }
 
 func (h *Handler) now() time.Time { return h.cfg.Now().UTC() }

@@ -34,6 +34,12 @@ type testApp struct {
 // newTestApp serves the real Echo instance over a real SQLite file.
 func newTestApp(t *testing.T) *testApp {
 	t.Helper()
+	return newTestAppWith(t, nil)
+}
+
+// newTestAppWith is newTestApp with the configuration changed by edit.
+func newTestAppWith(t *testing.T, edit func(*Config)) *testApp {
+	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))
 	if err != nil {
@@ -41,7 +47,11 @@ func newTestApp(t *testing.T) *testApp {
 	}
 	t.Cleanup(func() { db.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h, e, err := New(ctx, Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), PasswordCost: bcrypt.MinCost, Now: func() time.Time { return testNow }}, db, log)
+	cfg := Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), PasswordCost: bcrypt.MinCost, Now: func() time.Time { return testNow }}
+	if edit != nil {
+		edit(&cfg)
+	}
+	h, e, err := New(ctx, cfg, db, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/gpumarket/gpumarket/market"
 )
@@ -41,7 +42,22 @@ func (s *Service) ReloadIndex(ctx context.Context) error {
 	}
 	s.idx.Store(idx)
 	s.scores.Store(&scores)
+	s.loadedAt.Store(now.UnixNano())
 	return nil
+}
+
+// IndexAge is the time since the index was last loaded in full from the
+// database (ReloadIndex); the changes made through this Service in
+// between are applied to it as they happen.
+func (s *Service) IndexAge() time.Duration {
+	return s.now().Sub(time.Unix(0, s.loadedAt.Load()))
+}
+
+// IndexMaxAge is how old the index may grow before a replica whose
+// background loop runs every tick counts as unhealthy: three missed full
+// reloads (Run reloads every indexReloadEvery, checked on each tick).
+func IndexMaxAge(tick time.Duration) time.Duration {
+	return 3 * max(tick, indexReloadEvery)
 }
 
 // Reliability returns a provider's reliability score as of the last index

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/metrics"
 	"github.com/gpumarket/gpumarket/store"
 )
 
@@ -64,13 +65,14 @@ func (s *Service) runSettlement(ctx context.Context, st store.Settlement, now ti
 		var ref billing.Refund
 		ref, err = s.pay.Refund(ctx, st.PaymentIntentID, st.RefundCents, market.EntryKey(st.ReservationID, market.EntryRefund, 0))
 		if err != nil {
-			s.settlementFailed(ctx, st, "refund", err, now)
+			s.settlementFailed(ctx, st, metrics.StepRefund, "refund", err, now)
 			return
 		}
 		if st, err = s.db.RecordSettlementRefund(ctx, st.ReservationID, ref.ID, now); err != nil {
 			log.Error("settlement refund made but not recorded; will retry", "refund_id", ref.ID, "err", err)
 			return
 		}
+		s.metrics.SettlementStep(metrics.StepRefund)
 		log.Info("settlement refund made", "refund_id", ref.ID, "amount_cents", int64(st.RefundCents))
 	}
 	for _, t := range st.Transfers {
@@ -80,22 +82,25 @@ func (s *Service) runSettlement(ctx context.Context, st store.Settlement, now ti
 		tr, err := s.pay.Transfer(ctx, t.AccountID, t.Amount, market.TransferGroup(st.ReservationID),
 			market.EntryKey(st.ReservationID, market.EntryTransfer, t.ProviderID))
 		if err != nil {
-			s.settlementFailed(ctx, st, fmt.Sprintf("transfer to provider %d", t.ProviderID), err, now)
+			s.settlementFailed(ctx, st, metrics.StepTransfer, fmt.Sprintf("transfer to provider %d", t.ProviderID), err, now)
 			return
 		}
 		if _, err := s.db.RecordSettlementTransfer(ctx, st.ReservationID, t.ProviderID, tr.ID, now); err != nil {
 			log.Error("settlement transfer made but not recorded; will retry", "transfer_id", tr.ID, "err", err)
 			return
 		}
+		s.metrics.SettlementStep(metrics.StepTransfer)
 		log.Info("settlement transfer made", "provider_id", t.ProviderID, "transfer_id", tr.ID, "amount_cents", int64(t.Amount))
 	}
 }
 
-// settlementFailed records a failed step: retried with exponential backoff
-// while the error is retryable and attempts remain, else failed for admins.
-func (s *Service) settlementFailed(ctx context.Context, st store.Settlement, step string, err error, now time.Time) {
+// settlementFailed records a failed step (kind is its metrics label, step
+// names it for people): retried with exponential backoff while the error is
+// retryable and attempts remain, else failed for admins.
+func (s *Service) settlementFailed(ctx context.Context, st store.Settlement, kind, step string, err error, now time.Time) {
 	attempts := st.Attempts + 1
 	giveUp := attempts >= SettlementMaxAttempts || !billing.Retryable(err)
+	s.metrics.SettlementFailure(kind, giveUp)
 	next := now.Add(backoff(attempts))
 	s.log.Error("settlement step failed", "reservation_id", st.ReservationID, "step", step, "attempt", attempts, "give_up", giveUp, "err", err)
 	msg := fmt.Sprintf("%s: %v", step, err)

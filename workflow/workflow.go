@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/metrics"
 	"github.com/gpumarket/gpumarket/store"
 )
 
@@ -50,6 +51,8 @@ type Config struct {
 	PlatformFeeBP int
 	// Now returns the current time; nil means time.Now in UTC.
 	Now func() time.Time
+	// Metrics counts settlement steps and failures; nil counts nothing.
+	Metrics *metrics.Metrics
 }
 
 // Service runs the workflows over one database and one processor. It is
@@ -68,6 +71,11 @@ type Service struct {
 	// transaction, so a stale index can cost a retry, never a double booking.
 	idx    atomic.Pointer[market.Index]
 	scores atomic.Pointer[map[int64]int]
+	// loadedAt is when idx was last loaded in full, in Unix nanoseconds
+	// of the service's clock (IndexAge).
+	loadedAt atomic.Int64
+
+	metrics *metrics.Metrics
 }
 
 // New builds the service and loads the matcher index from the database.
@@ -81,7 +89,8 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 	if cfg.Billing == nil {
 		cfg.Billing = billing.NewLocal(billing.LocalConfig{Store: db})
 	}
-	s := &Service{db: db, pay: cfg.Billing, log: log, feeBP: cfg.PlatformFeeBP, now: func() time.Time { return cfg.Now().UTC() }}
+	s := &Service{db: db, pay: cfg.Billing, log: log, feeBP: cfg.PlatformFeeBP, now: func() time.Time { return cfg.Now().UTC() },
+		metrics: cfg.Metrics}
 	if err := s.ReloadIndex(ctx); err != nil {
 		return nil, err
 	}

@@ -21,6 +21,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpumarket/gpumarket/metrics"
 	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/web"
 	"github.com/gpumarket/gpumarket/workflow"
@@ -88,18 +91,25 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			return fmt.Errorf("GPUMARKET_TICK: %w", err)
 		}
 	}
+	trustedProxies := fs.String("trusted-proxies", getenv("GPUMARKET_TRUSTED_PROXIES"), "comma-separated CIDR ranges or addresses of the load balancers whose X-Forwarded-For gives the client address (env GPUMARKET_TRUSTED_PROXIES; default none: the TCP peer is the client)")
+	metricsAddr := fs.String("metrics-addr", getenv("GPUMARKET_METRICS_ADDR"), "listen address for Prometheus metrics at /metrics, e.g. :9090 (env GPUMARKET_METRICS_ADDR; default off)")
+	replica := fs.String("replica", envOr(getenv, "GPUMARKET_REPLICA", defaultReplica()), "this replica's name, on every log line (env GPUMARKET_REPLICA; default the host name)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *tick <= 0 {
 		return errors.New("-tick must be positive")
 	}
+	proxies, err := parseTrustedProxies(*trustedProxies)
+	if err != nil {
+		return err
+	}
 
 	// Buffered (logbuffer.go): no write per request line. Deferred first so
 	// the last flush comes after everything the stop logs.
 	logs := newLogBuffer(stderr, logBufferSize, logFlushInterval)
 	defer logs.Close()
-	log := slog.New(newBufferedHandler(logs, slog.LevelInfo))
+	log := slog.New(newBufferedHandler(logs, slog.LevelInfo)).With("replica", *replica)
 	db, err := store.Open(ctx, *dbPath)
 	if err != nil {
 		return err
@@ -134,12 +144,28 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 
-	wf, err := workflow.New(ctx, workflow.Config{Billing: processor, PlatformFeeBP: *bf.feeBP, Now: now}, db, log)
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	wf, err := workflow.New(ctx, workflow.Config{Billing: processor, PlatformFeeBP: *bf.feeBP, Now: now, Metrics: m}, db, log)
+	if err != nil {
+		return err
+	}
+	// Until the background work runs under a lease, this process runs it.
+	holdsLease := func() bool { return true }
+	err = metrics.RegisterSources(reg, metrics.Sources{
+		Backlog: func(ctx context.Context) (metrics.Backlog, error) {
+			b, err := db.CountSettlementBacklog(ctx)
+			return metrics.Backlog(b), err
+		},
+		IndexSize:  func() int { return wf.Index().Len() },
+		IndexAge:   wf.IndexAge,
+		HoldsLease: holdsLease,
+	})
 	if err != nil {
 		return err
 	}
 	_, e, err := web.New(ctx, web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo, APIRatePerSecond: *apiRate,
-		Now: now, Workflow: wf}, db, log)
+		Now: now, Workflow: wf, TrustedProxies: proxies, Metrics: m, IndexMaxAge: workflow.IndexMaxAge(*tick)}, db, log)
 	if err != nil {
 		return err
 	}
@@ -178,11 +204,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
+	errc := make(chan error, 2)
+	var ms *metricsServer
+	if *metricsAddr != "" {
+		if ms, err = listenMetrics(*metricsAddr, reg); err != nil {
+			ln.Close()
+			return err
+		}
+		fmt.Fprintf(stdout, "gpumarket metrics on %s\n", ms.ln.Addr())
+		go func() { errc <- ms.serve() }()
+	}
 	fmt.Fprintf(stdout, "gpumarket listening on %s (open %s)\n", ln.Addr(), *baseURL)
 	log.Info("listening", "addr", ln.Addr().String(), "url", *baseURL, "db", *dbPath, "demo", *demo,
-		"simulated_payments", processor.Simulated())
+		"simulated_payments", processor.Simulated(), "metrics_addr", *metricsAddr, "trusted_proxies", *trustedProxies)
 
-	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
@@ -194,6 +229,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer cancel()
 	if err := srv.Shutdown(shutCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
+	}
+	if ms != nil {
+		if err := ms.shutdown(shutCtx); err != nil {
+			return fmt.Errorf("shutdown metrics: %w", err)
+		}
 	}
 	log.Info("stopped")
 	return nil
