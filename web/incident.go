@@ -210,43 +210,96 @@ func (h *Handler) handleProviderBooking(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	v, err := h.providerBookingView(c, r, mine)
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.ProviderBooking(h.page(c, fmt.Sprintf("Booking %d", r.ID)), v))
+}
+
+// handleIncidentNote adds the provider's note to an incident its agent
+// measured on this booking (store.AnnotateIncident checks whose it is); a
+// bad note re-renders the booking page with 422, the note kept and the
+// message next to it.
+func (h *Handler) handleIncidentNote(c echo.Context) error {
+	r, mine, err := h.providerReservation(c)
+	if err != nil {
+		return err
+	}
+	incID, err := strconv.ParseInt(c.Param("incident"), 10, 64)
+	if err != nil {
+		return market.Errorf(market.CodeNotFound, "That incident could not be found.")
+	}
+	body := c.FormValue("note")
+	_, err = h.db.AnnotateIncident(c.Request().Context(), currentUser(c).ID, incID, body, h.now())
+	if market.ErrorCode(err) == market.CodeInvalid {
+		v, verr := h.providerBookingView(c, r, mine)
+		if verr != nil {
+			return verr
+		}
+		for i := range v.Incidents {
+			if v.Incidents[i].ID == strconv.FormatInt(incID, 10) {
+				v.Incidents[i].NoteValue, v.Incidents[i].NoteError = body, market.FieldErrors(err)["note"]
+			}
+		}
+		return render(c, http.StatusUnprocessableEntity, views.ProviderBooking(h.page(c, fmt.Sprintf("Booking %d", r.ID)), v))
+	}
+	if err != nil {
+		return err
+	}
+	logger(c).Info("incident annotated", "incident_id", incID, "reservation_id", r.ID)
+	h.setFlash(c, "ok", "Note added; the buyer and the admins see it beside the measurement.")
+	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/provider/bookings/%d#incident-%d", r.ID, incID))
+}
+
+// providerBookingView is a provider's view of one reservation on their offers.
+func (h *Handler) providerBookingView(c echo.Context, r market.Reservation, mine []market.ReservationPiece) (views.ProviderBookingView, error) {
 	ctx := c.Request().Context()
 	base := fmt.Sprintf("/provider/bookings/%d", r.ID)
 	buyer, err := h.db.FindUserByID(ctx, r.BuyerID)
 	if err != nil {
-		return err
+		return views.ProviderBookingView{}, err
 	}
 	v := views.ProviderBookingView{ReservationID: strconv.FormatInt(r.ID, 10), State: string(r.State), StateLabel: r.State.Label(), Buyer: buyer.DisplayName}
 	cache := map[int64]pieceInfo{}
 	for _, p := range mine {
 		info, err := h.pieceInfo(ctx, p.OfferID, cache)
 		if err != nil {
-			return err
+			return v, err
 		}
 		v.Pieces = append(v.Pieces, views.ReservationPieceRow{OfferTitle: info.title, Devices: strconv.Itoa(p.Devices),
 			Window: formatTime(p.Start) + " – " + formatTime(p.End), Amount: p.AmountCents.String()})
 	}
 	incs, err := h.db.ListIncidents(ctx, r.ID)
 	if err != nil {
-		return err
+		return v, err
+	}
+	notes, err := h.db.ListIncidentNotes(ctx, r.ID)
+	if err != nil {
+		return v, err
 	}
 	settling := h.settlementNote(ctx, r.ID, currentUser(c).ID, &v.Note)
 	if note := awaitingNote(r, incs, currentUser(c).ID); !settling && note != "" {
 		v.Note = note
 	}
-	v.Incidents = incidentRows(incs, mine, true, settling)
+	v.Incidents = incidentRows(incs, notes, mine, true, settling)
+	for i := range v.Incidents {
+		if v.Incidents[i].Measured {
+			v.Incidents[i].NoteURL = fmt.Sprintf("%s/incidents/%s/notes", base, v.Incidents[i].ID)
+		}
+	}
 	if !settling && (r.State == market.ReservationActive || r.State == market.ReservationCompleted) {
 		v.ReportURL = base + "/incidents/new"
 	}
 	if settling {
 		v.StatementURL = base + "/statement"
 	}
-	return render(c, http.StatusOK, views.ProviderBooking(h.page(c, fmt.Sprintf("Booking %d", r.ID)), v))
+	return v, nil
 }
 
 // incidentRows lists incidents on the given pieces; for the provider a
 // buyer's report still open gets an acknowledge button.
-func incidentRows(incs []store.Incident, pieces []market.ReservationPiece, provider, settling bool) []views.IncidentRow {
+func incidentRows(incs []store.Incident, notes map[int64][]store.IncidentNote, pieces []market.ReservationPiece, provider, settling bool) []views.IncidentRow {
 	on := map[int64]bool{}
 	for _, p := range pieces {
 		on[p.ID] = true
@@ -266,7 +319,11 @@ func incidentRows(incs []store.Incident, pieces []market.ReservationPiece, provi
 			by = "you"
 		}
 		row := views.IncidentRow{ID: strconv.FormatInt(i.ID, 10), Kind: i.Kind.Label(), Note: i.Note,
-			Window: formatSpan(i.Start, i.End), Devices: strconv.Itoa(i.DevicesAffected), ReportedBy: by}
+			Window: formatSpan(i.Start, i.End), Devices: strconv.Itoa(i.DevicesAffected), ReportedBy: by,
+			Measured: i.ReportedBy == store.ReportedByAgent}
+		for _, n := range notes[i.ID] {
+			row.Notes = append(row.Notes, views.IncidentNoteRow{At: formatTime(n.CreatedAt), Body: n.Body})
+		}
 		switch {
 		case i.Acknowledged:
 			row.Status = "Applies"
@@ -308,11 +365,15 @@ func (h *Handler) reservationBilling(ctx context.Context, r market.Reservation) 
 	if err != nil {
 		return v, err
 	}
+	notes, err := h.db.ListIncidentNotes(ctx, r.ID)
+	if err != nil {
+		return v, err
+	}
 	settling := h.settlementNote(ctx, r.ID, 0, &v.SettlementNote)
 	if note := awaitingNote(r, incs, 0); !settling && note != "" {
 		v.SettlementNote = note
 	}
-	v.Incidents = incidentRows(incs, r.Pieces, false, settling)
+	v.Incidents = incidentRows(incs, notes, r.Pieces, false, settling)
 	if !settling && (r.State == market.ReservationActive || r.State == market.ReservationCompleted) {
 		v.ReportURL = base + "/incidents/new"
 	}

@@ -156,6 +156,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	p.POST("/bookings/:id/incidents", h.handleProviderIncident)
 	p.GET("/bookings/:id/statement", h.handleProviderStatement)
 	p.POST("/incidents/:id/acknowledge", h.handleIncidentAcknowledge)
+	p.POST("/bookings/:id/incidents/:incident/notes", h.handleIncidentNote)
 	a.GET("/reconciliation", h.handleAdminReconciliation)
 	a.POST("/settlements/:id/retry", h.handleAdminSettlementRetry)
 }
