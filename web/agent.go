@@ -10,12 +10,14 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"golang.org/x/time/rate"
 
+	"github.com/gpumarket/gpumarket/agentapi"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
 
 // The provider agent's API (docs/agent.md): JSON under /agent/v1, a host
-// token per node of an offer, outside CSRF and sessions.
+// token per node of an offer, outside CSRF and sessions. The messages are
+// agentapi's, shared with the agent.
 
 const (
 	ctxHostToken   = "host_token"
@@ -66,45 +68,11 @@ func (h *Handler) agentRateLimit() echo.MiddlewareFunc {
 	})
 }
 
-// agentHeartbeat is the body of POST /agent/v1/heartbeat.
-type agentHeartbeat struct {
-	Seq          int64               `json:"seq"`
-	SentAt       time.Time           `json:"sent_at"`
-	AgentVersion string              `json:"agent_version"`
-	Probe        string              `json:"probe"`
-	Devices      []market.HostDevice `json:"devices"`
-	Error        string              `json:"error"`
-}
-
-// agentHeartbeatResponse answers a heartbeat: whether it was accepted (not
-// a replay), the server's clock, the interval to keep and the assignments
-// the agent must act on now.
-type agentHeartbeatResponse struct {
-	Accepted        bool              `json:"accepted"`
-	ServerTime      time.Time         `json:"server_time"`
-	IntervalSeconds int               `json:"interval_seconds"`
-	Assignments     []agentAssignment `json:"assignments"`
-}
-
-// agentAssignment is a piece placed on the token's node that the agent
-// must act on: data only, never a command.
-type agentAssignment struct {
-	ReservationID int64     `json:"reservation_id"`
-	PieceID       int64     `json:"piece_id"`
-	Devices       int       `json:"devices"`
-	Start         time.Time `json:"start"`
-	End           time.Time `json:"end"`
-	SSHUser       string    `json:"ssh_user"`
-	SSHKeys       []string  `json:"ssh_keys"`
-	Acceptance    bool      `json:"acceptance"`
-	State         string    `json:"state"`
-}
-
 // handleAgentHeartbeat records a heartbeat of the token's node and answers
 // with the assignments of that node. A replayed or reordered heartbeat is
 // answered 200 with accepted false and changes nothing.
 func (h *Handler) handleAgentHeartbeat(c echo.Context) error {
-	var in agentHeartbeat
+	var in agentapi.Heartbeat
 	if err := decodeBody(c, &in); err != nil {
 		return err
 	}
@@ -125,10 +93,10 @@ func (h *Handler) handleAgentHeartbeat(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := agentHeartbeatResponse{Accepted: accepted, ServerTime: now.Truncate(time.Second),
-		IntervalSeconds: int(market.HeartbeatInterval / time.Second), Assignments: []agentAssignment{}}
+	out := agentapi.HeartbeatResponse{Accepted: accepted, ServerTime: now.Truncate(time.Second),
+		IntervalSeconds: int(market.HeartbeatInterval / time.Second), Assignments: []agentapi.Assignment{}}
 	for _, a := range as {
-		out.Assignments = append(out.Assignments, agentAssignment{ReservationID: a.ReservationID, PieceID: a.Piece.ID,
+		out.Assignments = append(out.Assignments, agentapi.Assignment{ReservationID: a.ReservationID, PieceID: a.Piece.ID,
 			Devices: a.Devices, Start: a.Piece.Start, End: a.Piece.End, SSHKeys: a.SSHKeys, Acceptance: a.Acceptance,
 			State: string(a.State)})
 	}
@@ -142,19 +110,6 @@ func pieceID(c echo.Context) (int64, error) {
 		return 0, market.Errorf(market.CodeNotFound, "There is no such assignment.")
 	}
 	return id, nil
-}
-
-// agentInstalled is the body of POST /agent/v1/assignments/:piece_id/installed.
-type agentInstalled struct {
-	Host        string    `json:"host"`
-	Port        int       `json:"port"`
-	User        string    `json:"user"`
-	InstalledAt time.Time `json:"installed_at"`
-}
-
-// agentRemoved is the body of POST /agent/v1/assignments/:piece_id/removed.
-type agentRemoved struct {
-	RemovedAt time.Time `json:"removed_at"`
 }
 
 // agentAccessReply answers an installed or removed report.
@@ -183,7 +138,7 @@ func (h *Handler) handleAgentInstalled(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var in agentInstalled
+	var in agentapi.Installed
 	if err := decodeBody(c, &in); err != nil {
 		return err
 	}
@@ -204,7 +159,7 @@ func (h *Handler) handleAgentRemoved(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var in agentRemoved
+	var in agentapi.Removed
 	if err := decodeBody(c, &in); err != nil {
 		return err
 	}
@@ -214,14 +169,6 @@ func (h *Handler) handleAgentRemoved(c echo.Context) error {
 	}
 	logger(c).Info("keys removed", "piece_id", id, "node", a.Node, "offer_id", hostToken(c).OfferID)
 	return writeJSON(c, http.StatusOK, accessReply(a))
-}
-
-// agentAcceptance is the body of POST /agent/v1/assignments/:piece_id/acceptance.
-type agentAcceptance struct {
-	Metric          string    `json:"metric"`
-	PerDevice       []float64 `json:"per_device"`
-	DurationSeconds int       `json:"duration_seconds"`
-	Error           string    `json:"error"`
 }
 
 // agentAcceptanceReply answers an acceptance result: how it compares with
@@ -242,11 +189,11 @@ func (h *Handler) handleAgentAcceptance(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var in agentAcceptance
+	var in agentapi.Acceptance
 	if err := decodeBody(c, &in); err != nil {
 		return err
 	}
-	res, err := market.AcceptanceFromReport(in.Metric, in.PerDevice, in.DurationSeconds, in.Error)
+	res, err := market.AcceptanceFromReport(in.Metric, in.PerDevice, int(in.DurationSeconds), in.Error)
 	if err != nil {
 		return err
 	}

@@ -10,9 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpumarket/gpumarket/agentapi"
 )
 
 // agentVersion is reported in every heartbeat and as the User-Agent.
@@ -22,74 +23,27 @@ const agentVersion = "1.0.0"
 // never passed on to the provider's commands.
 const tokenEnv = "GPUMARKET_AGENT_TOKEN"
 
-// The messages of the agent protocol (docs/agent.md), as JSON.
-
-// heartbeatRequest is POST /agent/v1/heartbeat's body.
-type heartbeatRequest struct {
-	Seq          int64     `json:"seq"`
-	SentAt       time.Time `json:"sent_at"`
-	AgentVersion string    `json:"agent_version"`
-	Probe        string    `json:"probe"`
-	Devices      []device  `json:"devices"`
-	Error        string    `json:"error"`
-}
-
-// heartbeatResponse is what the server answers a heartbeat with.
-type heartbeatResponse struct {
-	Accepted        bool         `json:"accepted"`
-	ServerTime      time.Time    `json:"server_time"`
-	IntervalSeconds int          `json:"interval_seconds"`
-	Assignments     []assignment `json:"assignments"`
-}
-
-// assignment is a piece placed on this node that the agent must act on:
-// only data (keys, times, ids), never a command.
-type assignment struct {
-	ReservationID int64     `json:"reservation_id"`
-	PieceID       int64     `json:"piece_id"`
-	Devices       int       `json:"devices"`
-	Start         time.Time `json:"start"`
-	End           time.Time `json:"end"`
-	SSHUser       string    `json:"ssh_user"`
-	SSHKeys       []string  `json:"ssh_keys"`
-	Acceptance    bool      `json:"acceptance"`
-	State         string    `json:"state"`
-}
+// The messages of the agent protocol (docs/agent.md), defined once in
+// agentapi for the server and the agent, under the agent's names.
+type (
+	heartbeatRequest  = agentapi.Heartbeat
+	heartbeatResponse = agentapi.HeartbeatResponse
+	// assignment is a piece placed on this node that the agent must act
+	// on: only data (keys, times, ids), never a command.
+	assignment = agentapi.Assignment
+	// connection is how the buyer reaches the node, reported once the keys
+	// are in place.
+	connection       = agentapi.Connection
+	installedReport  = agentapi.Installed
+	removedReport    = agentapi.Removed
+	acceptanceReport = agentapi.Acceptance
+)
 
 // Assignment states.
 const (
-	stateInstall = "install"
-	stateRemove  = "remove"
+	stateInstall = agentapi.StateInstall
+	stateRemove  = agentapi.StateRemove
 )
-
-// connection is how the buyer reaches the node, reported once the keys are
-// in place.
-type connection struct {
-	Host string `json:"host"`
-	Port int    `json:"port"`
-	User string `json:"user"`
-}
-
-// installedReport is POST /agent/v1/assignments/{piece_id}/installed's body.
-type installedReport struct {
-	connection
-	InstalledAt time.Time `json:"installed_at"`
-}
-
-// removedReport is POST /agent/v1/assignments/{piece_id}/removed's body.
-type removedReport struct {
-	RemovedAt time.Time `json:"removed_at"`
-}
-
-// acceptanceReport is POST /agent/v1/assignments/{piece_id}/acceptance's
-// body: the measured figure per device of the piece (0 for a device that
-// could not be measured), or what failed.
-type acceptanceReport struct {
-	Metric          string    `json:"metric"`
-	PerDevice       []float64 `json:"per_device"`
-	DurationSeconds int64     `json:"duration_seconds"`
-	Error           string    `json:"error"`
-}
 
 // errUnauthorized is the server refusing the host token (revoked, unknown,
 // or its provider suspended): nothing the agent does will help, so it stops.
@@ -138,18 +92,18 @@ func (c *client) heartbeat(ctx context.Context, hb heartbeatRequest) (heartbeatR
 		hb.Devices = []device{}
 	}
 	var resp heartbeatResponse
-	err := c.post(ctx, "agent/v1/heartbeat", hb, &resp)
+	err := c.post(ctx, agentapi.PathHeartbeat, hb, &resp)
 	return resp, err
 }
 
 // installed reports that a piece's keys are in place.
 func (c *client) installed(ctx context.Context, piece int64, r installedReport) error {
-	return c.post(ctx, "agent/v1/assignments/"+strconv.FormatInt(piece, 10)+"/installed", r, nil)
+	return c.post(ctx, agentapi.AssignmentPath(piece, agentapi.ReportInstalled), r, nil)
 }
 
 // removed reports that a piece's keys are gone.
 func (c *client) removed(ctx context.Context, piece int64, r removedReport) error {
-	return c.post(ctx, "agent/v1/assignments/"+strconv.FormatInt(piece, 10)+"/removed", r, nil)
+	return c.post(ctx, agentapi.AssignmentPath(piece, agentapi.ReportRemoved), r, nil)
 }
 
 // acceptance reports a piece's acceptance result.
@@ -157,7 +111,7 @@ func (c *client) acceptance(ctx context.Context, piece int64, r acceptanceReport
 	if r.PerDevice == nil {
 		r.PerDevice = []float64{}
 	}
-	return c.post(ctx, "agent/v1/assignments/"+strconv.FormatInt(piece, 10)+"/acceptance", r, nil)
+	return c.post(ctx, agentapi.AssignmentPath(piece, agentapi.ReportAcceptance), r, nil)
 }
 
 // post sends in as JSON to path and decodes a 2xx answer into out (unless

@@ -70,7 +70,7 @@ func TestClientRequests(t *testing.T) {
 	}
 	for path, call := range map[string]func() error{
 		"/market/agent/v1/assignments/31/installed": func() error {
-			return c.installed(ctx, 31, installedReport{connection: connection{Host: "h", Port: 22, User: "gpu"}})
+			return c.installed(ctx, 31, installedReport{Connection: connection{Host: "h", Port: 22, User: "gpu"}})
 		},
 		"/market/agent/v1/assignments/31/removed":    func() error { return c.removed(ctx, 31, removedReport{}) },
 		"/market/agent/v1/assignments/31/acceptance": func() error { return c.acceptance(ctx, 31, acceptanceReport{Metric: "bf16_tflops"}) },
@@ -79,7 +79,7 @@ func TestClientRequests(t *testing.T) {
 			t.Errorf("%s: %v (sent to %s)", path, err, got.URL.Path)
 		}
 	}
-	if err := c.installed(ctx, 31, installedReport{connection: connection{Host: "h", Port: 22, User: "gpu"}}); err != nil ||
+	if err := c.installed(ctx, 31, installedReport{Connection: connection{Host: "h", Port: 22, User: "gpu"}}); err != nil ||
 		body["host"] != "h" || body["port"] != 22.0 || body["user"] != "gpu" || body["installed_at"] == nil {
 		t.Errorf("installed body %v, %v", body, err)
 	}

@@ -521,7 +521,7 @@ func (a *agent) install(ctx context.Context, as assignment) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	err = a.client.installed(context.WithoutCancel(ctx), as.PieceID, installedReport{connection: p.Connection, InstalledAt: p.InstalledAt})
+	err = a.client.installed(context.WithoutCancel(ctx), as.PieceID, installedReport{Connection: p.Connection, InstalledAt: p.InstalledAt})
 	if err != nil {
 		return fmt.Errorf("report installed: %w", err)
 	}

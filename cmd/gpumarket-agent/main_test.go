@@ -115,9 +115,9 @@ func TestRentalEndToEnd(t *testing.T) {
 	if len(inst) == 0 {
 		t.Fatal("no installed report")
 	}
-	want := installedReport{connection: connection{Host: "203.0.113.7", Port: 2222, User: "gpu"}, InstalledAt: t0.Add(30 * time.Second)}
+	want := installedReport{Connection: connection{Host: "203.0.113.7", Port: 2222, User: "gpu"}, InstalledAt: t0.Add(30 * time.Second)}
 	for _, r := range inst {
-		if r.connection != want.connection || !r.InstalledAt.Equal(want.InstalledAt) {
+		if r.Connection != want.Connection || !r.InstalledAt.Equal(want.InstalledAt) {
 			t.Errorf("installed %+v, want %+v", r, want)
 		}
 	}

@@ -17,19 +17,10 @@ import (
 )
 
 // device is one accelerator as the probe found it (docs/agent.md, the
-// heartbeat's devices). Healthy is the probe's judgement: present, no
-// uncorrected ECC errors, the required fields readable.
-type device struct {
-	Index          int     `json:"index"`
-	UUID           string  `json:"uuid"`
-	Name           string  `json:"name"`
-	MemoryMiB      int64   `json:"memory_mib"`
-	TemperatureC   int     `json:"temperature_c"`
-	UtilizationPct int     `json:"utilization_pct"`
-	ECCUncorrected int64   `json:"ecc_uncorrected"`
-	PowerW         float64 `json:"power_w"`
-	Healthy        bool    `json:"healthy"`
-}
+// heartbeat's devices), in the protocol's type. Healthy is the probe's
+// judgement: present, no uncorrected ECC errors, the required fields
+// readable.
+type device = market.HostDevice
 
 // probeReport is what one probe found: the devices and, when something went
 // wrong, a message for the provider (the heartbeat's error).

@@ -1,0 +1,96 @@
+// Package agentapi is the provider agent's protocol (docs/agent.md): the
+// paths under /agent/v1 and the JSON messages, defined once for the
+// server (web) and the agent (cmd/gpumarket-agent). It holds no logic.
+package agentapi
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/gpumarket/gpumarket/market"
+)
+
+// Paths, relative to the marketplace's base URL.
+const (
+	// PathHeartbeat is POST's path for a Heartbeat.
+	PathHeartbeat = "agent/v1/heartbeat"
+	// ReportInstalled, ReportRemoved and ReportAcceptance name an
+	// assignment's reports (AssignmentPath).
+	ReportInstalled  = "installed"
+	ReportRemoved    = "removed"
+	ReportAcceptance = "acceptance"
+)
+
+// AssignmentPath is the path of a report on a piece: "agent/v1/assignments/31/installed".
+func AssignmentPath(pieceID int64, report string) string {
+	return "agent/v1/assignments/" + strconv.FormatInt(pieceID, 10) + "/" + report
+}
+
+// Heartbeat is POST /agent/v1/heartbeat's body.
+type Heartbeat struct {
+	Seq          int64               `json:"seq"`
+	SentAt       time.Time           `json:"sent_at"`
+	AgentVersion string              `json:"agent_version"`
+	Probe        string              `json:"probe"`
+	Devices      []market.HostDevice `json:"devices"`
+	Error        string              `json:"error"`
+}
+
+// HeartbeatResponse answers a heartbeat: whether it was accepted (not a
+// replay), the server's clock, the interval to keep and the assignments
+// the agent must act on now.
+type HeartbeatResponse struct {
+	Accepted        bool         `json:"accepted"`
+	ServerTime      time.Time    `json:"server_time"`
+	IntervalSeconds int          `json:"interval_seconds"`
+	Assignments     []Assignment `json:"assignments"`
+}
+
+// Assignment is a piece placed on the token's node that the agent must act
+// on: only data (keys, times, ids), never a command.
+type Assignment struct {
+	ReservationID int64     `json:"reservation_id"`
+	PieceID       int64     `json:"piece_id"`
+	Devices       int       `json:"devices"`
+	Start         time.Time `json:"start"`
+	End           time.Time `json:"end"`
+	SSHUser       string    `json:"ssh_user"`
+	SSHKeys       []string  `json:"ssh_keys"`
+	Acceptance    bool      `json:"acceptance"`
+	State         string    `json:"state"`
+}
+
+// Assignment states.
+const (
+	StateInstall = "install"
+	StateRemove  = "remove"
+)
+
+// Connection is how the buyer reaches the node, reported once the keys are
+// in place.
+type Connection struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	User string `json:"user"`
+}
+
+// Installed is POST /agent/v1/assignments/{piece_id}/installed's body.
+type Installed struct {
+	Connection
+	InstalledAt time.Time `json:"installed_at"`
+}
+
+// Removed is POST /agent/v1/assignments/{piece_id}/removed's body.
+type Removed struct {
+	RemovedAt time.Time `json:"removed_at"`
+}
+
+// Acceptance is POST /agent/v1/assignments/{piece_id}/acceptance's body:
+// the measured figure per device of the piece (0 for a device that could
+// not be measured), or what failed.
+type Acceptance struct {
+	Metric          string    `json:"metric"`
+	PerDevice       []float64 `json:"per_device"`
+	DurationSeconds int64     `json:"duration_seconds"`
+	Error           string    `json:"error"`
+}
