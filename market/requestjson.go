@@ -193,6 +193,9 @@ type offerJSON struct {
 	CreditCapBP     int          `json:"credit_cap_bp,omitempty"`
 	FreeCancelHours int          `json:"free_cancel_hours,omitempty"`
 	CancelFeeBP     int          `json:"cancel_fee_bp,omitempty"`
+	// RejectMinutes is the acceptance period; absent means
+	// DefaultRejectMinutes, 0 none.
+	RejectMinutes *int `json:"reject_minutes,omitempty"`
 
 	Figures []figureJSON `json:"figures,omitempty"`
 }
@@ -228,7 +231,7 @@ func EncodeOfferJSON(o Offer) ([]byte, error) {
 		InterruptibleCentsPerDH: o.InterruptibleCentsPerDH, StorageCentsPerGBMonth: o.StorageCentsPerGBMonth,
 		EgressCentsPerGB: o.EgressCentsPerGB, BillingBasis: o.BillingBasis, UptimeBP: o.UptimeBP,
 		CreditSchedule: o.CreditSchedule, CreditCapBP: o.CreditCapBP, FreeCancelHours: o.FreeCancelHours,
-		CancelFeeBP: o.CancelFeeBP,
+		CancelFeeBP: o.CancelFeeBP, RejectMinutes: &o.RejectMinutes,
 	}
 	for _, f := range o.Figures {
 		basis := f.Basis
@@ -276,7 +279,10 @@ func DecodeOfferJSON(data []byte, now time.Time) (Offer, error) {
 		InterruptibleCentsPerDH: doc.InterruptibleCentsPerDH, StorageCentsPerGBMonth: doc.StorageCentsPerGBMonth,
 		EgressCentsPerGB: doc.EgressCentsPerGB, BillingBasis: doc.BillingBasis, UptimeBP: doc.UptimeBP,
 		CreditSchedule: doc.CreditSchedule, CreditCapBP: doc.CreditCapBP, FreeCancelHours: doc.FreeCancelHours,
-		CancelFeeBP: doc.CancelFeeBP, Review: ReviewPending, State: OfferActive,
+		CancelFeeBP: doc.CancelFeeBP, RejectMinutes: DefaultRejectMinutes, Review: ReviewPending, State: OfferActive,
+	}
+	if doc.RejectMinutes != nil {
+		o.RejectMinutes = *doc.RejectMinutes
 	}
 	for _, f := range doc.Figures {
 		o.Figures = append(o.Figures, Figure{Kind: f.Kind, Value: f.Value, Basis: f.Basis, Method: f.Method})

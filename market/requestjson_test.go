@@ -1,6 +1,7 @@
 package market
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -108,6 +109,59 @@ func TestOfferJSONRoundTrip(t *testing.T) {
 	_, err = DecodeOfferJSON([]byte(bad), o.AvailableFrom)
 	if _, ok := FieldErrors(err)["node_count"]; !ok {
 		t.Fatalf("unknown field: %v", err)
+	}
+}
+
+// The acceptance period travels with the offer: written always, kept when
+// read (0 is no period), the default when a document leaves it out, and
+// validated like the form's.
+func TestOfferJSONRejectMinutes(t *testing.T) {
+	o := benchOffer(42, 3)
+	o.RejectMinutes = 45
+	data, err := EncodeOfferJSON(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"reject_minutes": 45`) {
+		t.Fatalf("reject_minutes not written:\n%s", data)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc, "reject_minutes")
+	absent, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		doc   string
+		want  int
+		field string // a field error expected instead
+	}{
+		{name: "kept", doc: string(data), want: 45},
+		{name: "none", doc: strings.Replace(string(data), `"reject_minutes": 45`, `"reject_minutes": 0`, 1), want: 0},
+		{name: "absent is the default", doc: string(absent), want: 30},
+		{name: "over a day", doc: strings.Replace(string(data), `"reject_minutes": 45`, `"reject_minutes": 1441`, 1), field: "reject_minutes"},
+		{name: "negative", doc: strings.Replace(string(data), `"reject_minutes": 45`, `"reject_minutes": -1`, 1), field: "reject_minutes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := DecodeOfferJSON([]byte(tt.doc), o.AvailableFrom)
+			if tt.field != "" {
+				if _, ok := FieldErrors(err)[tt.field]; !ok || ErrorCode(err) != CodeInvalid {
+					t.Fatalf("want a %q field error, got %v", tt.field, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.RejectMinutes != tt.want {
+				t.Fatalf("RejectMinutes = %d, want %d", got.RejectMinutes, tt.want)
+			}
+		})
 	}
 }
 
