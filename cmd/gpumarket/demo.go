@@ -134,6 +134,7 @@ func demoOffer(start time.Time, title, acc string, perNode, nodes int, region st
 		BillingBasis: market.BillingWallClock, UptimeBP: 9950,
 		CreditSchedule: []market.CreditTier{{BelowBP: 9950, CreditBP: 1000}, {BelowBP: 9900, CreditBP: 2500}, {BelowBP: 9500, CreditBP: 10000}},
 		CreditCapBP:    10000, FreeCancelHours: 24, CancelFeeBP: 2500,
+		RejectMinutes: market.DefaultRejectMinutes,
 	}
 }
 

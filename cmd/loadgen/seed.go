@@ -190,6 +190,7 @@ func loadOffer(rng *rand.Rand, shapes []nodeShape, regions []market.Region, now 
 		BillingBasis: market.BillingWallClock, UptimeBP: 9950,
 		CreditSchedule: []market.CreditTier{{BelowBP: 9950, CreditBP: 1000}, {BelowBP: 9900, CreditBP: 2500}},
 		CreditCapBP:    10000, FreeCancelHours: 24, CancelFeeBP: 2500,
+		RejectMinutes: market.DefaultRejectMinutes,
 	}
 	if rng.IntN(3) == 0 {
 		o.Interruptible, o.InterruptibleCentsPerDH, o.PreemptNoticeMins = true, price*6/10, 2
