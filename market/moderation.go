@@ -32,7 +32,16 @@ type ProviderRecord struct {
 	// fewer devices).
 	PromisedDeviceSeconds int64
 	LostDeviceSeconds     int64
-	Suspended             bool
+	// MeasuredDeviceSeconds is the part of PromisedDeviceSeconds on
+	// pieces the provider's agents measured (AgentMeasured);
+	// MeasuredLostDeviceSeconds the device-time of those pieces that their
+	// heartbeats showed lost to outages; ReportedLostOnMeasured the part
+	// of LostDeviceSeconds reported on those pieces, which the measurement
+	// replaces (ScoredLostDeviceSeconds).
+	MeasuredDeviceSeconds     int64
+	MeasuredLostDeviceSeconds int64
+	ReportedLostOnMeasured    int64
+	Suspended                 bool
 }
 
 // Thresholds of a clean track record: a provider with at least

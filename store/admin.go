@@ -540,7 +540,8 @@ func (db *DB) ProviderRecords(ctx context.Context, now time.Time) (map[int64]mar
 
 // providerRecords computes records for one provider, or all (providerID 0),
 // with one grouped query per source: offers, delivered pieces, incidents
-// and upheld disputes in the trailing window market.ReliabilityWindow.
+// and upheld disputes in the trailing window market.ReliabilityWindow, and
+// the pieces the provider's agents measured (measuredRecords).
 func providerRecords(ctx context.Context, q querier, providerID int64, now time.Time) (map[int64]market.ProviderRecord, error) {
 	out := map[int64]market.ProviderRecord{}
 	since := unix(now.Add(-market.ReliabilityWindow))
@@ -601,9 +602,7 @@ func providerRecords(ctx context.Context, q querier, providerID int64, now time.
 	outageIn := "(?" + strings.Repeat(", ?", len(args)-1) + ")"
 	args = append(args, since)
 	if err := each(`SELECT p.provider_id, SUM(CASE WHEN i.acknowledged = 1 THEN 1 ELSE 0 END),
-			SUM(CASE WHEN i.acknowledged = 1 AND i.kind IN `+outageIn+` THEN i.devices_affected * (
-				(CASE WHEN i.end_at < p.end_at THEN i.end_at ELSE p.end_at END) -
-				(CASE WHEN i.start_at > p.start_at THEN i.start_at ELSE p.start_at END)) ELSE 0 END)
+			SUM(CASE WHEN i.acknowledged = 1 AND i.kind IN `+outageIn+` THEN `+incidentLostSeconds+` ELSE 0 END)
 		FROM incidents i JOIN reservation_pieces p ON p.id = i.piece_id
 		WHERE i.start_at >= ? AND i.end_at > i.start_at`+f+` GROUP BY p.provider_id`, append(args, fa...),
 		func(rows *sql.Rows, r *market.ProviderRecord) (int64, error) {
@@ -622,6 +621,9 @@ func providerRecords(ctx context.Context, q querier, providerID int64, now time.
 		}); err != nil {
 		return nil, err
 	}
+	if err := measuredRecords(ctx, q, providerID, since, unix(now), out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -634,6 +636,9 @@ func mergeRecord(into *market.ProviderRecord, r market.ProviderRecord) {
 	into.RecentIncidents += r.RecentIncidents
 	into.PromisedDeviceSeconds += r.PromisedDeviceSeconds
 	into.LostDeviceSeconds += r.LostDeviceSeconds
+	into.MeasuredDeviceSeconds += r.MeasuredDeviceSeconds
+	into.MeasuredLostDeviceSeconds += r.MeasuredLostDeviceSeconds
+	into.ReportedLostOnMeasured += r.ReportedLostOnMeasured
 }
 
 // ListedPrice is the on-demand price of one listed offer.
