@@ -161,7 +161,8 @@ func (h *Handler) handleCatalogue(c echo.Context) error {
 	}
 	for _, l := range listings {
 		card := offerCard(l)
-		card.Reliability = market.FormatPercentBP(h.wf.Reliability(l.Offer.ProviderID)) + "%"
+		rel := h.wf.Reliability(l.Offer.ProviderID)
+		card.Reliability, card.ReliabilitySource, card.ReliabilityMeasured = reliabilityText(rel)
 		cs := commitments[l.Offer.ID]
 		card.Free, card.FreeLevel = freeNowLine(l.Offer, cs, f.Now)
 		card.FreeWindow = freeWindowLine(l.Offer, cs, f.Free, f.Now)
@@ -262,6 +263,12 @@ func providerName(l store.OfferListing) string {
 	return l.ProviderName
 }
 
+// reliabilityText is a provider's reliability as pages show it: the
+// score, e.g. "97.5%", what it rests on and whether that is measured.
+func reliabilityText(r market.Reliability) (score, source string, measured bool) {
+	return market.FormatPercentBP(r.BP) + "%", r.Source.Label(), r.Source == market.ReliabilityMeasured
+}
+
 func (h *Handler) handleOfferShow(c echo.Context) error {
 	id, err := pathID(c)
 	if err != nil {
@@ -280,7 +287,7 @@ func (h *Handler) handleOfferShow(c echo.Context) error {
 		return market.Errorf(market.CodeNotFound, "There is no such offer.")
 	}
 	v := offerDetail(l)
-	v.Reliability = market.FormatPercentBP(h.wf.Reliability(o.ProviderID)) + "%"
+	v.Reliability, v.ReliabilitySource, v.ReliabilityMeasured = reliabilityText(h.wf.Reliability(o.ProviderID))
 	if l.ProviderSuspended {
 		v.Status = "Not listed in the catalogue: the provider is suspended."
 	} else if !o.Listed() {

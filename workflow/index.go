@@ -28,9 +28,9 @@ func (s *Service) ReloadIndex(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	scores := make(map[int64]int, len(records))
+	scores := make(map[int64]market.Reliability, len(records))
 	for id, r := range records {
-		scores[id] = market.ReliabilityBP(r)
+		scores[id] = market.ReliabilityOf(r)
 	}
 	cands := make([]market.Candidate, 0, len(listings))
 	for _, l := range listings {
@@ -60,15 +60,16 @@ func IndexMaxAge(tick time.Duration) time.Duration {
 	return 3 * max(tick, indexReloadEvery)
 }
 
-// Reliability returns a provider's reliability score as of the last index
-// load, or the prior for a provider with no record.
-func (s *Service) Reliability(providerID int64) int {
+// Reliability returns a provider's reliability score and what it rests on
+// (measured by agent or self-reported) as of the last index load, or the
+// prior for a provider with no record.
+func (s *Service) Reliability(providerID int64) market.Reliability {
 	if m := s.scores.Load(); m != nil {
 		if v, ok := (*m)[providerID]; ok {
 			return v
 		}
 	}
-	return market.DefaultReliabilityBP
+	return market.PriorReliability()
 }
 
 // candidate is an offer as the matcher sees it, with its provider's

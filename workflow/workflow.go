@@ -70,7 +70,7 @@ type Service struct {
 	// only speeds up search: the store re-checks capacity inside the booking
 	// transaction, so a stale index can cost a retry, never a double booking.
 	idx    atomic.Pointer[market.Index]
-	scores atomic.Pointer[map[int64]int]
+	scores atomic.Pointer[map[int64]market.Reliability]
 	// loadedAt is when idx was last loaded in full, in Unix nanoseconds
 	// of the service's clock (IndexAge).
 	loadedAt atomic.Int64
