@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -10,9 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/web"
 )
 
 // TestDemoRunsSimulatedHosts serves the demo with the real agent binary
@@ -21,6 +27,7 @@ import (
 // the agents before the background work.
 func TestDemoRunsSimulatedHosts(t *testing.T) {
 	dir := t.TempDir()
+	password := seedDemoHostOffers(t, filepath.Join(dir, "data", "m.db"))
 	agent := filepath.Join(dir, "gpumarket-agent")
 	build := exec.Command("go", "build", "-o", agent, "../gpumarket-agent")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -35,12 +42,8 @@ func TestDemoRunsSimulatedHosts(t *testing.T) {
 	}()
 	base := "http://" + waitListening(t, &out, &errOut)
 
-	m := regexp.MustCompile(`demo provider +` + regexp.QuoteMeta(demoHostsProvider) + ` +password: (\S+)`).FindStringSubmatch(out.String())
-	if m == nil {
-		t.Fatalf("no demo credentials for %s:\n%s", demoHostsProvider, out.String())
-	}
 	c := newFormClient(t, base)
-	c.post("/login", "/login", url.Values{"email": {demoHostsProvider}, "password": {m[1]}})
+	c.post("/login", "/login", url.Values{"email": {demoHostsProvider}, "password": {password}})
 	var page string
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		page = c.get("/provider/hosts")
@@ -88,6 +91,7 @@ func TestDemoRunsSimulatedHosts(t *testing.T) {
 // and says why it runs no simulated hosts.
 func TestDemoWithoutAgentServes(t *testing.T) {
 	dir := t.TempDir()
+	seedDemoHostOffers(t, filepath.Join(dir, "m.db"))
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut lockedBuffer
 	done := make(chan error, 1)
@@ -103,6 +107,65 @@ func TestDemoWithoutAgentServes(t *testing.T) {
 	if !strings.Contains(errOut.String(), `msg="demo hosts not started"`) || !strings.Contains(errOut.String(), "no agent binary at") {
 		t.Errorf("no word of the missing agent:\n%s", errOut.String())
 	}
+}
+
+// seedDemoHostOffers makes a small demo database at path: the demo
+// provider of the simulated hosts with the demo host offers, and the saved
+// demo credentials, so -demo serves it without seeding the whole demo
+// (whose 90 days of history take long under the race detector). It
+// returns the provider's password.
+func seedDemoHostOffers(t *testing.T, path string) string {
+	t.Helper()
+	ctx := context.Background()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const password = "a demo provider password"
+	hash, err := web.HashPassword(password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	u, err := db.CreateUser(ctx, market.User{Email: demoHostsProvider, DisplayName: "Nordic Compute", IsProvider: true}, hash, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range demoProviders(now.Truncate(time.Hour)) {
+		for _, o := range p.offers {
+			if p.email != demoHostsProvider || !slices.Contains(demoHostOffers, o.Title) {
+				continue
+			}
+			o.ProviderID = u.ID
+			if err := market.ValidateOffer(&o, now); err != nil {
+				t.Fatal(err)
+			}
+			created, err := db.CreateOffer(ctx, o, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.ReviewOffer(ctx, created.ID, market.ReviewApproved, "", now); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+	}
+	if n != len(demoHostOffers) {
+		t.Fatalf("%d of the %d demo host offers are demo offers", n, len(demoHostOffers))
+	}
+	creds, err := json.Marshal([]demoCredential{{Role: "provider", Email: demoHostsProvider, Password: password}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetSetting(ctx, demoSettingKey, string(creds)); err != nil {
+		t.Fatal(err)
+	}
+	return password
 }
 
 // waitListening waits for serve's "listening" line and returns its address.
