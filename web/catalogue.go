@@ -161,8 +161,7 @@ func (h *Handler) handleCatalogue(c echo.Context) error {
 	}
 	for _, l := range listings {
 		card := offerCard(l)
-		rel := h.wf.Reliability(l.Offer.ProviderID)
-		card.Reliability, card.ReliabilitySource, card.ReliabilityMeasured = reliabilityText(rel)
+		card.Reliability, card.ReliabilitySource, card.ReliabilityMeasured = reliabilityText(h.wf.Reliability(l.Offer.ProviderID))
 		cs := commitments[l.Offer.ID]
 		card.Free, card.FreeLevel = freeNowLine(l.Offer, cs, f.Now)
 		card.FreeWindow = freeWindowLine(l.Offer, cs, f.Free, f.Now)

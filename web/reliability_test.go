@@ -126,11 +126,11 @@ func TestReliabilityMeasuredOrSelfReported(t *testing.T) {
 		}
 		_, line, _ := strings.Cut(page.body, `data-testid="offer-reliability"`)
 		line, _, _ = strings.Cut(line, "</p>")
-		mustContain(t, line, "<strong>"+tt.score+"</strong>", `data-testid="offer-reliability-source">`+tt.label+"<", tt.class)
+		mustContain(t, line, "<strong>"+tt.score+"</strong> <span", `data-testid="offer-reliability-source">`+tt.label+"<", tt.class)
 		card := offerCardOf(t, catalogue.body, tt.offer.ID)
 		_, line, _ = strings.Cut(card, `data-testid="card-reliability"`)
 		line, _, _ = strings.Cut(line, "</li>")
-		mustContain(t, line, "Provider reliability "+tt.score, `data-testid="card-reliability-source">`+tt.label+"<", tt.class)
+		mustContain(t, line, "Provider reliability "+tt.score+` <span`, `data-testid="card-reliability-source">`+tt.label+"<", tt.class)
 	}
 	// A provider with no history yet has the prior, self-reported.
 	fresh := app.listedOffer("nvidia-h100-80gb-sxm", 8, 1, "us-east-va", 300)
