@@ -22,7 +22,11 @@ func TestAuditTrailIsAppendOnly(t *testing.T) {
 	}
 	wantCode(t, db.RecordAudit(ctx, AuditEntry{At: t0}), market.CodeInvalid)
 
-	for _, stmt := range []string{`UPDATE audit_log SET note = 'edited'`, `DELETE FROM audit_log`, `UPDATE audit_log SET actor_id = NULL WHERE id = 1`} {
+	refused := []string{`UPDATE audit_log SET note = 'edited'`, `DELETE FROM audit_log`, `UPDATE audit_log SET actor_id = NULL WHERE id = 1`}
+	if db.Postgres() {
+		refused = append(refused, `TRUNCATE audit_log`, `TRUNCATE ledger_entries`)
+	}
+	for _, stmt := range refused {
 		_, err := db.writer.ExecContext(ctx, stmt)
 		if err == nil || !strings.Contains(err.Error(), "append-only") {
 			t.Errorf("%s: err = %v, want the append-only trigger to refuse it", stmt, err)

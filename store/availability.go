@@ -26,7 +26,7 @@ func findFreeOffers(ctx context.Context, tx querier, f OfferFilter, cond string,
 		cond += ` AND o.available_until >= ? AND o.min_rental_hours <= ? AND (o.max_rental_hours = 0 OR o.max_rental_hours >= ?)`
 		args = append(args, unix(from.Add(time.Duration(h)*time.Hour)), h, h)
 	} else {
-		cond += ` AND o.available_until >= ? + MAX(o.min_rental_hours, 1) * 3600`
+		cond += ` AND o.available_until >= ? + CASE WHEN o.min_rental_hours > 1 THEN o.min_rental_hours ELSE 1 END * 3600`
 		args = append(args, unix(from))
 	}
 

@@ -385,9 +385,9 @@ func (db *DB) RecordChargeRefunded(ctx context.Context, eventID, eventType strin
 		return false, fail(op, err, "")
 	}
 	// Totals only grow: an older event delivered late cannot lower it.
-	if _, err := tx.ExecContext(ctx, `UPDATE payments SET refunded_cents = MAX(refunded_cents, ?), updated_at = ?
+	if _, err := tx.ExecContext(ctx, `UPDATE payments SET refunded_cents = CASE WHEN refunded_cents > ? THEN refunded_cents ELSE ? END, updated_at = ?
 		WHERE (reservation_id = ? OR (payment_intent_id = ? AND payment_intent_id <> ''))`,
-		int64(refundedTotal), unix(now), reservationID, paymentIntentID); err != nil {
+		int64(refundedTotal), int64(refundedTotal), unix(now), reservationID, paymentIntentID); err != nil {
 		return false, fail(op, err, "")
 	}
 	return true, fail(op, tx.Commit(), "")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -15,13 +16,14 @@ import (
 // migrationFiles holds the numbered schema migrations. They are append-only:
 // never edit a released file, add the next number instead.
 //
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations/postgres/*.sql
 var migrationFiles embed.FS
 
 type migration struct {
-	version int
-	name    string
-	sql     string
+	version  int
+	name     string
+	sql      string // SQLite
+	postgres string // the same migration on PostgreSQL
 }
 
 // migrations returns the embedded migrations ordered by version.
@@ -50,7 +52,13 @@ func migrations() ([]migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, migration{version: v, name: name, sql: string(b)})
+		pg := translatePostgres(string(b))
+		if extra, err := migrationFiles.ReadFile("migrations/postgres/" + name); err == nil {
+			pg += string(extra)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: name, sql: string(b), postgres: pg})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
 	return out, nil
@@ -66,9 +74,9 @@ func (db *DB) migrate(ctx context.Context) error {
 		return fmt.Errorf("store: read migrations: %w", err)
 	}
 	if _, err := db.writer.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version    INTEGER PRIMARY KEY,
+		version    BIGINT  PRIMARY KEY,
 		name       TEXT    NOT NULL,
-		applied_at INTEGER NOT NULL
+		applied_at BIGINT  NOT NULL
 	)`); err != nil {
 		return fmt.Errorf("store: create schema_migrations: %w", err)
 	}
@@ -100,7 +108,11 @@ func (db *DB) applyMigration(ctx context.Context, m migration) error {
 	if n > 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+	script := m.sql
+	if db.postgres {
+		script = m.postgres
+	}
+	if _, err := tx.ExecContext(ctx, script); err != nil {
 		return err
 	}
 	if f := codeMigrations[m.version]; f != nil {

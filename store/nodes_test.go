@@ -252,6 +252,7 @@ func TestNodeBookingRace(t *testing.T) {
 // fall back to a spread when no valid gang placement is left, and training
 // requests' pieces become gangs.
 func TestMigrationPlacesRecordedPieces(t *testing.T) {
+	sqliteOnly(t) // it rewinds an SQLite file to before 0011
 	ctx := context.Background()
 	db, path := openTestDB(t)
 	prov := createUser(t, db, "prov@example.com", true)

@@ -212,14 +212,14 @@ const (
 	// insertPieceQuery freezes the offer's settlement terms on the piece
 	// from the offer row as it stands in the inserting transaction (the
 	// booking's), whoever inserts it; the credit schedule is encoded as
-	// JSON of market.CreditTier, as 0008_piece_terms.sql backfilled it.
+	// JSON of market.CreditTier (the view of 0019_credit_schedules.sql; an
+	// offer without tiers has none).
 	insertPieceQuery = `INSERT INTO reservation_pieces (reservation_id, position, offer_id, provider_id, devices,
 			start_at, end_at, interruptible, price_cents, amount_cents, free_cancel_hours, cancel_fee_bp, gang, nodes,
 			billing_basis, uptime_bp, credit_cap_bp, credit_schedule_json, reject_minutes)
 		SELECT ?, ?, o.id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
 			o.billing_basis, o.uptime_bp, o.credit_cap_bp,
-			(SELECT json_group_array(json_object('below_bp', t.below_bp, 'credit_bp', t.credit_bp) ORDER BY t.position)
-				FROM offer_credit_tiers t WHERE t.offer_id = o.id), o.reject_minutes
+			COALESCE((SELECT s.schedule_json FROM offer_credit_schedules s WHERE s.offer_id = o.id), '[]'), o.reject_minutes
 		FROM offers o WHERE o.id = ?
 		RETURNING id, billing_basis, uptime_bp, credit_cap_bp, credit_schedule_json, reject_minutes`
 )

@@ -1,6 +1,8 @@
-// Package store persists market values in SQLite. Every exported method is
-// one transaction; writes go through a single writer connection with
-// immediate transactions, reads through a separate pool of read-only
+// Package store persists market values in SQLite (the embedded default) or
+// PostgreSQL, with the same SQL and the same tests. Every exported method is
+// one transaction; writes go through the writer (one connection with
+// immediate transactions on SQLite, transactions serialised by an advisory
+// lock on PostgreSQL), reads through a separate pool of read-only
 // connections. Not found and conflicts are *market.Error values; anything
 // else is an internal error wrapped with the operation that failed.
 package store
@@ -21,6 +23,7 @@ import (
 // DB is the application's database: one writer connection and a pool of
 // readers on the same file. It is safe for concurrent use.
 type DB struct {
+	postgres bool // the engine: PostgreSQL, else SQLite
 	writer   *sql.DB
 	reader   *sql.DB
 	stmts    stmtCache    // prepared on the writer, for the booking path
@@ -28,19 +31,25 @@ type DB struct {
 	bookings bookingQueue // concurrent bookings waiting to share a transaction
 }
 
-// Open opens (creating if needed) the database at path, creating its parent
-// directory, and applies any pending migrations before returning.
-func Open(ctx context.Context, path string) (*DB, error) {
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("store: create data directory: %w", err)
+// Open opens the database named by dsn — a postgres:// URL (IsPostgresURL)
+// or else an SQLite file path, created with its parent directory when
+// missing — and applies any pending migrations before returning.
+func Open(ctx context.Context, dsn string) (*DB, error) {
+	db := &DB{postgres: IsPostgresURL(dsn)}
+	var err error
+	if db.postgres {
+		db.writer, db.reader, err = openPostgres(ctx, dsn)
+	} else {
+		if dir := filepath.Dir(dsn); dir != "" {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				return nil, fmt.Errorf("store: create data directory: %w", err)
+			}
 		}
+		db.writer, db.reader, err = openSQLite(ctx, dsn)
 	}
-	writer, reader, err := openSQLite(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{writer: writer, reader: reader}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -66,15 +75,34 @@ func (db *DB) Ping(ctx context.Context) error {
 	return nil
 }
 
-// begin starts a write transaction on the writer connection.
+// Postgres reports whether the database is PostgreSQL (else SQLite).
+func (db *DB) Postgres() bool { return db.postgres }
+
+// begin starts a write transaction. On SQLite the one writer connection
+// and BEGIN IMMEDIATE make writes one at a time; on PostgreSQL the
+// transaction first takes the write lock (postgres.go), which every
+// replica's writes share.
 func (db *DB) begin(ctx context.Context) (*sql.Tx, error) {
-	return db.writer.BeginTx(ctx, nil)
+	tx, err := db.writer.BeginTx(ctx, nil)
+	if err != nil || !db.postgres {
+		return tx, err
+	}
+	if _, err := tx.ExecContext(ctx, pgLockQuery); err != nil {
+		tx.Rollback()
+		return nil, err
+	}
+	return tx, nil
 }
 
 // read starts a read-only transaction on the reader pool, so the several
-// queries of one method see one consistent snapshot.
+// queries of one method see one consistent snapshot (SQLite's read
+// transactions do; PostgreSQL needs REPEATABLE READ for it).
 func (db *DB) read(ctx context.Context) (*sql.Tx, error) {
-	return db.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	opts := &sql.TxOptions{ReadOnly: true}
+	if db.postgres {
+		opts.Isolation = sql.LevelRepeatableRead
+	}
+	return db.reader.BeginTx(ctx, opts)
 }
 
 // querier is what *sql.Tx and *sql.DB have in common, for helpers that run
@@ -98,7 +126,7 @@ func fail(op string, err error, conflictMsg string) error {
 	if errors.As(err, &me) {
 		return err
 	}
-	if conflictMsg != "" && isUniqueViolation(err) {
+	if conflictMsg != "" && (isUniqueViolation(err) || isPgUniqueViolation(err)) {
 		return &market.Error{Code: market.CodeConflict, Message: conflictMsg}
 	}
 	return fmt.Errorf("store: %s: %w", op, err)

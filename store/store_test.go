@@ -4,19 +4,38 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store/pgtest"
 )
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+// sqliteOnly skips a test of SQLite's own files and pragmas on a
+// PostgreSQL run.
+func sqliteOnly(t *testing.T) {
+	t.Helper()
+	if pgtest.Enabled() {
+		t.Skip("SQLite only: this test is about the database file")
+	}
+}
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
+// openTestDB opens a fresh database for t and returns it with what Open
+// takes to open it again: an SQLite file in t.TempDir(), or on a
+// PostgreSQL run (GPUMARKET_TEST_DB=postgres) a new database's URL.
 func openTestDB(t *testing.T) (*DB, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "nested", "data", "test.db")
+	if pgtest.Enabled() {
+		path = pgtest.Database(t)
+	}
 	db, err := Open(context.Background(), path)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -89,6 +108,7 @@ func TestOpenMigratesOnceAndReopens(t *testing.T) {
 }
 
 func TestPragmas(t *testing.T) {
+	sqliteOnly(t)
 	ctx := context.Background()
 	db := newDB(t)
 	for _, pool := range []struct {

@@ -1,0 +1,223 @@
+// Package pgtest gives tests a real PostgreSQL server: a throwaway cluster
+// started from the machine's PostgreSQL binaries (Debian's postgresql
+// package) in a temporary folder on a free port, or the server named by
+// GPUMARKET_TEST_POSTGRES_URL. Tests ask for a fresh database each.
+//
+// A package's tests run on PostgreSQL when GPUMARKET_TEST_DB=postgres; its
+// TestMain calls Run. A server that cannot start fails the run: it is never
+// a skip.
+package pgtest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+)
+
+// Enabled reports whether this test run is on PostgreSQL.
+func Enabled() bool { return os.Getenv("GPUMARKET_TEST_DB") == "postgres" }
+
+var (
+	mu       sync.Mutex
+	adminURL string // the running server's maintenance database
+	stopFn   func() error
+	counter  atomic.Int64
+)
+
+// Run is a TestMain body: on PostgreSQL it starts the server before the
+// tests and stops it after; otherwise it only runs the tests.
+func Run(m *testing.M) int {
+	if !Enabled() {
+		return m.Run()
+	}
+	if err := ensure(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		return 1
+	}
+	code := m.Run()
+	if err := Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest: stop:", err)
+	}
+	return code
+}
+
+// Stop stops the throwaway server, if one was started.
+func Stop() error {
+	mu.Lock()
+	defer mu.Unlock()
+	if stopFn == nil {
+		return nil
+	}
+	err := stopFn()
+	stopFn, adminURL = nil, ""
+	return err
+}
+
+func ensure() error {
+	mu.Lock()
+	defer mu.Unlock()
+	if adminURL != "" {
+		return nil
+	}
+	if u := os.Getenv("GPUMARKET_TEST_POSTGRES_URL"); u != "" {
+		adminURL = u
+		return nil
+	}
+	u, stop, err := Start()
+	if err != nil {
+		return err
+	}
+	adminURL, stopFn = u, stop
+	return nil
+}
+
+// Database creates an empty database for t on the test server (starting
+// it if needed) and returns its URL. The server is thrown away at the end
+// of the run, so databases are not dropped.
+func Database(t testing.TB) string {
+	t.Helper()
+	u, err := NewDatabase()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return u
+}
+
+// NewDatabase is Database for code without a testing.TB (benchmarks' setup,
+// TestMain).
+func NewDatabase() (string, error) {
+	if err := ensure(); err != nil {
+		return "", err
+	}
+	mu.Lock()
+	admin := adminURL
+	mu.Unlock()
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), counter.Add(1))
+	db, err := sql.Open("pgx", admin)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, `CREATE DATABASE `+name); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	pu, err := url.Parse(admin)
+	if err != nil {
+		return "", err
+	}
+	pu.Path = "/" + name
+	return pu.String(), nil
+}
+
+// Start initialises and starts a PostgreSQL cluster in a new temporary
+// folder, listening on 127.0.0.1 at a free port, and returns the URL of its
+// "postgres" database and a function that stops it and removes the folder.
+// Run as root, the cluster runs as the "postgres" user (initdb refuses
+// root). Durability is off (fsync, full_page_writes): the data is thrown
+// away.
+func Start() (string, func() error, error) {
+	bin, err := binDir()
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "gpumarket-pg-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	asRoot := os.Geteuid() == 0
+	run := func(name string, args ...string) *exec.Cmd {
+		path := filepath.Join(bin, name)
+		if asRoot {
+			return exec.Command("runuser", append([]string{"-u", "postgres", "--", path}, args...)...)
+		}
+		return exec.Command(path, args...)
+	}
+	if asRoot {
+		pg, err := user.Lookup("postgres")
+		if err != nil {
+			cleanup()
+			return "", nil, fmt.Errorf("running as root needs a \"postgres\" user to run the server (apt-get install postgresql creates it): %w", err)
+		}
+		uid, _ := strconv.Atoi(pg.Uid)
+		gid, _ := strconv.Atoi(pg.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			cleanup()
+			return "", nil, err
+		}
+	}
+	data := filepath.Join(dir, "data")
+	if out, err := run("initdb", "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=300", port, dir)
+	logFile := filepath.Join(dir, "log")
+	if out, err := run("pg_ctl", "-D", data, "-l", logFile, "-o", opts, "-w", "-t", "60", "start").CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(logFile)
+		cleanup()
+		return "", nil, fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
+	}
+	stop := func() error {
+		out, err := run("pg_ctl", "-D", data, "-m", "immediate", "-w", "stop").CombinedOutput()
+		cleanup()
+		if err != nil {
+			return fmt.Errorf("pg_ctl stop: %v\n%s", err, out)
+		}
+		return nil
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port), stop, nil
+}
+
+// binDir finds the server binaries: PG_BIN, else the newest
+// /usr/lib/postgresql/<version>/bin, else initdb on PATH.
+func binDir() (string, error) {
+	if d := os.Getenv("PG_BIN"); d != "" {
+		return d, nil
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	sort.Slice(matches, func(i, j int) bool { return version(matches[i]) > version(matches[j]) })
+	if len(matches) > 0 {
+		return filepath.Dir(matches[0]), nil
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", fmt.Errorf("no PostgreSQL server binaries (initdb) found: install Debian's postgresql package (scripts/install-test-deps.sh does) or set GPUMARKET_TEST_POSTGRES_URL")
+}
+
+func version(initdb string) int {
+	v, _ := strconv.Atoi(strings.Split(strings.TrimPrefix(initdb, "/usr/lib/postgresql/"), "/")[0])
+	return v
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

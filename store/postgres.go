@@ -1,0 +1,263 @@
+package store
+
+// Everything specific to PostgreSQL lives in this file: the driver (pgx v5
+// through database/sql), the placeholder rewrite, the write lock, read
+// isolation, migration translation and the driver's error codes. The rest
+// of the package speaks the same SQL on both engines.
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// IsPostgresURL reports whether dsn names a PostgreSQL database rather
+// than an SQLite file.
+func IsPostgresURL(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// writeLockKey is the transaction-level advisory lock every write
+// transaction takes first on PostgreSQL (pg_advisory_xact_lock). It makes
+// writes one at a time across every replica on the database — what
+// SQLite's single writer gives the same code — so the capacity re-check and
+// the insert of a booking's pieces, and every read-then-write of a money
+// step, see all earlier commits and cannot interleave. Reads never take it.
+// The number is arbitrary ("gpumarket" in ASCII, truncated to 63 bits).
+const writeLockKey int64 = 0x6770756d61726b65
+
+// openPostgres opens the writer and reader pools on the database at url.
+// Both are pools over the same server: the writer's transactions serialise
+// on writeLockKey, the readers' run READ ONLY at REPEATABLE READ (one
+// snapshot per method, as SQLite's read transactions see).
+func openPostgres(ctx context.Context, url string) (writer, reader *sql.DB, err error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: PostgreSQL URL: %w", err)
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["timezone"] = "UTC"
+	cfg.RuntimeParams["application_name"] = "gpumarket"
+	open := func() *sql.DB {
+		return sql.OpenDB(pgConnector{inner: stdlib.GetConnector(*cfg)})
+	}
+	writer, reader = open(), open()
+	// Writers queue on the lock in the database; a few connections let a
+	// replica's next write wait there instead of in the pool.
+	writer.SetMaxOpenConns(8)
+	writer.SetMaxIdleConns(8)
+	writer.SetConnMaxIdleTime(5 * time.Minute)
+	reader.SetMaxOpenConns(16)
+	reader.SetMaxIdleConns(16)
+	reader.SetConnMaxIdleTime(5 * time.Minute)
+	for _, p := range []*sql.DB{writer, reader} {
+		if err := p.PingContext(ctx); err != nil {
+			writer.Close()
+			reader.Close()
+			return nil, nil, fmt.Errorf("store: connect to PostgreSQL: %w", err)
+		}
+	}
+	return writer, reader, nil
+}
+
+// pgLockQuery starts every PostgreSQL write transaction.
+var pgLockQuery = `SELECT pg_advisory_xact_lock(` + strconv.FormatInt(writeLockKey, 10) + `)`
+
+// isPgUniqueViolation reports a PostgreSQL unique_violation (23505).
+func isPgUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// rebind rewrites the store's '?' placeholders as PostgreSQL's $1, $2, …,
+// leaving question marks inside string literals, quoted identifiers and
+// comments alone.
+func rebind(q string) string {
+	if !strings.ContainsRune(q, '?') {
+		return q
+	}
+	var b strings.Builder
+	b.Grow(len(q) + 16)
+	n := 0
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case c == '\'' || c == '"':
+			j := i + 1
+			for j < len(q) {
+				if q[j] == c {
+					if j+1 < len(q) && q[j+1] == c { // doubled quote
+						j += 2
+						continue
+					}
+					break
+				}
+				j++
+			}
+			b.WriteString(q[i:min(j+1, len(q))])
+			i = j
+		case c == '-' && i+1 < len(q) && q[i+1] == '-':
+			j := strings.IndexByte(q[i:], '\n')
+			if j < 0 {
+				j = len(q) - i
+			}
+			b.WriteString(q[i : i+j])
+			i += j - 1
+		case c == '?':
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// pgConnector hands database/sql connections that rebind every query.
+type pgConnector struct{ inner driver.Connector }
+
+func (c pgConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	cn, err := c.inner.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pgConn{cn.(*stdlib.Conn)}, nil
+}
+
+func (c pgConnector) Driver() driver.Driver { return c.inner.Driver() }
+
+// pgConn forwards to pgx's connection with the query text rebound.
+type pgConn struct{ c *stdlib.Conn }
+
+func (p *pgConn) Prepare(q string) (driver.Stmt, error) { return p.c.Prepare(rebind(q)) }
+func (p *pgConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	return p.c.PrepareContext(ctx, rebind(q))
+}
+func (p *pgConn) Close() error              { return p.c.Close() }
+func (p *pgConn) Begin() (driver.Tx, error) { return p.c.Begin() } //nolint:staticcheck // the interface requires it
+func (p *pgConn) BeginTx(ctx context.Context, o driver.TxOptions) (driver.Tx, error) {
+	return p.c.BeginTx(ctx, o)
+}
+func (p *pgConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	return p.c.ExecContext(ctx, rebind(q), args)
+}
+func (p *pgConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	return p.c.QueryContext(ctx, rebind(q), args)
+}
+func (p *pgConn) Ping(ctx context.Context) error             { return p.c.Ping(ctx) }
+func (p *pgConn) CheckNamedValue(v *driver.NamedValue) error { return p.c.CheckNamedValue(v) }
+func (p *pgConn) ResetSession(ctx context.Context) error     { return p.c.ResetSession(ctx) }
+
+// The SQLite migrations are the one numbered sequence; PostgreSQL runs
+// each translated by translatePostgres, then the statements of
+// migrations/postgres/<same name>, when that file exists (for what has no
+// portable spelling, such as the append-only triggers).
+var (
+	pgIdentityID = regexp.MustCompile(`(?m)^(\s*id\s+)INTEGER\s+PRIMARY\s+KEY\b`)
+	pgInteger    = regexp.MustCompile(`\bINTEGER\b`)
+	pgBlob       = regexp.MustCompile(`\bBLOB\b`)
+)
+
+// translatePostgres turns an SQLite migration into PostgreSQL: INTEGER is
+// BIGINT (times, money and ids are 64-bit), an "id INTEGER PRIMARY KEY" is
+// an identity column, BLOB is BYTEA. It drops two kinds of statement:
+// SQLite triggers (their PostgreSQL form is in migrations/postgres) and
+// data fix-ups written with SQLite's JSON functions — those rewrite rows
+// written before their migration, and no PostgreSQL database holds any:
+// PostgreSQL support starts at version 16, so every PostgreSQL database
+// was created after them.
+func translatePostgres(script string) string {
+	var out []string
+	for _, st := range splitStatements(script) {
+		upper := strings.ToUpper(stripComments(st))
+		if strings.HasPrefix(strings.TrimSpace(upper), "CREATE TRIGGER") || strings.Contains(upper, "JSON_") {
+			continue
+		}
+		st = pgIdentityID.ReplaceAllString(st, "${1}BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY")
+		st = pgInteger.ReplaceAllString(st, "BIGINT")
+		st = pgBlob.ReplaceAllString(st, "BYTEA")
+		out = append(out, st)
+	}
+	return strings.Join(out, ";\n") + ";\n"
+}
+
+// stripComments removes "--" comments (outside string literals).
+func stripComments(s string) string {
+	var b strings.Builder
+	inStr := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '\'' {
+			inStr = !inStr
+		}
+		if !inStr && c == '-' && i+1 < len(s) && s[i+1] == '-' {
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+			b.WriteByte('\n')
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// splitStatements splits an SQLite script at top-level semicolons; a
+// CREATE TRIGGER runs to its END. Empty statements are dropped.
+func splitStatements(script string) []string {
+	var out []string
+	var cur strings.Builder
+	inStr, inTrigger := false, false
+	flush := func() {
+		s := strings.TrimSpace(cur.String())
+		if strings.TrimSpace(stripComments(s)) != "" {
+			out = append(out, s)
+		}
+		cur.Reset()
+		inTrigger = false
+	}
+	for i := 0; i < len(script); i++ {
+		c := script[i]
+		if !inStr && c == '-' && i+1 < len(script) && script[i+1] == '-' {
+			j := strings.IndexByte(script[i:], '\n')
+			if j < 0 {
+				j = len(script) - i
+			}
+			cur.WriteString(script[i : i+j])
+			i += j - 1
+			continue
+		}
+		if c == '\'' {
+			inStr = !inStr
+		}
+		cur.WriteByte(c)
+		if inStr || c != ';' {
+			continue
+		}
+		if !inTrigger && strings.HasPrefix(strings.ToUpper(strings.TrimSpace(stripComments(cur.String()))), "CREATE TRIGGER") {
+			inTrigger = true
+		}
+		if inTrigger && !strings.HasSuffix(strings.ToUpper(strings.TrimSpace(strings.TrimSuffix(cur.String(), ";"))), "END") {
+			continue
+		}
+		s := cur.String()
+		cur.Reset()
+		cur.WriteString(strings.TrimSuffix(s, ";"))
+		flush()
+	}
+	flush()
+	return out
+}
