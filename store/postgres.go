@@ -261,3 +261,33 @@ func splitStatements(script string) []string {
 	flush()
 	return out
 }
+
+// pgColumn is a column of a PostgreSQL table, for CopyDatabase.
+type pgColumn struct {
+	name     string
+	identity bool // GENERATED … AS IDENTITY: its sequence follows copied ids
+}
+
+// pgTables lists the columns of every table in the current schema, by
+// table, in column order.
+func pgTables(ctx context.Context, q querier) (map[string][]pgColumn, error) {
+	rows, err := q.QueryContext(ctx, `SELECT c.table_name, c.column_name, c.is_identity = 'YES'
+		FROM information_schema.columns c
+		JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name
+		WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
+		ORDER BY c.table_name, c.ordinal_position`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]pgColumn{}
+	for rows.Next() {
+		var table string
+		var c pgColumn
+		if err := rows.Scan(&table, &c.name, &c.identity); err != nil {
+			return nil, err
+		}
+		out[table] = append(out[table], c)
+	}
+	return out, rows.Err()
+}

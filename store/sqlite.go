@@ -104,3 +104,69 @@ func isUniqueViolation(err error) bool {
 	}
 	return false
 }
+
+// sqliteTables lists the tables of an SQLite database for CopyDatabase, in
+// the order they were created, without SQLite's own (sqlite_*) and
+// schema_migrations: each with its columns, primary key and the tables its
+// foreign keys reference.
+func sqliteTables(ctx context.Context, q querier) ([]copyTable, error) {
+	rows, err := q.QueryContext(ctx, `SELECT name FROM sqlite_master
+		WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' AND name <> 'schema_migrations' ORDER BY rowid`)
+	if err != nil {
+		return nil, err
+	}
+	var tables []copyTable
+	for rows.Next() {
+		var t copyTable
+		if err := rows.Scan(&t.name); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		tables = append(tables, t)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, err
+	}
+	for i := range tables {
+		t := &tables[i]
+		cols, err := q.QueryContext(ctx, `SELECT name, pk FROM pragma_table_info(?) ORDER BY cid`, t.name)
+		if err != nil {
+			return nil, err
+		}
+		keys := map[int]string{}
+		for cols.Next() {
+			var name string
+			var pk int
+			if err := cols.Scan(&name, &pk); err != nil {
+				cols.Close()
+				return nil, err
+			}
+			t.columns = append(t.columns, name)
+			if pk > 0 {
+				keys[pk] = name
+			}
+		}
+		if err := errors.Join(cols.Err(), cols.Close()); err != nil {
+			return nil, err
+		}
+		for k := 1; k <= len(keys); k++ {
+			t.key = append(t.key, keys[k])
+		}
+		refs, err := q.QueryContext(ctx, `SELECT DISTINCT "table" FROM pragma_foreign_key_list(?)`, t.name)
+		if err != nil {
+			return nil, err
+		}
+		for refs.Next() {
+			var parent string
+			if err := refs.Scan(&parent); err != nil {
+				refs.Close()
+				return nil, err
+			}
+			t.parents = append(t.parents, parent)
+		}
+		if err := errors.Join(refs.Err(), refs.Close()); err != nil {
+			return nil, err
+		}
+	}
+	return tables, nil
+}

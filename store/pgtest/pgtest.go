@@ -40,14 +40,14 @@ var (
 )
 
 // Run is a TestMain body: on PostgreSQL it starts the server before the
-// tests and stops it after; otherwise it only runs the tests.
+// tests; either way it stops the server after them, when one was started
+// (a test that asked for a Database on an SQLite run starts one).
 func Run(m *testing.M) int {
-	if !Enabled() {
-		return m.Run()
-	}
-	if err := ensure(); err != nil {
-		fmt.Fprintln(os.Stderr, "pgtest:", err)
-		return 1
+	if Enabled() {
+		if err := ensure(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest:", err)
+			return 1
+		}
 	}
 	code := m.Run()
 	if err := Stop(); err != nil {
