@@ -232,6 +232,35 @@ func (x *Index) AddCommitment(c Commitment) {
 	x.pending[c.OfferID] = append(x.pending[c.OfferID], add...)
 }
 
+// SetCommitments replaces every commitment of an offer, listed or not,
+// with those of cs on that offer — for an index following changes made
+// elsewhere (another replica), where the database's list is the truth.
+// Unlike AddCommitment it can be applied twice.
+func (x *Index) SetCommitments(offerID int64, cs []Commitment) {
+	var add []span
+	for _, c := range cs {
+		if c.OfferID == offerID && c.Devices >= 1 && c.End.After(c.Start) {
+			add = appendSpans(add, c)
+		}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if s := x.find(offerID); s != nil {
+		x.dead += int(s.spanN)
+		x.setSpans(s, add)
+		if s.spanN == 0 {
+			s.spanOff = 0
+		}
+		x.maybeCompact()
+		return
+	}
+	if len(add) == 0 {
+		delete(x.pending, offerID)
+	} else {
+		x.pending[offerID] = add
+	}
+}
+
 // RemoveCommitment releases a commitment added before, identified by its
 // offer, devices, interval and nodes (equal commitments are
 // interchangeable). It reports whether one was found; a commitment only

@@ -265,3 +265,77 @@ func TestCatalogueBeyondTheIndexIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexSetCommitmentsEqualsLoad: an index told each offer's whole
+// commitment list after every change (twice over, as a replica hears its
+// own changes back) matches one loaded at once, for listed offers and for
+// offers paused while they had commitments.
+func TestIndexSetCommitmentsEqualsLoad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	follow := NewIndex()
+	final := map[int64]Candidate{}
+	var commits []Commitment
+	of := func(id int64) []Commitment {
+		var out []Commitment
+		for _, c := range commits {
+			if c.OfferID == id {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	for i := range 500 {
+		id := int64(1 + rng.IntN(40))
+		switch i % 3 {
+		case 0:
+			c := Candidate{Offer: randomOffer(rng, id)}
+			if rng.IntN(4) == 0 {
+				c.Offer.State = OfferPaused
+				delete(final, id)
+			} else {
+				final[id] = c
+			}
+			if err := follow.Upsert(c); err != nil {
+				t.Fatal(err)
+			}
+		case 1:
+			c := Commitment{OfferID: id, Devices: 1 + rng.IntN(2), Start: t0.Add(time.Duration(rng.IntN(20)) * time.Hour)}
+			c.End = c.Start.Add(3 * time.Hour)
+			commits = append(commits, c)
+		case 2:
+			for j, c := range commits {
+				if c.OfferID == id {
+					commits = append(commits[:j], commits[j+1:]...)
+					break
+				}
+			}
+		}
+		for range 2 {
+			follow.SetCommitments(id, of(id))
+		}
+	}
+	var cands []Candidate
+	for _, c := range final {
+		cands = append(cands, c)
+	}
+	bulk := NewIndex()
+	if err := bulk.Load(cands, commits); err != nil {
+		t.Fatal(err)
+	}
+	if follow.Len() != bulk.Len() {
+		t.Fatalf("following %d offers, bulk %d", follow.Len(), bulk.Len())
+	}
+	for _, kind := range []WorkloadKind{WorkTraining, WorkBatch} {
+		for _, devices := range []int{1, 4, 8} {
+			req := Request{Workload: Workload{Kind: kind, Devices: devices, Hours: 4}}
+			a, err := follow.Match(req, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := bulk.Match(req, t0)
+			if len(a.Quotes) == 0 || fmtResult(a) != fmtResult(b) {
+				t.Fatalf("%s × %d: following and bulk differ or are empty:\n%s\n%s", kind, devices, fmtResult(a), fmtResult(b))
+			}
+		}
+	}
+}

@@ -5,7 +5,10 @@
 #   - the Playwright driver: playwright-core, pinned in e2e/driver/package-lock.json to the version
 #     playwright-go (go.mod) expects, installed with `npm ci`, and the e2e/driver/package link
 #     playwright-go looks for (<driver dir>/package/cli.js);
-#   - stripe-mock, Stripe's API mock, built from the Go module proxy into tools/bin.
+#   - stripe-mock, Stripe's API mock, built from the Go module proxy into tools/bin;
+#   - PostgreSQL's server binaries from Debian's postgresql package (initdb, pg_ctl), for the tests
+#     that run on PostgreSQL (store/pgtest starts a throwaway cluster from them); skipped when
+#     GPUMARKET_TEST_POSTGRES_URL names a server to use instead.
 #
 # Only the Go module proxy, Debian's packages and the npm registry are used: no browser or driver
 # downloads of Playwright's own.
@@ -87,7 +90,23 @@ install_stripe_mock() {
 	GOBIN=$root/tools/bin go install "github.com/stripe/stripe-mock@$stripe_mock_version"
 }
 
+install_postgresql() {
+	if [[ -n ${GPUMARKET_TEST_POSTGRES_URL:-} ]]; then
+		log "PostgreSQL: using GPUMARKET_TEST_POSTGRES_URL"
+		return
+	fi
+	if compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+		log "PostgreSQL server present: $(ls -d /usr/lib/postgresql/*/bin | tail -1)"
+		return
+	fi
+	log "installing PostgreSQL from Debian's packages"
+	as_root apt-get update
+	# The package's own cluster is not needed: the tests start their own.
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql
+}
+
 install_chromium
 install_playwright_driver
 install_stripe_mock
+install_postgresql
 log "done"

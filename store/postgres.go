@@ -262,6 +262,62 @@ func splitStatements(script string) []string {
 	return out
 }
 
+// offerChannel is the channel migrations/postgres/0021_offer_changes.sql
+// notifies with the id of each changed offer.
+const offerChannel = "gpumarket_offers"
+
+// FollowOffers calls changed with the id of each offer whose listing or
+// commitments a committed transaction changed — on any replica — until ctx
+// ends. It calls resync each time it (re)connects to the feed, before any
+// change: notifications sent while it was not listening are lost, so the
+// caller reloads in full then. lost is told why the feed broke before each
+// reconnection (1 s, doubling up to 30 s). On SQLite it returns at once:
+// one process serves the file and updates its own index as it writes.
+func (db *DB) FollowOffers(ctx context.Context, changed func(offerID int64), resync func(), lost func(error)) {
+	if !db.postgres {
+		return
+	}
+	wait := time.Second
+	for ctx.Err() == nil {
+		err := db.followOnce(ctx, changed, resync)
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			lost(err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 30*time.Second)
+			continue
+		}
+		wait = time.Second
+	}
+}
+
+// followOnce listens on one connection until it fails or ctx ends.
+func (db *DB) followOnce(ctx context.Context, changed func(int64), resync func()) error {
+	conn, err := pgx.Connect(ctx, db.dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `LISTEN `+offerChannel); err != nil {
+		return err
+	}
+	resync()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
+			changed(id)
+		}
+	}
+}
+
 // pgColumn is a column of a PostgreSQL table, for CopyDatabase.
 type pgColumn struct {
 	name     string

@@ -23,7 +23,8 @@ import (
 // DB is the application's database: one writer connection and a pool of
 // readers on the same file. It is safe for concurrent use.
 type DB struct {
-	postgres bool // the engine: PostgreSQL, else SQLite
+	postgres bool   // the engine: PostgreSQL, else SQLite
+	dsn      string // what Open was given
 	writer   *sql.DB
 	reader   *sql.DB
 	stmts    stmtCache    // prepared on the writer, for the booking path
@@ -35,7 +36,7 @@ type DB struct {
 // or else an SQLite file path, created with its parent directory when
 // missing — and applies any pending migrations before returning.
 func Open(ctx context.Context, dsn string) (*DB, error) {
-	db := &DB{postgres: IsPostgresURL(dsn)}
+	db := &DB{postgres: IsPostgresURL(dsn), dsn: dsn}
 	var err error
 	if db.postgres {
 		db.writer, db.reader, err = openPostgres(ctx, dsn)

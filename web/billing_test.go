@@ -21,6 +21,7 @@ import (
 	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/store/pgtest"
 	"github.com/gpumarket/gpumarket/workflow"
 )
 
@@ -104,7 +105,7 @@ func newBillingApp(t *testing.T) *billingApp {
 func newBillingAppWith(t *testing.T, edit func(*Config)) *billingApp {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))
+	db, err := store.Open(ctx, pgtest.DSN(t, filepath.Join(t.TempDir(), "web.db")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/store/pgtest"
 )
 
 // syncBuffer is a log destination the server's goroutines and the test
@@ -54,7 +55,7 @@ var leaks = []string{
 // under the same request id.
 func TestInternalErrorIsA500WithoutInternals(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))
+	db, err := store.Open(ctx, pgtest.DSN(t, filepath.Join(t.TempDir(), "web.db")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/store/pgtest"
 	"github.com/gpumarket/gpumarket/workflow"
 )
 
@@ -319,7 +320,7 @@ type stripeFlowApp struct {
 func newStripeFlowApp(t *testing.T, apiBase string) *stripeFlowApp {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))
+	db, err := store.Open(ctx, pgtest.DSN(t, filepath.Join(t.TempDir(), "web.db")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/store/pgtest"
 )
 
 // testNow is the fixed clock of the web tests.
@@ -41,7 +42,7 @@ func newTestApp(t *testing.T) *testApp {
 func newTestAppWith(t *testing.T, edit func(*Config)) *testApp {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))
+	db, err := store.Open(ctx, pgtest.DSN(t, filepath.Join(t.TempDir(), "web.db")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,24 @@ func (s *Service) Index() *market.Index { return s.idx.Load() }
 // offer and every commitment that holds capacity, with every provider's
 // reliability score (providers absent have none yet and score the prior).
 func (s *Service) ReloadIndex(ctx context.Context) error {
+	// Offers followed while the database is read are followed again once
+	// the new index is in place: its snapshot may predate their change.
+	s.follow.Lock()
+	s.reloads++
+	s.follow.Unlock()
+	var replay []int64
+	defer func() {
+		for _, id := range replay {
+			s.followOffer(ctx, id)
+		}
+	}()
+	defer func() {
+		s.follow.Lock()
+		if s.reloads--; s.reloads == 0 {
+			replay, s.replay = s.replay, nil
+		}
+		s.follow.Unlock()
+	}()
 	now := s.now()
 	listings, err := s.db.ListAllListedOffers(ctx, now)
 	if err != nil {
@@ -82,6 +100,16 @@ func candidate(o market.Offer, rec market.ProviderRecord) market.Candidate {
 // edited, reviewed, paused, resumed, withdrawn, its provider suspended or
 // reinstated).
 func (s *Service) RefreshOffer(ctx context.Context, offerID int64) {
+	s.follow.Lock()
+	defer s.follow.Unlock()
+	s.refreshOffer(ctx, offerID)
+}
+
+// refreshOffer is RefreshOffer; callers hold s.follow.
+func (s *Service) refreshOffer(ctx context.Context, offerID int64) {
+	if s.reloads > 0 {
+		s.replay = append(s.replay, offerID)
+	}
 	l, err := s.db.FindOfferByID(ctx, offerID)
 	if err != nil {
 		s.log.Warn("index: offer not refreshed", "offer_id", offerID, "err", err)
@@ -104,22 +132,71 @@ func (s *Service) RefreshOffer(ctx context.Context, offerID int64) {
 // RemoveOffer takes an offer out of the index at once.
 func (s *Service) RemoveOffer(offerID int64) { s.Index().Remove(offerID) }
 
-// holdCommitments adds a reservation's pieces to the index.
-func (s *Service) holdCommitments(r market.Reservation) {
+// holdCommitments and releaseCommitments make the index follow a
+// reservation's pieces taking or giving back capacity: each of its offers'
+// commitments is read again from the database (followCommitments) rather
+// than added or removed in place, so a change also heard through the feed,
+// or read by a full reload under way, is never counted twice or lost.
+func (s *Service) holdCommitments(r market.Reservation)    { s.followCommitmentsOf(r) }
+func (s *Service) releaseCommitments(r market.Reservation) { s.followCommitmentsOf(r) }
+
+func (s *Service) followCommitmentsOf(r market.Reservation) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	seen := map[int64]bool{}
 	for _, p := range r.Pieces {
-		s.Index().AddCommitment(pieceCommitment(p))
+		if !seen[p.OfferID] {
+			seen[p.OfferID] = true
+			s.follow.Lock()
+			s.followCommitments(ctx, p.OfferID)
+			s.follow.Unlock()
+		}
 	}
 }
 
-// releaseCommitments removes a reservation's pieces from the index.
-func (s *Service) releaseCommitments(r market.Reservation) {
-	for _, p := range r.Pieces {
-		s.Index().RemoveCommitment(pieceCommitment(p))
-	}
+// Follow keeps the index in step with changes committed by other
+// replicas until ctx ends: the store's offer change feed (PostgreSQL's
+// LISTEN/NOTIFY; nothing on SQLite, where this process is the only writer
+// and updates the index as it writes) names each changed offer, and the
+// offer and its commitments are read again. Each time the feed
+// (re)connects the index is reloaded in full, since changes made while it
+// was down were not heard. The full reload in Run stays as a safety net.
+func (s *Service) Follow(ctx context.Context) {
+	s.db.FollowOffers(ctx,
+		func(offerID int64) { s.followOffer(ctx, offerID) },
+		func() {
+			if err := s.ReloadIndex(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("index: reload on joining the change feed", "err", err)
+			}
+		},
+		func(err error) {
+			if ctx.Err() == nil {
+				s.log.Warn("index: change feed lost; reconnecting", "err", err)
+			}
+		})
 }
 
-func pieceCommitment(p market.ReservationPiece) market.Commitment {
-	c := p.Commitment()
-	c.ID = p.ID
-	return c
+// followOffer reads one offer and its commitments again into the index.
+// Applying it twice, or after this replica's own update, changes nothing;
+// s.follow makes the reads and the updates of the index happen in the same
+// order, so an older read never overwrites a newer one.
+func (s *Service) followOffer(ctx context.Context, offerID int64) {
+	s.follow.Lock()
+	defer s.follow.Unlock()
+	s.refreshOffer(ctx, offerID)
+	s.followCommitments(ctx, offerID)
+}
+
+// followCommitments reads an offer's commitments again into the index.
+// Callers hold s.follow, so reads and updates happen in the same order.
+func (s *Service) followCommitments(ctx context.Context, offerID int64) {
+	if s.reloads > 0 {
+		s.replay = append(s.replay, offerID)
+	}
+	cs, err := s.db.ListCommitmentsOfOffers(ctx, []int64{offerID}, s.now())
+	if err != nil {
+		s.log.Warn("index: commitments not refreshed", "offer_id", offerID, "err", err)
+		return
+	}
+	s.Index().SetCommitments(offerID, cs[offerID])
 }

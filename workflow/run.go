@@ -7,14 +7,30 @@ import (
 	"github.com/gpumarket/gpumarket/store"
 )
 
+// BackgroundLease is the lease (store.TakeLease) under which one replica
+// does the background work.
+const BackgroundLease = "background"
+
+// LeaseTTL is how long the background lease lasts without renewal when
+// the loop runs every tick: three ticks, at least 5 s. Its holder renews
+// it every tick; when the holder dies another replica takes it over within
+// LeaseTTL plus one tick.
+func LeaseTTL(tick time.Duration) time.Duration { return max(3*tick, 5*time.Second) }
+
 // Run does the periodic work every interval until ctx ends, then returns
 // (after the step under way finishes, so the process owner can close the
-// database safely): Tick, and every few minutes a fresh matcher index so
-// that changes made by other replicas are seen. Each step is a conditional
-// update in the database, so several replicas may run it at once.
+// database safely). Every tick it takes or renews the background lease;
+// the replica holding it runs Tick and the hourly Prune, so that work runs
+// once across replicas (each step is also a conditional update in the
+// database, and every money movement has its idempotency key, so a
+// takeover in the middle of one repeats nothing). Every replica reloads
+// its matcher index in full every few minutes, a safety net under the
+// change feed (Follow). On the way out the lease is released, so another
+// replica takes over at its next tick.
 func (s *Service) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	defer s.releaseLease()
 	lastReload, lastPrune := s.now(), time.Time{}
 	for {
 		select {
@@ -26,10 +42,12 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 		// call made must be recorded before the process stops.
 		step := context.WithoutCancel(ctx)
 		now := s.now()
-		s.Tick(step, now)
-		if now.Sub(lastPrune) >= pruneEvery {
-			s.Prune(step, now)
-			lastPrune = now
+		if s.takeLease(step, now, LeaseTTL(every)) {
+			s.Tick(step, now)
+			if now.Sub(lastPrune) >= pruneEvery {
+				s.Prune(step, now)
+				lastPrune = now
+			}
 		}
 		if now.Sub(lastReload) >= indexReloadEvery {
 			if err := s.ReloadIndex(step); err != nil {
@@ -38,6 +56,40 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 			}
 			lastReload = now
 		}
+	}
+}
+
+// HoldsLease reports whether this replica held the background lease at its
+// last tick.
+func (s *Service) HoldsLease() bool { return s.leased.Load() }
+
+// takeLease takes or renews the background lease and says whether this
+// replica holds it; a failure to reach the database counts as not holding
+// it (another replica may have taken it over meanwhile).
+func (s *Service) takeLease(ctx context.Context, now time.Time, ttl time.Duration) bool {
+	ok, err := s.db.TakeLease(ctx, BackgroundLease, s.holder, now, ttl)
+	if err != nil {
+		s.log.Error("background: take lease", "err", err)
+		ok = false
+	}
+	if was := s.leased.Swap(ok); was != ok {
+		if ok {
+			s.log.Info("background lease taken: this replica runs the background work", "holder", s.holder)
+		} else {
+			s.log.Warn("background lease lost: another replica runs the background work", "holder", s.holder)
+		}
+	}
+	return ok
+}
+
+func (s *Service) releaseLease() {
+	if !s.leased.Swap(false) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.db.ReleaseLease(ctx, BackgroundLease, s.holder); err != nil {
+		s.log.Warn("background lease not released; another replica takes over when it expires", "err", err)
 	}
 }
 

@@ -11,7 +11,11 @@ package workflow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +57,9 @@ type Config struct {
 	Now func() time.Time
 	// Metrics counts settlement steps and failures; nil counts nothing.
 	Metrics *metrics.Metrics
+	// Replica names this process among the replicas sharing the database
+	// (in the background lease's holder); empty means "replica".
+	Replica string
 }
 
 // Service runs the workflows over one database and one processor. It is
@@ -74,6 +81,17 @@ type Service struct {
 	// loadedAt is when idx was last loaded in full, in Unix nanoseconds
 	// of the service's clock (IndexAge).
 	loadedAt atomic.Int64
+	// follow orders the index's re-reads of single offers (followOffer);
+	// while reloads > 0 a full reload is reading the database, and the
+	// offers re-read meanwhile are kept in replay to be read again after it.
+	follow  sync.Mutex
+	reloads int
+	replay  []int64
+
+	// holder is this process's name on the background lease; leased
+	// whether it holds it as of its last tick.
+	holder string
+	leased atomic.Bool
 
 	metrics *metrics.Metrics
 }
@@ -89,8 +107,11 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 	if cfg.Billing == nil {
 		cfg.Billing = billing.NewLocal(billing.LocalConfig{Store: db})
 	}
+	if cfg.Replica == "" {
+		cfg.Replica = "replica"
+	}
 	s := &Service{db: db, pay: cfg.Billing, log: log, feeBP: cfg.PlatformFeeBP, now: func() time.Time { return cfg.Now().UTC() },
-		metrics: cfg.Metrics}
+		metrics: cfg.Metrics, holder: fmt.Sprintf("%s/%d/%08x", cfg.Replica, os.Getpid(), rand.Uint32())}
 	if err := s.ReloadIndex(ctx); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/store/pgtest"
 )
 
 var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
@@ -40,7 +41,7 @@ type fixture struct {
 func newFixture(t *testing.T, wrap func(*billing.Local) billing.Processor) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "gpm.db"))
+	db, err := store.Open(ctx, pgtest.DSN(t, filepath.Join(t.TempDir(), "gpm.db")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -60,6 +61,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 }
 
+// redactDB is the database to name in logs: a PostgreSQL URL without its
+// password.
+func redactDB(dsn string) string {
+	if !store.IsPostgresURL(dsn) {
+		return dsn
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "postgres://(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
 // envOr returns the environment value of key, or def when it is unset.
 func envOr(getenv func(string) string, key, def string) string {
 	if v := getenv(key); v != "" {
@@ -72,7 +86,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", envOr(getenv, "GPUMARKET_ADDR", ":8080"), "listen address (env GPUMARKET_ADDR)")
-	dbPath := fs.String("db", envOr(getenv, "GPUMARKET_DB", "./data/gpumarket.db"), "SQLite database path (env GPUMARKET_DB)")
+	dbPath := fs.String("db", envOr(getenv, "GPUMARKET_DB", "./data/gpumarket.db"), "SQLite database path, or a postgres:// URL to run on PostgreSQL (env GPUMARKET_DB)")
 	baseURL := fs.String("base-url", envOr(getenv, "GPUMARKET_BASE_URL", "http://localhost:8080"), "public base URL (env GPUMARKET_BASE_URL)")
 	sessionKey := fs.String("session-key", getenv("GPUMARKET_SESSION_KEY"), "hex session signing key, at least 32 bytes (env GPUMARKET_SESSION_KEY; default: generated once into the data directory)")
 	demo := fs.Bool("demo", getenv("GPUMARKET_DEMO") == "1" || getenv("GPUMARKET_DEMO") == "true", "load demo data once and print demo credentials (env GPUMARKET_DEMO)")
@@ -99,6 +113,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	if *tick <= 0 {
 		return errors.New("-tick must be positive")
+	}
+	onPostgres := store.IsPostgresURL(*dbPath)
+	if onPostgres && *sessionKey == "" {
+		// Each replica would generate its own key into its own folder.
+		return errors.New("on PostgreSQL every replica must sign sessions with the same key: set -session-key (or GPUMARKET_SESSION_KEY) to the same 64 hex characters on each")
+	}
+	// The data folder (session key, demo hosts' files): beside the SQLite
+	// file, or ./data on PostgreSQL.
+	dataDir := "./data"
+	if !onPostgres {
+		dataDir = filepath.Dir(*dbPath)
 	}
 	proxies, err := parseTrustedProxies(*trustedProxies)
 	if err != nil {
@@ -130,7 +155,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		log.Warn("TEST CLOCK: the server's clock is shifted", "offset", offset.String())
 	}
 
-	key, err := loadSessionKey(*sessionKey, filepath.Dir(*dbPath))
+	key, err := loadSessionKey(*sessionKey, dataDir)
 	if err != nil {
 		return err
 	}
@@ -146,12 +171,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	wf, err := workflow.New(ctx, workflow.Config{Billing: processor, PlatformFeeBP: *bf.feeBP, Now: now, Metrics: m}, db, log)
+	wf, err := workflow.New(ctx, workflow.Config{Billing: processor, PlatformFeeBP: *bf.feeBP, Now: now, Metrics: m, Replica: *replica}, db, log)
 	if err != nil {
 		return err
 	}
-	// Until the background work runs under a lease, this process runs it.
-	holdsLease := func() bool { return true }
 	err = metrics.RegisterSources(reg, metrics.Sources{
 		Backlog: func(ctx context.Context) (metrics.Backlog, error) {
 			b, err := db.CountSettlementBacklog(ctx)
@@ -159,7 +182,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		},
 		IndexSize:  func() int { return wf.Index().Len() },
 		IndexAge:   wf.IndexAge,
-		HoldsLease: holdsLease,
+		HoldsLease: wf.HoldsLease,
 	})
 	if err != nil {
 		return err
@@ -173,10 +196,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// above, so it runs after this): its step under way finishes first.
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	var background sync.WaitGroup
-	background.Add(1)
+	background.Add(2)
 	go func() {
 		defer background.Done()
 		wf.Run(bgCtx, *tick)
+	}()
+	go func() {
+		defer background.Done()
+		wf.Follow(bgCtx) // other replicas' changes, on PostgreSQL
 	}()
 	defer func() {
 		stopBackground()
@@ -190,7 +217,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// Demo only: simulated hosts run the agent against this server; they
 	// stop (deferred last, so first) before the background work and the database.
 	if *demo {
-		hosts, err := startDemoHosts(ctx, db, *demoAgent, ln.Addr(), filepath.Dir(*dbPath), now(), log)
+		hosts, err := startDemoHosts(ctx, db, *demoAgent, ln.Addr(), dataDir, now(), log)
 		if err != nil {
 			ln.Close()
 			return err
@@ -215,7 +242,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		go func() { errc <- ms.serve() }()
 	}
 	fmt.Fprintf(stdout, "gpumarket listening on %s (open %s)\n", ln.Addr(), *baseURL)
-	log.Info("listening", "addr", ln.Addr().String(), "url", *baseURL, "db", *dbPath, "demo", *demo,
+	log.Info("listening", "addr", ln.Addr().String(), "url", *baseURL, "db", redactDB(*dbPath), "demo", *demo,
 		"simulated_payments", processor.Simulated(), "metrics_addr", *metricsAddr, "trusted_proxies", *trustedProxies)
 
 	go func() { errc <- srv.Serve(ln) }()

@@ -221,3 +221,13 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// DSN is what a test opens: a new PostgreSQL database on a PostgreSQL run,
+// else sqlitePath.
+func DSN(t testing.TB, sqlitePath string) string {
+	t.Helper()
+	if Enabled() {
+		return Database(t)
+	}
+	return sqlitePath
+}

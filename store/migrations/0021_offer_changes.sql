@@ -1,0 +1,7 @@
+-- The offer change feed. On PostgreSQL, triggers announce every committed
+-- change to what the matcher indexes — an offer's row or credit tiers, its
+-- provider's suspension, a piece held on it, a reservation's state (which
+-- decides whether its pieces hold capacity) — on the channel
+-- gpumarket_offers with the offer's id, so every replica's index follows
+-- (store.FollowOffers; migrations/postgres/0021_offer_changes.sql). SQLite
+-- serves one process, which updates its index as it writes: nothing here.
