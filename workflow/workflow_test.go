@@ -40,8 +40,14 @@ type fixture struct {
 
 func newFixture(t *testing.T, wrap func(*billing.Local) billing.Processor) *fixture {
 	t.Helper()
+	return newFixtureAt(t, pgtest.DSN(t, filepath.Join(t.TempDir(), "gpm.db")), wrap)
+}
+
+// newFixtureAt is newFixture on the database dsn names.
+func newFixtureAt(t *testing.T, dsn string, wrap func(*billing.Local) billing.Processor) *fixture {
+	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, pgtest.DSN(t, filepath.Join(t.TempDir(), "gpm.db")))
+	db, err := store.Open(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
