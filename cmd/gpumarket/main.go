@@ -51,13 +51,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return serve(ctx, args, getenv, stdout, stderr)
 	case "reconcile":
 		return reconcile(ctx, args, getenv, stdout, stderr)
+	case "migrate-db":
+		return migrateDB(ctx, args, stdout, stderr)
 	case "admin":
 		if len(args) == 0 || args[0] != "create" {
 			return errors.New("usage: gpumarket admin create -email EMAIL -name NAME [-db PATH] (password from GPUMARKET_ADMIN_PASSWORD or stdin)")
 		}
 		return adminCreate(ctx, args[1:], getenv, stdin, stdout)
 	default:
-		return fmt.Errorf("unknown command %q (want serve, reconcile or admin create)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, reconcile, migrate-db or admin create)", cmd)
 	}
 }
 
