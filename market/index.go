@@ -346,17 +346,46 @@ func containsSpans(spans, want []span) bool {
 // Match ranks quotes for req at now over the indexed offers. It returns an
 // invalid *Error when the request is invalid.
 func (x *Index) Match(req Request, now time.Time) (Result, error) {
+	return x.MatchWithin(req, now, Budget{})
+}
+
+// MatchWithin is Match within a work budget: a request that would
+// evaluate more offers than b allows is answered over those with the
+// lowest prices, exactly as Match would answer over them alone, and
+// Explanation.Cut says what was left out. The index's read lock is held
+// for each run of the engine, not across a request's relaxations.
+func (x *Index) MatchWithin(req Request, now time.Time, b Budget) (Result, error) {
+	return x.eng.run(pruned{x}, req, now, true, b)
+}
+
+// Examines is how many offers a match of req at now would evaluate one by
+// one, before any budget: those left once the buckets of other models,
+// too little memory or other regions and the tails over the maximum price
+// are ruled out. It costs about as much as compiling the request, so a
+// caller can tell broad requests from narrow ones before running them. An
+// invalid request is an invalid *Error.
+func (x *Index) Examines(req Request, now time.Time) (int, error) {
+	q, err := compile(req, now)
+	if err != nil {
+		return 0, err
+	}
+	defer putQuery(q)
+	sc := getScratch()
+	defer putScratch(sc)
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return x.eng.run(pruned{x}, req, now, true)
+	sc.runs = pruned{x}.runs(q, &sc.counts, sc.runs[:0])
+	n := 0
+	for _, r := range sc.runs {
+		n += len(r)
+	}
+	return n, nil
 }
 
 // scan is Match without the index's pruning: every offer evaluated one by
 // one. It is the yardstick in benchmarks and tests.
 func (x *Index) scan(req Request, now time.Time) (Result, error) {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return x.eng.run(flat{x}, req, now, true)
+	return x.eng.run(flat{x}, req, now, true, Budget{})
 }
 
 func less(a, b *slot) bool {
@@ -469,6 +498,8 @@ func (p pruned) size() int     { return p.x.n }
 func (p pruned) spans() []span { return p.x.spans }
 
 func (p pruned) versions() *versionTable { return &p.x.vers }
+func (p pruned) rlock()                  { p.x.mu.RLock() }
+func (p pruned) runlock()                { p.x.mu.RUnlock() }
 
 func (p pruned) runs(q *query, counts *[numReasons]int, out [][]slot) [][]slot {
 	for k := range p.x.buckets {
@@ -501,6 +532,8 @@ func (f flat) size() int     { return f.x.n }
 func (f flat) spans() []span { return f.x.spans }
 
 func (f flat) versions() *versionTable { return &f.x.vers }
+func (f flat) rlock()                  { f.x.mu.RLock() }
+func (f flat) runlock()                { f.x.mu.RUnlock() }
 
 func (f flat) runs(q *query, counts *[numReasons]int, out [][]slot) [][]slot {
 	for k := range f.x.buckets {

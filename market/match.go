@@ -190,6 +190,9 @@ type Explanation struct {
 	// found, in the order market.relax tries them (price, budget,
 	// deadline, interruption, then the other constraints).
 	Relaxations []Relaxation
+	// Cut is what a work budget left out (Index.MatchWithin); then
+	// Fit, the Eliminated counts and Cut.Unexamined add up to Considered.
+	Cut Cut
 }
 
 // Summary reads like "0 of 1,240 offers fit: 812 wrong model, 301 too
@@ -204,6 +207,13 @@ func (e Explanation) Summary() string {
 			b.WriteString(", ")
 		}
 		fmt.Fprintf(&b, "%s %s", groupThousands(el.Count), el.Label)
+	}
+	if n := e.Cut.Unexamined; n > 0 {
+		sep := ", "
+		if len(e.Eliminated) == 0 {
+			sep = ": "
+		}
+		fmt.Fprintf(&b, "%s%s not examined (over the work budget; the %s with the lowest prices were)", sep, groupThousands(n), groupThousands(e.Cut.Examined))
 	}
 	return b.String()
 }
@@ -649,6 +659,10 @@ type source interface {
 	// versions is the table the slots' version ids refer to.
 	versions() *versionTable
 	size() int
+	// rlock and runlock hold the source still for one run of the engine
+	// (not across runs: writers get in between a request's relaxations).
+	rlock()
+	runlock()
 }
 
 // engine holds the tuning of the split search; the zero value is not
@@ -666,15 +680,24 @@ func newEngine() engine {
 
 // run is the engine. With explain it also computes relaxations when
 // nothing matched.
-func (e *engine) run(src source, req Request, now time.Time, explain bool) (Result, error) {
+func (e *engine) run(src source, req Request, now time.Time, explain bool, b Budget) (Result, error) {
 	q, err := compile(req, now)
 	if err != nil {
 		return Result{}, err
 	}
 	defer putQuery(q)
-	res, _ := e.runQuery(src, q)
+	limit := -1
+	if b.Offers > 0 {
+		limit = b.Offers
+	}
+	res, _, examined := e.runQuery(src, q, limit)
 	if explain && len(res.Quotes) == 0 {
-		res.Explanation.Relaxations = e.relax(src, q, now)
+		if limit >= 0 {
+			limit = max(0, limit-examined)
+		}
+		var cut bool
+		res.Explanation.Relaxations, cut = e.relax(src, q, now, limit)
+		res.Explanation.Cut.Relaxations = cut
 	}
 	return res, nil
 }
@@ -688,13 +711,17 @@ type scratch struct {
 	top    []scored
 }
 
-// runQuery evaluates every offer and builds the ranked quotes. It also
-// returns the cheapest and earliest-ending feasible quotes' figures, which
-// relaxations use. In steady state it allocates only the result: the
-// quotes, their pieces (one array) and the eliminations.
-func (e *engine) runQuery(src source, q *query) (Result, extremes) {
+// runQuery evaluates every offer, or with a limit ≥ 0 at most limit
+// offers, those with the lowest prices (see Budget), and builds the ranked
+// quotes. It also returns the cheapest and earliest-ending feasible
+// quotes' figures, which relaxations use, and how many offers it
+// evaluated. In steady state it allocates only the result: the quotes,
+// their pieces (one array) and the eliminations.
+func (e *engine) runQuery(src source, q *query, limit int) (Result, extremes, int) {
 	sc := getScratch()
 	defer putScratch(sc)
+	src.rlock()
+	defer src.runlock()
 	// In the scratch, not on the stack: it goes through an interface call.
 	counts := &sc.counts
 	*counts = [numReasons]int{}
@@ -707,6 +734,16 @@ func (e *engine) runQuery(src source, q *query) (Result, extremes) {
 	visit := 0
 	for _, run := range sc.runs {
 		visit += len(run)
+	}
+	var cut Cut
+	switch {
+	case limit < 0 || visit <= limit:
+	case limit == 0:
+		sc.runs, cut = sc.runs[:0], Cut{Unexamined: visit}
+		visit = 0
+	default:
+		sc.runs, cut = cutRuns(sc.runs, limit, visit)
+		visit = limit
 	}
 	// Room for every offer up front: fits never move, so gang candidates
 	// can point at them as they are found.
@@ -738,7 +775,7 @@ func (e *engine) runQuery(src source, q *query) (Result, extremes) {
 		}
 	}
 	sc.fits = fits
-	ex := Explanation{Considered: src.size(), Fit: len(fits)}
+	ex := Explanation{Considered: src.size(), Fit: len(fits), Cut: cut}
 	n := 0
 	for _, c := range counts {
 		if c > 0 {
@@ -816,7 +853,7 @@ func (e *engine) runQuery(src source, q *query) (Result, extremes) {
 	}
 	res.Quotes = rk.quotes(cands)
 	sc.top = rk.top[:0]
-	return res, xt
+	return res, xt, visit
 }
 
 // extremes are the cheapest cost and the earliest end over feasible quotes.

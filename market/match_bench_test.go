@@ -256,7 +256,7 @@ func broadRequests() []Request {
 func BenchmarkMatch(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
 		for _, kind := range []string{"narrow", "broad"} {
-			for _, how := range []string{"index", "scan"} {
+			for _, how := range []string{"index", "scan", "budget"} {
 				b.Run(fmt.Sprintf("offers=%d/%s/%s", n, kind, how), func(b *testing.B) {
 					bi := getBenchIndex(b, n)
 					reqs := narrowRequests()
@@ -264,8 +264,13 @@ func BenchmarkMatch(b *testing.B) {
 						reqs = broadRequests()
 					}
 					run := bi.idx.Match
-					if how == "scan" {
+					switch how {
+					case "scan":
 						run = bi.idx.scan
+					case "budget": // what the web layer serves
+						run = func(r Request, now time.Time) (Result, error) {
+							return bi.idx.MatchWithin(r, now, DefaultBudget)
+						}
 					}
 					for _, r := range reqs { // warm the scratch pool
 						if _, err := run(r, benchNow); err != nil {

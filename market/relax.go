@@ -14,19 +14,32 @@ import (
 // the constraint (regions, models, interruption, software, network,
 // verified figures). The allowed countries are the data-residency rule
 // and are never relaxed.
-func (e *engine) relax(src source, q *query, now time.Time) []Relaxation {
+//
+// With left ≥ 0 the runs together evaluate at most left offers (see
+// Budget): each run is cut to what is left, and once nothing is, the rest
+// are not tried; cut reports that either happened.
+func (e *engine) relax(src source, q *query, now time.Time, left int) (_ []Relaxation, cut bool) {
 	base := q.req
 	// lastFit is the request of the latest run that found quotes; every add
 	// below follows the run it describes, so lastFit is that relaxation.
 	var lastFit Request
 	try := func(mod func(r *Request)) (Result, extremes, bool) {
+		if left == 0 {
+			cut = true
+			return Result{}, extremes{}, false
+		}
 		r := base
 		mod(&r)
 		cq, err := compile(r, now)
 		if err != nil {
 			return Result{}, extremes{}, false
 		}
-		res, xt := e.runQuery(src, cq)
+		res, xt, examined := e.runQuery(src, cq, left)
+		putQuery(cq)
+		if left > 0 {
+			left -= examined
+			cut = cut || res.Explanation.Cut.Unexamined > 0
+		}
 		if res.Total > 0 {
 			lastFit = r
 		}
@@ -172,7 +185,7 @@ func (e *engine) relax(src source, q *query, now time.Time) []Relaxation {
 			add(d.c, res.Total, "%s", d.msg)
 		}
 	}
-	return out
+	return out, cut
 }
 
 // formatDeadline shows the seconds only when there are some, so a

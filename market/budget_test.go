@@ -1,0 +1,217 @@
+package market
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+)
+
+// budgetInstance is a random instance with a market of 8–40 offers, so a
+// budget has something to cut.
+func budgetInstance(rng *rand.Rand, kind WorkloadKind) instance {
+	in := randomInstance(rng, kind)
+	for id := int64(len(in.cands) + 1); id <= int64(8+rng.IntN(33)); id++ {
+		o := randomOffer(rng, id)
+		in.cands = append(in.cands, Candidate{Offer: o, ReliabilityBP: 9000 + rng.IntN(1001)})
+		for range rng.IntN(3) {
+			s := o.AvailableFrom.Add(time.Duration(rng.IntN(30)) * time.Hour)
+			in.commits = append(in.commits, randomCommitment(rng, o, s, s.Add(time.Duration(1+rng.IntN(12))*time.Hour)))
+		}
+	}
+	return in
+}
+
+// lowestPrice is the lowest price an offer sells at: its interruptible
+// price when it sells one at or under the on-demand price.
+func lowestPrice(o Offer) Cents {
+	if o.Interruptible && o.InterruptibleCentsPerDH > 0 && o.InterruptibleCentsPerDH <= o.PriceCentsPerDeviceHour {
+		return o.InterruptibleCentsPerDH
+	}
+	return o.PriceCentsPerDeviceHour
+}
+
+// examinedOnly is the instance's candidates that a cut examined, by its
+// ceiling and last id: every offer cheaper than the ceiling, and those at
+// it up to the last id.
+func examinedOnly(cands []Candidate, cut Cut) []Candidate {
+	var out []Candidate
+	for _, c := range cands {
+		p := lowestPrice(c.Offer)
+		if p < cut.PriceCeiling || (p == cut.PriceCeiling && c.Offer.ID <= cut.lastID) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func indexOf(t *testing.T, in instance) *Index {
+	t.Helper()
+	idx := NewIndex()
+	if err := idx.Load(in.cands, in.commits); err != nil {
+		t.Fatal(err)
+	}
+	return idx
+}
+
+// TestMatchWithinIsMatchOverTheCheapest checks, on random markets and
+// budgets, that a match within a budget is either the unbounded match
+// (nothing cut) or exactly the unbounded matcher's answer over the offers
+// with the lowest prices, as many as the budget allows, and says so.
+func TestMatchWithinIsMatchOverTheCheapest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	cuts, whole := 0, 0
+	for i := range 1500 {
+		in := budgetInstance(rng, []WorkloadKind{WorkTraining, WorkBatch, WorkInference}[i%3])
+		idx := indexOf(t, in)
+		visits, err := idx.Examines(in.req, in.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := Budget{Offers: 1 + rng.IntN(len(in.cands))}
+		got, err := idx.MatchWithin(in.req, in.now, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full, err := idx.Match(in.req, in.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cut := got.Explanation.Cut
+		if visits <= b.Offers {
+			whole++
+			if cut.Examined != 0 || cut.Unexamined != 0 {
+				t.Fatalf("instance %d: %d offers to examine within a budget of %d, yet cut: %+v", i, visits, b.Offers, cut)
+			}
+			if fmt.Sprint(got.Quotes) != fmt.Sprint(full.Quotes) || got.Total != full.Total {
+				t.Fatalf("instance %d: uncut match differs from Match:\n%v\n%v", i, got.Quotes, full.Quotes)
+			}
+			continue
+		}
+		cuts++
+		if cut.Examined != b.Offers || cut.Unexamined != visits-b.Offers || !cut.Partial() || cut.Message() == "" {
+			t.Fatalf("instance %d: %d to examine, budget %d: cut %+v", i, visits, b.Offers, cut)
+		}
+		ex := got.Explanation
+		sum := ex.Fit + cut.Unexamined
+		for _, el := range ex.Eliminated {
+			sum += el.Count
+		}
+		if sum != ex.Considered || ex.Considered != len(in.cands) {
+			t.Fatalf("instance %d: counts add to %d of %d considered (%d offers)", i, sum, ex.Considered, len(in.cands))
+		}
+		// The reference: the unbounded matcher over the examined offers
+		// only, which must be the budget's worth, cheapest first.
+		sub := examinedOnly(in.cands, cut)
+		sort.Slice(sub, func(a, b int) bool {
+			pa, pb := lowestPrice(sub[a].Offer), lowestPrice(sub[b].Offer)
+			return pa < pb || (pa == pb && sub[a].Offer.ID < sub[b].Offer.ID)
+		})
+		for _, c := range in.cands {
+			p := lowestPrice(c.Offer)
+			if p > cut.PriceCeiling || (p == cut.PriceCeiling && c.Offer.ID > cut.lastID) {
+				continue
+			}
+			found := false
+			for _, s := range sub {
+				found = found || s.Offer.ID == c.Offer.ID
+			}
+			if !found {
+				t.Fatalf("instance %d: offer %d at %s is under the cut but not in the reference", i, c.Offer.ID, p)
+			}
+		}
+		ref, err := Match(sub, in.commits, in.req, in.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got.Quotes) != fmt.Sprint(ref.Quotes) || got.Total != ref.Total || ex.Fit != ref.Explanation.Fit {
+			t.Fatalf("instance %d (budget %d of %d): cut match differs from Match over the examined offers:\n%v\n%v", i, b.Offers, visits, got.Quotes, ref.Quotes)
+		}
+		if n, _ := indexOf(t, instance{cands: sub, commits: in.commits}).Examines(in.req, in.now); n != b.Offers {
+			t.Fatalf("instance %d: the examined offers are %d that the request looks at, want the budget's %d", i, n, b.Offers)
+		}
+	}
+	if cuts < 300 || whole < 100 {
+		t.Fatalf("%d cut and %d whole instances: the generator tests too little of one", cuts, whole)
+	}
+	t.Logf("%d cut, %d whole", cuts, whole)
+}
+
+// TestMatchWithinKeepsTheTopQuotes: ranked by cost alone, a cut match
+// whose examined offers include every offer of the unbounded match's top
+// quotes returns those same quotes in the same order (scores aside: they
+// are normalised over what was examined).
+func TestMatchWithinKeepsTheTopQuotes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	kept := 0
+	for i := range 3000 {
+		in := budgetInstance(rng, WorkTraining)
+		in.req.Preferences = Preferences{CostWeight: 1}
+		in.req.Limit = 3
+		idx := indexOf(t, in)
+		full, err := idx.Match(in.req, in.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(full.Quotes) == 0 {
+			continue
+		}
+		got, err := idx.MatchWithin(in.req, in.now, Budget{Offers: 1 + rng.IntN(len(in.cands))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cut := got.Explanation.Cut
+		if cut.Unexamined == 0 {
+			continue
+		}
+		examined := map[int64]bool{}
+		for _, c := range examinedOnly(in.cands, cut) {
+			examined[c.Offer.ID] = true
+		}
+		all := true
+		for _, q := range full.Quotes {
+			for _, p := range q.Pieces {
+				all = all && examined[p.OfferID]
+			}
+		}
+		if !all {
+			continue
+		}
+		kept++
+		strip := func(qs []Quote) string {
+			out := make([]Quote, len(qs))
+			for k, q := range qs {
+				q.Score = 0
+				out[k] = q
+			}
+			return fmt.Sprint(out)
+		}
+		if len(got.Quotes) < len(full.Quotes) || strip(got.Quotes[:len(full.Quotes)]) != strip(full.Quotes) {
+			t.Fatalf("instance %d: the best offers were examined, yet the top quotes differ:\n%v\n%v", i, got.Quotes, full.Quotes)
+		}
+	}
+	if kept < 100 {
+		t.Fatalf("only %d cut instances kept the best offers: the generator tests too little", kept)
+	}
+	t.Logf("%d cut instances examined the best offers", kept)
+}
+
+// TestCutMessage: the summary counts what was left out and the message
+// tells a person what to do.
+func TestCutMessage(t *testing.T) {
+	e := Explanation{Considered: 1_000_000, Fit: 4, Eliminated: []Elimination{{Label: "wrong model", Count: 49_996}},
+		Cut: Cut{Examined: 50_000, Unexamined: 950_000, PriceCeiling: 412}}
+	if got, want := e.Summary(), "4 of 1,000,000 offers fit: 49,996 wrong model, 950,000 not examined (over the work budget; the 50,000 with the lowest prices were)"; got != want {
+		t.Fatalf("summary\n got %q\nwant %q", got, want)
+	}
+	if got, want := e.Cut.Message(), "This request matches more offers than one search examines. These are the best quotes among the 50,000 offers with the lowest prices (up to $4.12 per device-hour); 950,000 dearer offers were not examined. Name models, regions or a maximum price to search them all."; got != want {
+		t.Fatalf("message\n got %q\nwant %q", got, want)
+	}
+	if (Cut{}).Partial() || (Cut{}).Message() != "" {
+		t.Fatal("the zero Cut reports a cut")
+	}
+	if m := (Cut{Relaxations: true}).Message(); m != "The suggested changes were searched within the same limit; nearer ones may exist." {
+		t.Fatalf("relaxations message %q", m)
+	}
+}
