@@ -11,21 +11,33 @@ import (
 	"time"
 
 	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store/pgtest"
 )
 
 // BenchmarkBooking measures booking transactions per second with 1, 8 and
-// 64 concurrent bookers. Booking k takes 1 device for 1 hour on offer
-// k mod 64 (8 devices each) in hour slot k div 64 of the offers' 90-day
-// window, for buyer k div 3 (the unpaid-hold limit), so bookings rarely
-// meet and never conflict. Afterwards it checks that no slot of any offer
-// is overbooked and that no booking failed, busy or otherwise.
+// 64 concurrent bookers, on each engine (benchEngines) in the same run.
+// Booking k takes 1 device for 1 hour on offer k mod 64 (8 devices each)
+// in hour slot k div 64 of the offers' 90-day window, for buyer k div 3
+// (the unpaid-hold limit), so bookings rarely meet and never conflict.
+// Afterwards it checks that no slot of any offer is overbooked and that no
+// booking failed, busy or otherwise.
 func BenchmarkBooking(b *testing.B) {
-	for _, bookers := range []int{1, 8, 64} {
-		b.Run(fmt.Sprintf("bookers=%d", bookers), func(b *testing.B) {
-			benchBooking(b, bookers, bookChecked)
-		})
+	for _, engine := range benchEngines {
+		for _, bookers := range []int{1, 8, 64} {
+			b.Run(fmt.Sprintf("engine=%s/bookers=%d", engine, bookers), func(b *testing.B) {
+				benchBooking(b, engine, bookers, bookChecked)
+			})
+		}
 	}
 }
+
+// benchEngines are the engines the booking benchmarks run on: SQLite, the
+// embedded default and the yardstick for the other's figures, and
+// PostgreSQL on a throwaway server that keeps PostgreSQL's durability
+// (pgtest.DurableDatabase: fsync and synchronous_commit on, as SQLite's
+// synchronous(FULL) here), so both acknowledge a booking only once it is
+// on disk.
+var benchEngines = []string{"sqlite", "postgres"}
 
 // BenchmarkBookingYardstick is the yardstick for BenchmarkBooking: the same
 // bookers, buyers, offers and pieces, and the same write transaction —
@@ -40,10 +52,12 @@ func BenchmarkBooking(b *testing.B) {
 // once per row, so its ratio to booking says nothing about the check; it
 // says what durable acknowledgement costs.)
 func BenchmarkBookingYardstick(b *testing.B) {
-	for _, bookers := range []int{1, 8, 64} {
-		b.Run(fmt.Sprintf("bookers=%d", bookers), func(b *testing.B) {
-			benchBooking(b, bookers, insertUnchecked)
-		})
+	for _, engine := range benchEngines {
+		for _, bookers := range []int{1, 8, 64} {
+			b.Run(fmt.Sprintf("engine=%s/bookers=%d", engine, bookers), func(b *testing.B) {
+				benchBooking(b, engine, bookers, insertUnchecked)
+			})
+		}
 	}
 }
 
@@ -63,7 +77,7 @@ func BenchmarkBookingDurability(b *testing.B) {
 	for _, bookers := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("bookers=%d", bookers), func(b *testing.B) {
 			ctx := context.Background()
-			bb := newBookingBench(b)
+			bb := newBookingBench(b, "sqlite")
 			defer bb.db.Close()
 			if _, err := bb.db.writer.ExecContext(ctx, `CREATE TABLE single_rows (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)`); err != nil {
 				b.Fatal(err)
@@ -141,8 +155,8 @@ func insertUnchecked(ctx context.Context, db *DB, buyerID int64, o market.Offer,
 	})
 }
 
-func benchBooking(b *testing.B, bookers int, save bookFunc) {
-	bb := newBookingBench(b)
+func benchBooking(b *testing.B, engine string, bookers int, save bookFunc) {
+	bb := newBookingBench(b, engine)
 	defer bb.db.Close()
 	b.ResetTimer()
 	start := time.Now()
@@ -167,9 +181,15 @@ type bookingBench struct {
 
 const benchOffers, benchDevices = 64, 8
 
-func newBookingBench(b *testing.B) *bookingBench {
+// newBookingBench opens a new database on engine ("sqlite" or "postgres",
+// benchEngines) with the offers and buyers.
+func newBookingBench(b *testing.B, engine string) *bookingBench {
 	ctx := context.Background()
-	db, err := Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
+	dsn := filepath.Join(b.TempDir(), "bench.db")
+	if engine == "postgres" {
+		dsn = pgtest.DurableDatabase(b)
+	}
+	db, err := Open(ctx, dsn)
 	if err != nil {
 		b.Fatal(err)
 	}

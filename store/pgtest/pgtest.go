@@ -11,6 +11,7 @@ package pgtest
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -37,6 +38,10 @@ var (
 	adminURL string // the running server's maintenance database
 	stopFn   func() error
 	counter  atomic.Int64
+
+	// The durable server (DurableDatabase), started on first use.
+	durableURL  string
+	durableStop func() error
 )
 
 // Run is a TestMain body: on PostgreSQL it starts the server before the
@@ -56,16 +61,21 @@ func Run(m *testing.M) int {
 	return code
 }
 
-// Stop stops the throwaway server, if one was started.
+// Stop stops the throwaway servers (the durable one too), if they were
+// started.
 func Stop() error {
 	mu.Lock()
 	defer mu.Unlock()
-	if stopFn == nil {
-		return nil
+	var errs []error
+	if stopFn != nil {
+		errs = append(errs, stopFn())
+		stopFn, adminURL = nil, ""
 	}
-	err := stopFn()
-	stopFn, adminURL = nil, ""
-	return err
+	if durableStop != nil {
+		errs = append(errs, durableStop())
+		durableStop, durableURL = nil, ""
+	}
+	return errors.Join(errs...)
 }
 
 func ensure() error {
@@ -107,6 +117,40 @@ func NewDatabase() (string, error) {
 	mu.Lock()
 	admin := adminURL
 	mu.Unlock()
+	return createDatabase(admin)
+}
+
+// DurableDatabase is Database on a server that keeps PostgreSQL's
+// durability (fsync, full_page_writes and synchronous_commit on, as in
+// production), for benchmarks whose figures must include the cost of a
+// durable commit. It is a second throwaway server, started on first use
+// and stopped by Stop (so by Run), or the server named by
+// GPUMARKET_TEST_POSTGRES_URL, whose settings are its own.
+func DurableDatabase(tb testing.TB) string {
+	tb.Helper()
+	mu.Lock()
+	if durableURL == "" {
+		if u := os.Getenv("GPUMARKET_TEST_POSTGRES_URL"); u != "" {
+			durableURL = u
+		} else if u, stop, err := start(true); err == nil {
+			durableURL, durableStop = u, stop
+		} else {
+			mu.Unlock()
+			tb.Fatalf("pgtest: durable server: %v", err)
+		}
+	}
+	admin := durableURL
+	mu.Unlock()
+	u, err := createDatabase(admin)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	return u
+}
+
+// createDatabase creates a database with a new name on the server whose
+// maintenance database is admin, and returns its URL.
+func createDatabase(admin string) (string, error) {
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), counter.Add(1))
 	db, err := sql.Open("pgx", admin)
 	if err != nil {
@@ -132,7 +176,10 @@ func NewDatabase() (string, error) {
 // Run as root, the cluster runs as the "postgres" user (initdb refuses
 // root). Durability is off (fsync, full_page_writes): the data is thrown
 // away.
-func Start() (string, func() error, error) {
+func Start() (string, func() error, error) { return start(false) }
+
+// start is Start, with PostgreSQL's durability kept when durable.
+func start(durable bool) (string, func() error, error) {
 	bin, err := binDir()
 	if err != nil {
 		return "", nil, err
@@ -173,7 +220,12 @@ func Start() (string, func() error, error) {
 		cleanup()
 		return "", nil, err
 	}
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=300", port, dir)
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=300", port, dir)
+	if durable {
+		opts += " -c fsync=on -c full_page_writes=on -c synchronous_commit=on"
+	} else {
+		opts += " -c fsync=off -c full_page_writes=off"
+	}
 	logFile := filepath.Join(dir, "log")
 	if out, err := run("pg_ctl", "-D", data, "-l", logFile, "-o", opts, "-w", "-t", "60", "start").CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(logFile)
