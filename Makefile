@@ -22,7 +22,7 @@ BENCH ?= .
 
 .DEFAULT_GOAL := build
 .NOTPARALLEL:
-.PHONY: run build first-build-notice generate check-generated test-deps test vet test-unit test-e2e bench loadtest clean
+.PHONY: run build first-build-notice generate check-generated test-deps test vet test-unit test-postgres test-e2e bench loadtest loadtest-replicas clean
 
 ## run: build, then serve on :8080 with demo data in ./data (ARGS="-addr :9090" to add flags)
 run: build
@@ -62,13 +62,18 @@ test-deps:
 	bash scripts/install-test-deps.sh
 
 ## test: everything CI runs
-test: test-deps check-generated vet test-unit test-e2e
+test: test-deps check-generated vet test-unit test-postgres test-e2e
 
 vet:
 	$(GO) vet ./...
 
 test-unit:
 	$(GO) test -race -timeout 30m $(UNIT_PKGS)
+
+## test-postgres: the store's, the workflow's and the web tests again on PostgreSQL (a throwaway
+## server from Debian's postgresql, or GPUMARKET_TEST_POSTGRES_URL)
+test-postgres:
+	GPUMARKET_TEST_DB=postgres $(GO) test -count=1 -timeout 20m ./store/ ./workflow/ ./web/
 
 test-e2e:
 	PLAYWRIGHT_NODEJS_PATH="$${PLAYWRIGHT_NODEJS_PATH:-$$(command -v node)}" \
@@ -82,6 +87,11 @@ bench:
 loadtest: build
 	$(BUILD) -o bin/loadgen ./cmd/loadgen
 	bash scripts/loadtest.sh
+
+## loadtest-replicas: narrow quotes/s from one and two replicas on one PostgreSQL, beside SQLite
+loadtest-replicas: build
+	$(BUILD) -o bin/loadgen ./cmd/loadgen
+	bash scripts/loadtest-replicas.sh
 
 ## clean: remove build outputs and screenshots (keeps ./data, tools/ and the installed driver)
 clean:

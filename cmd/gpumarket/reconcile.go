@@ -18,7 +18,7 @@ import (
 func reconcile(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dbPath := fs.String("db", envOr(getenv, "GPUMARKET_DB", "./data/gpumarket.db"), "SQLite database path (env GPUMARKET_DB)")
+	dbPath := fs.String("db", envOr(getenv, "GPUMARKET_DB", "./data/gpumarket.db"), "SQLite database path, or a postgres:// URL (env GPUMARKET_DB)")
 	bf := billingFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return err

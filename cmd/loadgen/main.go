@@ -3,6 +3,7 @@
 //
 //	loadgen -seed -db ./data/load.db -offers 100000          # prints an API token
 //	loadgen -url http://127.0.0.1:8090 -token gpm_… -c 32 -d 15s -mix narrow=9,broad=1
+//	loadgen -url http://127.0.0.1:8090,http://127.0.0.1:8091 …  # clients spread over replicas
 //
 // Request kinds: narrow (POST /api/v1/quotes naming a model and two
 // regions), broad (POST /api/v1/quotes with any model, anywhere, split
@@ -48,7 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	offers := fs.Int("offers", 100_000, "with -seed: how many listed offers")
 	trace := fs.String("trace", "../shared/data/alibaba-gpu-v2023/csv", "with -seed: directory of the Alibaba GPU trace CSVs for offer shapes (a built-in distribution when absent)")
 	tokenOut := fs.String("token-out", "", "with -seed: also write the API token to this file")
-	target := fs.String("url", "http://127.0.0.1:8080", "base URL of the server")
+	target := fs.String("url", "http://127.0.0.1:8080", "base URL of the server, or several separated by commas (replicas of one marketplace: client i sends to the i-th mod n)")
 	token := fs.String("token", os.Getenv("GPUMARKET_TOKEN"), "API token (env GPUMARKET_TOKEN)")
 	conc := fs.Int("c", 32, "concurrent clients")
 	dur := fs.Duration("d", 10*time.Second, "how long to send load")
@@ -70,7 +71,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return load(ctx, strings.TrimSuffix(*target, "/"), *token, *conc, *warmup, *dur, kinds, stdout)
+	var bases []string
+	for _, u := range strings.Split(*target, ",") {
+		bases = append(bases, strings.TrimSuffix(strings.TrimSpace(u), "/"))
+	}
+	return load(ctx, bases, *token, *conc, *warmup, *dur, kinds, stdout)
 }
 
 // kind is one kind of request in the mix.
@@ -110,7 +115,7 @@ type stats struct {
 	first  string // first error, for the report
 }
 
-func load(ctx context.Context, base, token string, conc int, warmup, dur time.Duration, kinds []kind, stdout io.Writer) error {
+func load(ctx context.Context, bases []string, token string, conc int, warmup, dur time.Duration, kinds []kind, stdout io.Writer) error {
 	bodies, err := requestBodies(time.Now().UTC())
 	if err != nil {
 		return err
@@ -133,6 +138,7 @@ func load(ctx context.Context, base, token string, conc int, warmup, dur time.Du
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(i), 42))
+			base := bases[i%len(bases)]
 			for ctx.Err() == nil {
 				now := time.Now()
 				if !now.Before(end) {
@@ -186,7 +192,7 @@ func load(ctx context.Context, base, token string, conc int, warmup, dur time.Du
 			}
 		}
 	}
-	fmt.Fprintf(stdout, "target %s, %d clients, %s measured after %s warm-up\n", base, conc, elapsed.Round(time.Millisecond), warmup)
+	fmt.Fprintf(stdout, "target %s, %d clients, %s measured after %s warm-up\n", strings.Join(bases, " + "), conc, elapsed.Round(time.Millisecond), warmup)
 	fmt.Fprintf(stdout, "%-8s %9s %9s %9s %9s %9s %9s %7s\n", "kind", "requests", "req/s", "p50", "p90", "p99", "max", "errors")
 	var all []time.Duration
 	var allErrors int
