@@ -40,5 +40,39 @@ run "yardstick: GET /static/app.css (no database)" static=1
 run "yardstick: GET /api/v1/ping (token check, rate limit, JSON)" ping=1
 run "POST /api/v1/quotes, narrow requests" narrow=1
 run "POST /api/v1/quotes, 9 narrow : 1 broad" narrow=9,broad=1
+
+# Expensive requests are bounded (issue 13): narrow quotes from
+# NARROW_CLIENTS clients alone, then beside BROAD_LOOPS loops sending broad
+# quotes back to back (through the API with a token, then as visitors of
+# the request builder, whose limit per address answers most with 429).
+# The loops run as a second loadgen for the whole measurement.
+NARROW_CLIENTS=${LOAD_NARROW_CLIENTS:-4}
+BROAD_LOOPS=${LOAD_BROAD_LOOPS:-16}
+narrow_beside() {
+	echo
+	echo "== narrow quotes, $NARROW_CLIENTS clients, beside $BROAD_LOOPS loops of $1"
+	"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$BROAD_LOOPS" -d "$DURATION" -warmup 3s -mix "$2" >"$DIR/loops.out" &
+	loops=$!
+	sleep 1
+	"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$NARROW_CLIENTS" -d "$DURATION" -mix narrow=1
+	wait "$loops"
+	echo "-- the loops:"
+	cat "$DIR/loops.out"
+}
+echo
+echo "== narrow quotes, $NARROW_CLIENTS clients, idle"
+"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$NARROW_CLIENTS" -d "$DURATION" -mix narrow=1
+narrow_beside "broad API quotes" broad=1
+narrow_beside "broad request-builder quotes as visitors" anon=1
+
+# The matcher alone, in the same run: one broad request within the work
+# budget at 1,000,000 offers, and a narrow one at 100,000 (Go benchmarks).
+if [ "${LOAD_BENCH:-1}" != 0 ]; then
+	echo
+	echo "== go test -bench: matcher alone"
+	for b in 'Match/offers=100000/narrow/index$' 'Match/offers=1000000/broad/budget$'; do
+		go test -run '^$' -bench "$b" -benchtime 40x ./market | grep -E '^Benchmark|offers from'
+	done
+fi
 echo
 echo "server log and database in $DIR"

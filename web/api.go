@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
-	"golang.org/x/time/rate"
 
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
@@ -57,26 +55,25 @@ func requireScope(scope string) echo.MiddlewareFunc {
 	}
 }
 
-// apiRateLimit limits each token to a steady rate with a burst. The limit
-// protects the service; it is kept per process (several replicas each
-// allow the rate), which is acceptable because nothing correct depends on it.
+// apiRateLimit limits each token to a steady rate with a burst, and
+// says in Retry-After when to come back. The limit protects the service;
+// it is kept per process (see limiter).
 func (h *Handler) apiRateLimit() echo.MiddlewareFunc {
 	perSecond := h.cfg.APIRatePerSecond
 	if perSecond <= 0 {
 		perSecond = 20
 	}
-	return middleware.RateLimiterWithConfig(middleware.RateLimiterConfig{
-		Store: middleware.NewRateLimiterMemoryStoreWithConfig(middleware.RateLimiterMemoryStoreConfig{
-			Rate: rate.Limit(perSecond), Burst: int(2 * perSecond), ExpiresIn: 10 * time.Minute,
-		}),
-		IdentifierExtractor: func(c echo.Context) (string, error) {
+	l := newLimiter(perSecond, int(2*perSecond))
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
 			tok, _ := c.Get(ctxToken).(store.APIToken)
-			return "token:" + strconv.FormatInt(tok.ID, 10), nil
-		},
-		DenyHandler: func(c echo.Context, id string, err error) error {
-			return market.Errorf(market.CodeRateLimited, "Too many requests for this token; slow down.")
-		},
-	})
+			if ok, wait := l.allow("token:"+strconv.FormatInt(tok.ID, 10), h.now()); !ok {
+				setRetryAfter(c, wait)
+				return market.Errorf(market.CodeRateLimited, "Too many requests for this token; slow down.")
+			}
+			return next(c)
+		}
+	}
 }
 
 // decodeBody reads a JSON body strictly into v: unknown fields and
@@ -266,6 +263,20 @@ type apiQuotes struct {
 	Quotes      []apiQuote     `json:"quotes"`
 	Total       int            `json:"total"`
 	Explanation apiExplanation `json:"explanation"`
+	Search      apiSearch      `json:"search"`
+}
+
+// apiSearch says whether the matcher examined every offer the request
+// could use (complete) or, over its work budget, only those with the
+// lowest prices: then the quotes are the best among them, total and the
+// counts are lower bounds, and message says what to do.
+type apiSearch struct {
+	Complete              bool         `json:"complete"`
+	Examined              int          `json:"examined,omitempty"`
+	NotExamined           int          `json:"not_examined,omitempty"`
+	PriceCeilingCents     market.Cents `json:"price_ceiling_cents,omitempty"`
+	RelaxationsIncomplete bool         `json:"relaxations_incomplete,omitempty"`
+	Message               string       `json:"message,omitempty"`
 }
 
 type apiExplanation struct {
@@ -317,6 +328,9 @@ func (h *Handler) apiQuotes(c echo.Context, req market.Request) (apiQuotes, erro
 	for _, el := range res.Explanation.Eliminated {
 		out.Explanation.Eliminated[string(el.Constraint)] = el.Count
 	}
+	cut := res.Explanation.Cut
+	out.Search = apiSearch{Complete: !cut.Partial(), Examined: cut.Examined, NotExamined: cut.Unexamined,
+		PriceCeilingCents: cut.PriceCeiling, RelaxationsIncomplete: cut.Relaxations, Message: cut.Message()}
 	for _, r := range res.Explanation.Relaxations {
 		doc, err := market.EncodeRequestJSON(r.Request)
 		if err != nil {

@@ -17,13 +17,24 @@ import (
 
 // matchCarbonAware runs the matcher with hourly emissions estimates and,
 // when the request asks for it, the carbon-aware start. Quotes and
-// booking both use it, so a shifted quote books as shown.
+// booking both use it, so a shifted quote books as shown: each match runs
+// within the quote budget (the same cut for the quote and its booking),
+// and a broad request holds one of the broad slots for all its matches.
 func (h *Handler) matchCarbonAware(ctx context.Context, req market.Request, now time.Time) (market.Result, []market.CarbonShift, error) {
 	profile, err := h.carbonProfiles(ctx)
 	if err != nil {
 		return market.Result{}, nil, err
 	}
-	return market.MatchCarbonAware(h.wf.Index().Match, req, now, profile)
+	idx := h.wf.Index()
+	release, err := h.broad.enter(ctx, idx, req, now)
+	if err != nil {
+		return market.Result{}, nil, err
+	}
+	defer release()
+	match := func(r market.Request, at time.Time) (market.Result, error) {
+		return idx.MatchWithin(r, at, h.cfg.QuoteBudget)
+	}
+	return market.MatchCarbonAware(match, req, now, profile)
 }
 
 // carbonProfiles returns the profile lookup for quote pieces: the offer's

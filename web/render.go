@@ -93,6 +93,9 @@ func (h *Handler) handleError(err error, c echo.Context) {
 		code = market.ErrorCode(err)
 		status = statusOf(code)
 	}
+	if status == http.StatusTooManyRequests && c.Response().Header().Get("Retry-After") == "" {
+		c.Response().Header().Set("Retry-After", "1")
+	}
 	reqID := c.Response().Header().Get(echo.HeaderXRequestID)
 	if status >= 500 {
 		logger(c).Error("internal error", "err", err, "path", c.Request().URL.Path)

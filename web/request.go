@@ -28,14 +28,20 @@ func (h *Handler) handleRequestBuilder(c echo.Context) error {
 	if c.QueryParam("workload.kind") != "" {
 		req, errs := requestFromValues(values)
 		v.Errors = errs
-		if errs == nil {
+		if errs != nil {
+			status = http.StatusUnprocessableEntity
+		} else if ok, msg := h.quoteAllowed(c); !ok {
+			// The page and the form stay; only the quotes are refused.
+			status, v.Quotes = http.StatusTooManyRequests, views.QuotesView{Message: msg}
+		} else {
 			qv, err := h.quotes(c, req)
-			if err != nil {
+			if market.ErrorCode(err) == market.CodeRateLimited { // no broad slot free
+				setRetryAfter(c, time.Second)
+				status, qv = http.StatusTooManyRequests, views.QuotesView{Message: market.ErrorMessage(err)}
+			} else if err != nil {
 				return err
 			}
 			v.Quotes = qv
-		} else {
-			status = http.StatusUnprocessableEntity
 		}
 	}
 	if c.Request().Header.Get("X-Quotes-Partial") != "" {
@@ -104,7 +110,8 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 	}
 	h.cfg.Metrics.Quoted("web", len(res.Quotes) > 0)
 	v := views.QuotesView{Searched: true, Total: res.Total, SignedIn: currentUser(c) != nil,
-		LoginURL: "/login?next=" + url.QueryEscape("/requests?"+requestQuery(requestValues(req))), CSRF: h.csrfToken(c)}
+		LoginURL: "/login?next=" + url.QueryEscape("/requests?"+requestQuery(requestValues(req))), CSRF: h.csrfToken(c),
+		Cut: res.Explanation.Cut.Message()}
 	if len(res.Quotes) == 0 {
 		v.Summary = res.Explanation.Summary()
 		v.Shortfall = res.Explanation.Shortfall
@@ -116,6 +123,9 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 	v.Summary = fmt.Sprintf("%d way(s) to run it, best first", res.Total)
 	if res.Total > len(res.Quotes) {
 		v.Summary = fmt.Sprintf("Best %d of %d ways to run it", len(res.Quotes), res.Total)
+	}
+	if res.Explanation.Cut.Unexamined > 0 {
+		v.Summary = fmt.Sprintf("Best %d of at least %d ways to run it, among the offers examined", len(res.Quotes), res.Total)
 	}
 	reqJSON, err := market.EncodeRequestJSON(req)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/gpumarket/gpumarket/billing"
+	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/metrics"
 	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/workflow"
@@ -57,6 +58,12 @@ type Config struct {
 	// IndexMaxAge is how old the matcher index may be before /healthz
 	// reports this replica unhealthy; 0 means workflow.IndexMaxAge(0).
 	IndexMaxAge time.Duration
+	// QuoteBudget bounds the work of each match (quotes and bookings);
+	// the zero Budget means market.DefaultBudget.
+	QuoteBudget market.Budget
+	// BroadSlots is how many broad matches run at once; 0 means half the
+	// cores, at least one.
+	BroadSlots int
 }
 
 // Handler holds what the handlers share. It is created once by New.
@@ -87,6 +94,10 @@ type Handler struct {
 	// matched none is measured as one "unmatched" route, not by the
 	// nearest template Echo leaves in its context.
 	routeSet map[string]bool
+	// anonQuotes and userQuotes limit the builder's quotes per client
+	// address and per account; broad shares the matcher fairly.
+	anonQuotes, userQuotes *limiter
+	broad                  *fairShare
 }
 
 // Limits on abuse, kept together.
@@ -138,6 +149,12 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	h.wf, h.cfg.Workflow = cfg.Workflow, cfg.Workflow
 	h.pay, h.baseURL = h.wf.Processor(), strings.TrimSuffix(cfg.BaseURL, "/")
 	h.local, _ = h.pay.(localProcessor)
+	if h.cfg.QuoteBudget == (market.Budget{}) {
+		h.cfg.QuoteBudget = market.DefaultBudget
+	}
+	h.anonQuotes = newLimiter(anonQuotesPerSecond, anonQuoteBurst)
+	h.userQuotes = newLimiter(userQuotesPerSecond, userQuoteBurst)
+	h.broad = newFairShare(cfg.BroadSlots)
 	h.pwCost = cfg.PasswordCost
 	if h.pwCost == 0 {
 		h.pwCost = DefaultPasswordCost

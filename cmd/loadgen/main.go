@@ -7,7 +7,7 @@
 //
 // Request kinds: narrow (POST /api/v1/quotes naming a model and two
 // regions), broad (POST /api/v1/quotes with any model, anywhere, split
-// allowed), ping (GET /api/v1/ping: authentication and rate limit, no
+// allowed), anon (the broad request as a visitor's GET /requests), ping (GET /api/v1/ping: authentication and rate limit, no
 // matcher) and static (GET /static/app.css: no database at all). It reports
 // requests per second and p50/p90/p99 latency per kind, and the errors.
 package main
@@ -93,9 +93,9 @@ func parseMix(s string) ([]kind, error) {
 			return nil, fmt.Errorf("-mix %q: want kind=weight,…", s)
 		}
 		switch name {
-		case "narrow", "broad", "ping", "static":
+		case "narrow", "broad", "anon", "ping", "static":
 		default:
-			return nil, fmt.Errorf("-mix: unknown kind %q (want narrow, broad, ping or static)", name)
+			return nil, fmt.Errorf("-mix: unknown kind %q (want narrow, broad, anon, ping or static)", name)
 		}
 		if n > 0 {
 			out = append(out, kind{name, n})
@@ -252,6 +252,17 @@ func newRequest(ctx context.Context, base, token, k string, bodies map[string][]
 	var req *http.Request
 	var err error
 	switch k {
+	case "anon":
+		// A visitor's broad request on the request builder, as its script
+		// sends it: no token. The forwarded address, a new one each time,
+		// counts only when the server trusts 127.0.0.1 as a proxy.
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, base+"/requests?"+anonQueries[rng.IntN(len(anonQueries))], nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("X-Quotes-Partial", "1")
+		req.Header.Set("X-Forwarded-For", fmt.Sprintf("10.77.%d.%d", rng.IntN(256), 1+rng.IntN(254)))
+		return req, nil
 	case "narrow", "broad":
 		b := bodies[k][rng.IntN(len(bodies[k]))]
 		req, err = http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/v1/quotes", bytes.NewReader(b))

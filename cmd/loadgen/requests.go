@@ -1,10 +1,28 @@
 package main
 
 import (
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/gpumarket/gpumarket/market"
 )
+
+// anonQueries are the broad requests as the request builder's query
+// strings: any accelerator with 24 GB, anywhere, split allowed.
+var anonQueries = func() []string {
+	var out []string
+	for i := range 4 {
+		q := url.Values{"workload.kind": {"batch"}, "workload.devices": {strconv.Itoa(32 + 16*i)}, "workload.min_piece_devices": {"4"},
+			"workload.hours": {"48"}, "workload.checkpoint_mins": {"60"}, "workload.restart_mins": {"10"}, "workload.dataset_gb": {"1000"},
+			"constraints.min_memory_gb": {"24"}, "preferences.cost_weight": {"70"}, "preferences.reliability_weight": {"30"}}
+		if i%2 == 0 {
+			q.Set("constraints.allow_interruption", "1")
+		}
+		out = append(out, q.Encode())
+	}
+	return out
+}()
 
 // requestBodies returns the portable request JSON of the narrow and broad
 // requests, with deadlines relative to now.
