@@ -73,11 +73,23 @@ func (db *DB) migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("store: read migrations: %w", err)
 	}
-	if _, err := db.writer.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	// In a write transaction, which on PostgreSQL takes the write lock
+	// first: CREATE TABLE IF NOT EXISTS is not safe against a concurrent
+	// creation, and replicas starting together on an empty database would
+	// otherwise race on it (duplicate key in pg_type).
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("store: create schema_migrations: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    BIGINT  PRIMARY KEY,
 		name       TEXT    NOT NULL,
 		applied_at BIGINT  NOT NULL
 	)`); err != nil {
+		return fmt.Errorf("store: create schema_migrations: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: create schema_migrations: %w", err)
 	}
 	for _, m := range ms {
