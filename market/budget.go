@@ -11,12 +11,23 @@ import (
 // what a match costs (whole buckets ruled out by model, memory or region,
 // and the tail over a maximum price, cost nothing each).
 type Budget struct {
-	// Offers is the most offers a match evaluates one by one, over its
-	// run and every relaxation it tries; 0 means no limit. A run that
-	// would evaluate more evaluates those with the lowest prices (the
-	// lowest price an offer sells at, interruptible where it sells so;
-	// ties by offer id) and says so in Explanation.Cut.
+	// Offers is the most offers a match evaluates one by one in its run;
+	// 0 means no limit. A run that would evaluate more evaluates those
+	// with the lowest prices (the lowest price an offer sells at,
+	// interruptible where it sells so; ties by offer id) and says so in
+	// Explanation.Cut. When nothing fits, each relaxation run evaluates at
+	// most a tenth of Offers, and all of them together twice Offers, so a
+	// request costs at most three times Offers.
 	Offers int
+}
+
+// relaxBudget is what the relaxations of a request within b may evaluate:
+// per run and in all (see Budget.Offers); -1 for no limit.
+func (b Budget) relaxBudget() (perRun, total int) {
+	if b.Offers <= 0 {
+		return -1, -1
+	}
+	return max(1, b.Offers/10), 2 * b.Offers
 }
 
 // DefaultBudget is the budget the marketplace serves quotes within: about

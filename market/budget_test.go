@@ -215,3 +215,43 @@ func TestCutMessage(t *testing.T) {
 		t.Fatalf("relaxations message %q", m)
 	}
 }
+
+// TestRelaxationsWithinBudget: when nothing fits, relaxations tried within
+// a budget are real — each suggested request has quotes, at least as many
+// as it says, in the unbounded matcher — and a budget that stopped some is
+// flagged.
+func TestRelaxationsWithinBudget(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	tried, flagged := 0, 0
+	for i := range 3000 {
+		in := budgetInstance(rng, []WorkloadKind{WorkTraining, WorkBatch, WorkInference}[i%3])
+		idx := indexOf(t, in)
+		full, err := idx.Match(in.req, in.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(full.Quotes) > 0 || len(full.Explanation.Relaxations) == 0 {
+			continue
+		}
+		tried++
+		got, err := idx.MatchWithin(in.req, in.now, Budget{Offers: 1 + rng.IntN(20*len(in.cands))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Explanation.Cut.Relaxations {
+			flagged++
+		} else if fmt.Sprint(got.Explanation.Relaxations) != fmt.Sprint(full.Explanation.Relaxations) {
+			t.Fatalf("instance %d: relaxations not flagged as cut, yet differ:\n%v\n%v", i, got.Explanation.Relaxations, full.Explanation.Relaxations)
+		}
+		for _, r := range got.Explanation.Relaxations {
+			res, err := idx.Match(r.Request, in.now)
+			if err != nil || res.Total < r.Offers || r.Offers < 1 {
+				t.Fatalf("instance %d: relaxation %q: %v, %d quotes unbounded", i, r.Message, err, res.Total)
+			}
+		}
+	}
+	if tried < 200 || flagged < 50 || tried-flagged < 50 {
+		t.Fatalf("%d no-match instances, %d with relaxations cut: the generator tests too little", tried, flagged)
+	}
+	t.Logf("%d no-match instances, %d with relaxations cut", tried, flagged)
+}

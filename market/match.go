@@ -690,13 +690,11 @@ func (e *engine) run(src source, req Request, now time.Time, explain bool, b Bud
 	if b.Offers > 0 {
 		limit = b.Offers
 	}
-	res, _, examined := e.runQuery(src, q, limit)
+	res, _, _ := e.runQuery(src, q, limit)
 	if explain && len(res.Quotes) == 0 {
-		if limit >= 0 {
-			limit = max(0, limit-examined)
-		}
 		var cut bool
-		res.Explanation.Relaxations, cut = e.relax(src, q, now, limit)
+		perRun, total := b.relaxBudget()
+		res.Explanation.Relaxations, cut = e.relax(src, q, now, perRun, total)
 		res.Explanation.Cut.Relaxations = cut
 	}
 	return res, nil

@@ -319,3 +319,66 @@ func BenchmarkIndexUpdate(b *testing.B) {
 		bi.idx.RemoveCommitment(c)
 	}
 }
+
+// BenchmarkWriterBesideRelaxations measures what a booking's index write
+// (a commitment added and removed) waits while another goroutine runs, back
+// to back, a broad request that nothing fits at 100,000 offers, whose
+// relaxations re-run the engine many times: within the default budget and
+// without one. The read lock is taken per run, so a writer waits for at
+// most one run, not the whole request.
+func BenchmarkWriterBesideRelaxations(b *testing.B) {
+	for _, how := range []string{"budget", "unbounded"} {
+		b.Run(how, func(b *testing.B) {
+			bi := getBenchIndex(b, 100_000)
+			req := broadRequests()[1]
+			req.Constraints.Deadline = benchNow.Add(24 * time.Hour) // a 48-hour job
+			budget := DefaultBudget
+			if how == "unbounded" {
+				budget = Budget{}
+			}
+			if res, err := bi.idx.MatchWithin(req, benchNow, budget); err != nil || len(res.Quotes) > 0 || len(res.Explanation.Relaxations) == 0 {
+				b.Fatalf("want no quotes and some relaxations: %v, %d quotes", err, len(res.Quotes))
+			}
+			stop := make(chan struct{})
+			done := make(chan []time.Duration)
+			go func() {
+				var took []time.Duration
+				for {
+					select {
+					case <-stop:
+						done <- took
+						return
+					default:
+					}
+					t := time.Now()
+					if _, err := bi.idx.MatchWithin(req, benchNow, budget); err != nil {
+						panic(err)
+					}
+					took = append(took, time.Since(t))
+				}
+			}()
+			time.Sleep(10 * time.Millisecond)
+			c := Commitment{OfferID: 1, Devices: 1, Start: benchNow, End: benchNow.Add(time.Hour)}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t := time.Now()
+				bi.idx.AddCommitment(c)
+				bi.idx.RemoveCommitment(c)
+				lat = append(lat, time.Since(t))
+				time.Sleep(time.Millisecond) // writes arrive now and then, as bookings do
+			}
+			b.StopTimer()
+			close(stop)
+			took := <-done
+			slices.Sort(lat)
+			slices.Sort(took)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "write-p50-µs")
+			b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds()), "write-p99-µs")
+			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "write-max-µs")
+			if len(took) > 0 {
+				b.ReportMetric(float64(took[len(took)/2].Microseconds()), "request-p50-µs")
+			}
+		})
+	}
+}

@@ -15,10 +15,11 @@ import (
 // verified figures). The allowed countries are the data-residency rule
 // and are never relaxed.
 //
-// With left ≥ 0 the runs together evaluate at most left offers (see
-// Budget): each run is cut to what is left, and once nothing is, the rest
-// are not tried; cut reports that either happened.
-func (e *engine) relax(src source, q *query, now time.Time, left int) (_ []Relaxation, cut bool) {
+// With a budget (perRun, left ≥ 0; see Budget) each run evaluates at most
+// perRun offers and all together at most left: a run is cut to that, and
+// once nothing is left the rest are not tried; cut reports that either
+// happened.
+func (e *engine) relax(src source, q *query, now time.Time, perRun, left int) (_ []Relaxation, cut bool) {
 	base := q.req
 	// lastFit is the request of the latest run that found quotes; every add
 	// below follows the run it describes, so lastFit is that relaxation.
@@ -34,7 +35,11 @@ func (e *engine) relax(src source, q *query, now time.Time, left int) (_ []Relax
 		if err != nil {
 			return Result{}, extremes{}, false
 		}
-		res, xt, examined := e.runQuery(src, cq, left)
+		limit := left
+		if perRun >= 0 {
+			limit = min(perRun, left)
+		}
+		res, xt, examined := e.runQuery(src, cq, limit)
 		putQuery(cq)
 		if left > 0 {
 			left -= examined

@@ -1029,7 +1029,7 @@ func Quotes(v QuotesView) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-			} else {
+			} else if v.Cut == "" {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 69, "<p class=\"muted\">No single change to a constraint produces a match. Try a longer window or fewer devices.</p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
