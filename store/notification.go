@@ -34,11 +34,15 @@ const (
 	NotifyAccountReinstated = "account_reinstated"
 )
 
-// insertNotification adds n inside the caller's transaction.
+// insertNotification adds n inside the caller's transaction, and queues
+// its e-mail in the same transaction (queueNotificationMail), so the
+// message goes out exactly when the event commits.
 func insertNotification(ctx context.Context, tx querier, n Notification) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO notifications (user_id, kind, message, url, created_at) VALUES (?, ?, ?, ?, ?)`,
-		n.UserID, n.Kind, n.Message, n.URL, unix(n.CreatedAt))
-	return err
+	if _, err := tx.ExecContext(ctx, `INSERT INTO notifications (user_id, kind, message, url, created_at) VALUES (?, ?, ?, ?, ?)`,
+		n.UserID, n.Kind, n.Message, n.URL, unix(n.CreatedAt)); err != nil {
+		return err
+	}
+	return queueNotificationMail(ctx, tx, n)
 }
 
 // Notify adds one notification in its own transaction, for events whose
