@@ -43,6 +43,7 @@ const (
 	AuditDisputeDecide         = "dispute.decide"
 	AuditReservationReject     = "reservation.reject"
 	AuditIncidentNote          = "incident.note"
+	AuditTwoFactorReset        = "user.reset_two_factor"
 	AuditMoneyPrefix           = "money."
 	AuditSubjectOffer          = "offer"
 	AuditSubjectUser           = "user"
@@ -77,6 +78,8 @@ func AuditActionLabel(action string) string {
 		return "Rental rejected by the buyer in its acceptance period"
 	case AuditIncidentNote:
 		return "Provider's note on an incident"
+	case AuditTwoFactorReset:
+		return "Two-factor sign-in reset by the operator"
 	}
 	if kind, ok := strings.CutPrefix(action, AuditMoneyPrefix); ok {
 		return "Money: " + market.EntryKindLabel(kind)
