@@ -19,7 +19,32 @@ type User struct {
 	IsAdmin      bool
 	Suspended    bool
 	CreatedAt    time.Time
+	// EmailVerifiedAt is when the owner confirmed the address by following
+	// a link mailed to it; zero while unconfirmed.
+	EmailVerifiedAt time.Time
 }
+
+// Verified reports whether the account's e-mail address is confirmed.
+func (u User) Verified() bool { return !u.EmailVerifiedAt.IsZero() }
+
+// MayTrade reports whether the account may book compute, list offers or be
+// paid out: only once its e-mail address is confirmed, so that the people
+// it trades with, and its receipts, reach someone. Browsing and quoting need
+// no confirmation. The error is forbidden and says what to do.
+func (u User) MayTrade() error {
+	if u.Verified() {
+		return nil
+	}
+	return &Error{Code: CodeForbidden, Message: "Confirm your e-mail address first: follow the link we sent to " + u.Email +
+		". Until then you can browse and get quotes, but not book, list offers or be paid out."}
+}
+
+// How long the links mailed for account recovery and verification work.
+const (
+	VerifyLinkTTL        = 48 * time.Hour // confirming the address given at sign-up
+	AddressChangeLinkTTL = 48 * time.Hour // confirming a new address
+	ResetLinkTTL         = time.Hour      // setting a new password
+)
 
 // Password limits. bcrypt reads at most 72 bytes; a longer password is
 // refused with a message rather than silently truncated.
@@ -73,6 +98,10 @@ func ValidateSignUp(s *SignUp) error {
 	}
 	return p.Err()
 }
+
+// EmailProblem returns why email (normalised) is not an acceptable
+// address, or "".
+func EmailProblem(email string) string { return emailProblem(email) }
 
 func emailProblem(email string) string {
 	if email == "" {

@@ -96,7 +96,7 @@ func (db *DB) FindSession(ctx context.Context, id string, now time.Time) (Sessio
 	s := Session{ID: id}
 	var created, expires int64
 	u, err := scanUser(db.reader.QueryRowContext(ctx, `
-		SELECT u.id, u.email, u.display_name, u.organisation, u.is_buyer, u.is_provider, u.is_admin, u.suspended, u.created_at,
+		SELECT u.id, u.email, u.display_name, u.organisation, u.is_buyer, u.is_provider, u.is_admin, u.suspended, u.created_at, u.email_verified_at,
 		       s.user_id, s.csrf_token, s.created_at, s.expires_at
 		FROM sessions s JOIN users u ON u.id = s.user_id
 		WHERE s.id_hash = ? AND s.expires_at > ? AND u.suspended = 0`,

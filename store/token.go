@@ -188,7 +188,7 @@ func revokeAPITokens(ctx context.Context, tx *sql.Tx, userID int64, now time.Tim
 
 // findAPITokenQuery reads a token and its user by the token's hash.
 const findAPITokenQuery = `SELECT ` + apiTokenColumns + `,
-		u.id, u.email, u.display_name, u.organisation, u.is_buyer, u.is_provider, u.is_admin, u.suspended, u.created_at
+		u.id, u.email, u.display_name, u.organisation, u.is_buyer, u.is_provider, u.is_admin, u.suspended, u.created_at, u.email_verified_at
 		FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?`
 
 // FindAPIToken authenticates a raw token presented at now and returns it
@@ -212,8 +212,9 @@ func (db *DB) FindAPIToken(ctx context.Context, raw string, now time.Time) (APIT
 	}
 	var u market.User
 	var created int64
+	var verified sql.NullInt64
 	t, err := scanAPIToken(stmt.QueryRowContext(ctx, hashToken(raw)),
-		&u.ID, &u.Email, &u.DisplayName, &u.Organisation, &u.IsBuyer, &u.IsProvider, &u.IsAdmin, &u.Suspended, &created)
+		&u.ID, &u.Email, &u.DisplayName, &u.Organisation, &u.IsBuyer, &u.IsProvider, &u.IsAdmin, &u.Suspended, &created, &verified)
 	if errors.Is(err, sql.ErrNoRows) {
 		return APIToken{}, market.User{}, &market.Error{Code: market.CodeUnauthorized, Message: msgTokenInvalid}
 	}
@@ -221,6 +222,9 @@ func (db *DB) FindAPIToken(ctx context.Context, raw string, now time.Time) (APIT
 		return APIToken{}, market.User{}, fail(op, err, "")
 	}
 	u.CreatedAt = fromUnix(created)
+	if verified.Valid {
+		u.EmailVerifiedAt = fromUnix(verified.Int64)
+	}
 	switch {
 	case t.Revoked():
 		return APIToken{}, market.User{}, &market.Error{Code: market.CodeUnauthorized, Message: "This API token has been revoked."}
