@@ -297,13 +297,20 @@ func moneyMoved(ctx context.Context, tx querier, e market.LedgerEntry) error {
 		// A payment that arrived too late confirms nothing: it is refunded,
 		// and the provider has no booking to hear about.
 		var state string
-		if err := tx.QueryRowContext(ctx, `SELECT state FROM reservations WHERE id = ?`, e.ReservationID).Scan(&state); err != nil {
+		var buyer, starts int64
+		if err := tx.QueryRowContext(ctx, `SELECT state, buyer_id, starts_at FROM reservations WHERE id = ?`, e.ReservationID).Scan(&state, &buyer, &starts); err != nil {
 			return err
 		}
 		switch market.ReservationState(state) {
 		case market.ReservationConfirmed, market.ReservationActive, market.ReservationCompleted, market.ReservationSettled:
 		default:
 			return nil
+		}
+		if err := insertNotification(ctx, tx, Notification{UserID: buyer, Kind: NotifyBookingConfirmed, CreatedAt: e.At,
+			URL: fmt.Sprintf("/reservations/%d", e.ReservationID),
+			Message: fmt.Sprintf("Your payment of %s arrived: reservation #%d is confirmed. It starts at %s; its connection details will be on the reservation's page.",
+				e.Amount, e.ReservationID, market.FormatTime(fromUnix(starts)))}); err != nil {
+			return err
 		}
 	}
 	n := Notification{UserID: id, Kind: NotifyBookingMade, CreatedAt: e.At, URL: fmt.Sprintf("/provider/bookings/%d", e.ReservationID),

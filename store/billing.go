@@ -368,6 +368,21 @@ func (db *DB) RecordPaymentFailed(ctx context.Context, eventID, eventType string
 		string(PaymentFailed), message, paymentIntentID, unix(now), reservationID, string(PaymentOpen), string(PaymentFailed)); err != nil {
 		return false, fail(op, err, "")
 	}
+	var buyer int64
+	var holdEnds int64
+	err = tx.QueryRowContext(ctx, `SELECT buyer_id, hold_expires_at FROM reservations WHERE id = ? AND state = ?`,
+		reservationID, string(market.ReservationHeld)).Scan(&buyer, &holdEnds)
+	if err == nil {
+		err = insertNotification(ctx, tx, Notification{UserID: buyer, Kind: NotifyPaymentFailed, CreatedAt: now,
+			URL: fmt.Sprintf("/reservations/%d", reservationID),
+			Message: fmt.Sprintf("The payment for reservation #%d did not go through (%s). You can try again until its hold ends at %s.",
+				reservationID, message, market.FormatTime(fromUnix(holdEnds)))})
+	} else if errors.Is(err, sql.ErrNoRows) {
+		err = nil // no longer held: nothing to try again
+	}
+	if err != nil {
+		return false, fail(op, err, "")
+	}
 	return true, fail(op, tx.Commit(), "")
 }
 

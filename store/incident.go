@@ -180,6 +180,11 @@ func (db *DB) AcknowledgeIncident(ctx context.Context, providerID, incidentID in
 		return Incident{}, fail(op, err, "")
 	}
 	inc.Acknowledged, inc.AcknowledgedAt = true, truncate(now)
+	if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyIncidentAcknowledged, CreatedAt: now,
+		URL:     fmt.Sprintf("/reservations/%d", r.ID),
+		Message: fmt.Sprintf("The provider acknowledged your incident report on reservation #%d (%s); it counts in settlement.", r.ID, inc.Kind.Label())}); err != nil {
+		return Incident{}, fail(op, err, "")
+	}
 	return inc, fail(op, tx.Commit(), "")
 }
 

@@ -23,10 +23,16 @@ type OutboxMail struct {
 	Attempts      int
 	LastError     string
 	SentAt        time.Time // zero while unsent
+	// FailedAt is when the sender gave up on the message (GiveUpMail);
+	// zero while it is sent or still being tried.
+	FailedAt time.Time
 }
 
 // Sent reports whether the message has gone out.
 func (m OutboxMail) Sent() bool { return !m.SentAt.IsZero() }
+
+// Failed reports whether the sender gave up on the message.
+func (m OutboxMail) Failed() bool { return !m.FailedAt.IsZero() }
 
 // Security mail kinds: sent whatever the person's preferences.
 const (
@@ -63,14 +69,24 @@ var notificationSubjects = map[string]string{
 	NotifyRefundSent:        "Refund sent",
 	NotifyAccountSuspended:  "Your account was suspended",
 	NotifyAccountReinstated: "Your account was reinstated",
+
+	NotifyBookingHeld:          "Your reservation is held: pay to confirm it",
+	NotifyBookingConfirmed:     "Your reservation is confirmed",
+	NotifyBookingExpired:       "Your reservation's hold ended unpaid",
+	NotifyPaymentFailed:        "Your payment did not go through",
+	NotifyReservationStarting:  "Your reservation is starting",
+	NotifyStatementReady:       "Your statement is ready",
+	NotifyPayoutHeld:           "A payout is held",
+	NotifyIncidentAcknowledged: "An incident was acknowledged",
 }
 
 // MailedNotificationKinds lists the notification kinds that are mailed, in
 // a stable order, for the preferences form.
 func MailedNotificationKinds() []string {
 	return []string{
-		NotifyBookingMade, NotifyBookingCancelled, NotifyRefundSent, NotifyPayoutSent,
-		NotifyIncidentReported, NotifyDisputeOpened, NotifyDisputeAnswered, NotifyDisputeDecided,
+		NotifyBookingHeld, NotifyBookingConfirmed, NotifyBookingExpired, NotifyPaymentFailed, NotifyReservationStarting,
+		NotifyBookingMade, NotifyBookingCancelled, NotifyStatementReady, NotifyRefundSent, NotifyPayoutSent, NotifyPayoutHeld,
+		NotifyIncidentReported, NotifyIncidentAcknowledged, NotifyDisputeOpened, NotifyDisputeAnswered, NotifyDisputeDecided,
 		NotifyListingApproved, NotifyListingRejected, NotifyListingChanges,
 		NotifyAccountSuspended, NotifyAccountReinstated,
 	}
@@ -130,16 +146,16 @@ func (db *DB) QueueMail(ctx context.Context, m OutboxMail) error {
 	return fail(op, tx.Commit(), "")
 }
 
-const outboxColumns = `id, COALESCE(user_id, 0), to_addr, kind, subject, body, url_path, created_at, next_attempt_at, attempts, last_error, sent_at`
+const outboxColumns = `id, COALESCE(user_id, 0), to_addr, kind, subject, body, url_path, created_at, next_attempt_at, attempts, last_error, sent_at, failed_at`
 
 func scanOutbox(rows *sql.Rows) ([]OutboxMail, error) {
 	var out []OutboxMail
 	for rows.Next() {
 		var m OutboxMail
 		var created, next int64
-		var sent sql.NullInt64
+		var sent, failed sql.NullInt64
 		if err := rows.Scan(&m.ID, &m.UserID, &m.To, &m.Kind, &m.Subject, &m.Body, &m.URLPath, &created, &next,
-			&m.Attempts, &m.LastError, &sent); err != nil {
+			&m.Attempts, &m.LastError, &sent, &failed); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -147,15 +163,19 @@ func scanOutbox(rows *sql.Rows) ([]OutboxMail, error) {
 		if sent.Valid {
 			m.SentAt = fromUnix(sent.Int64)
 		}
+		if failed.Valid {
+			m.FailedAt = fromUnix(failed.Int64)
+		}
 		out = append(out, m)
 	}
 	return out, closeRows(rows)
 }
 
-// DueMail returns up to limit unsent messages due at now, oldest first.
+// DueMail returns up to limit unsent messages due at now, oldest first
+// (not those given up on).
 func (db *DB) DueMail(ctx context.Context, now time.Time, limit int) ([]OutboxMail, error) {
 	rows, err := db.reader.QueryContext(ctx, `SELECT `+outboxColumns+` FROM mail_outbox
-		WHERE sent_at IS NULL AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?`, unix(now), limit)
+		WHERE sent_at IS NULL AND failed_at IS NULL AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?`, unix(now), limit)
 	if err != nil {
 		return nil, fail("list due mail", err, "")
 	}
@@ -179,6 +199,38 @@ func (db *DB) ListMail(ctx context.Context, userID int64, limit int) ([]OutboxMa
 	return out, fail("list mail", err, "")
 }
 
+// FindMail returns outbox message id.
+func (db *DB) FindMail(ctx context.Context, id int64) (OutboxMail, error) {
+	rows, err := db.reader.QueryContext(ctx, `SELECT `+outboxColumns+` FROM mail_outbox WHERE id = ?`, id)
+	if err != nil {
+		return OutboxMail{}, fail("find mail", err, "")
+	}
+	out, err := scanOutbox(rows)
+	if err != nil {
+		return OutboxMail{}, fail("find mail", err, "")
+	}
+	if len(out) == 0 {
+		return OutboxMail{}, notFound("No such message.")
+	}
+	return out[0], nil
+}
+
+// MailCounts is how many messages of the outbox are in each state.
+type MailCounts struct {
+	Sent, Waiting, Failed int
+}
+
+// CountMail counts the outbox's messages by state, for the admin page.
+func (db *DB) CountMail(ctx context.Context) (MailCounts, error) {
+	var c MailCounts
+	err := db.reader.QueryRowContext(ctx, `SELECT
+		COALESCE(SUM(CASE WHEN sent_at IS NOT NULL THEN 1 ELSE 0 END), 0),
+		COALESCE(SUM(CASE WHEN sent_at IS NULL AND failed_at IS NULL THEN 1 ELSE 0 END), 0),
+		COALESCE(SUM(CASE WHEN failed_at IS NOT NULL THEN 1 ELSE 0 END), 0)
+		FROM mail_outbox`).Scan(&c.Sent, &c.Waiting, &c.Failed)
+	return c, fail("count mail", err, "")
+}
+
 // MarkMailSent records that message id went out at now. A message already
 // marked keeps its first time.
 func (db *DB) MarkMailSent(ctx context.Context, id int64, now time.Time) error {
@@ -191,6 +243,35 @@ func (db *DB) MarkMailSent(ctx context.Context, id int64, now time.Time) error {
 func (db *DB) MarkMailFailed(ctx context.Context, id int64, reason string, next time.Time) error {
 	return db.updateMail(ctx, "mark mail failed", `UPDATE mail_outbox SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?
 		WHERE id = ? AND sent_at IS NULL`, reason, unix(next), id)
+}
+
+// GiveUpMail records a last failed attempt (counted when attempted) and
+// that message id will not be tried again, at now.
+func (db *DB) GiveUpMail(ctx context.Context, id int64, reason string, attempted bool, now time.Time) error {
+	return db.updateMail(ctx, "give up mail", `UPDATE mail_outbox SET attempts = attempts + ?, last_error = ?, failed_at = ?
+		WHERE id = ? AND sent_at IS NULL AND failed_at IS NULL`, boolInt(attempted), reason, unix(now), id)
+}
+
+// RetryMail makes a message that was given up on due again at now (an
+// admin's decision), with its attempts counted afresh.
+func (db *DB) RetryMail(ctx context.Context, id int64, now time.Time) error {
+	const op = "retry mail"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE mail_outbox SET failed_at = NULL, attempts = 0, next_attempt_at = ?
+		WHERE id = ? AND sent_at IS NULL AND failed_at IS NOT NULL`, unix(now), id)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fail(op, err, "")
+	} else if n == 0 {
+		return conflict("Only a message that was given up on can be tried again.")
+	}
+	return fail(op, tx.Commit(), "")
 }
 
 func (db *DB) updateMail(ctx context.Context, op, query string, args ...any) error {

@@ -32,6 +32,15 @@ const (
 	NotifyRefundSent        = "refund_sent"
 	NotifyAccountSuspended  = "account_suspended"
 	NotifyAccountReinstated = "account_reinstated"
+
+	NotifyBookingHeld          = "booking_held"          // to the buyer: pay before the hold ends
+	NotifyBookingConfirmed     = "booking_confirmed"     // to the buyer: paid
+	NotifyBookingExpired       = "booking_expired"       // to the buyer: the hold ended unpaid
+	NotifyPaymentFailed        = "payment_failed"        // to the buyer: try again while held
+	NotifyReservationStarting  = "reservation_starting"  // to the buyer: how to connect
+	NotifyStatementReady       = "statement_ready"       // to the buyer and the providers
+	NotifyPayoutHeld           = "payout_held"           // to the provider: finish payout onboarding
+	NotifyIncidentAcknowledged = "incident_acknowledged" // to the buyer
 )
 
 // insertNotification adds n inside the caller's transaction, and queues

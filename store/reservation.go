@@ -296,8 +296,13 @@ func (db *DB) CreateReservation(ctx context.Context, buyerID int64, pieces []mar
 				return err
 			}
 		}
-		r.ID, err = insertReservation(ctx, tx, r)
-		return err
+		if r.ID, err = insertReservation(ctx, tx, r); err != nil {
+			return err
+		}
+		return insertNotification(ctx, tx, Notification{UserID: buyerID, Kind: NotifyBookingHeld, CreatedAt: now,
+			URL: fmt.Sprintf("/reservations/%d", r.ID),
+			Message: fmt.Sprintf("Reservation #%d (%s) is held for you until %s. Pay for it before then to confirm it; unpaid, the hold ends and the devices go back on the market.",
+				r.ID, market.FormatSpan(r.Start(), r.End()), market.FormatTime(r.HoldExpiresAt))})
 	})
 	if err != nil {
 		return market.Reservation{}, fail(op, err, "")
@@ -686,6 +691,15 @@ func (db *DB) CancelReservation(ctx context.Context, buyerID, id int64, feeBP in
 	if err := setState(ctx, tx, &r, market.ReservationCancelled, now); err != nil {
 		return market.Reservation{}, fail(op, err, "")
 	}
+	buyerMsg := fmt.Sprintf("You cancelled reservation #%d; nothing was charged.", r.ID)
+	if paid {
+		buyerMsg = fmt.Sprintf("You cancelled reservation #%d. %s of the %s you paid is refunded to your card; the cancellation fee is %s.",
+			r.ID, st.Refund, st.Paid, st.Paid-st.Refund)
+	}
+	if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyBookingCancelled, CreatedAt: now,
+		URL: fmt.Sprintf("/reservations/%d", r.ID), Message: buyerMsg}); err != nil {
+		return market.Reservation{}, fail(op, err, "")
+	}
 	if paid {
 		if err := insertSettlement(ctx, tx, st, now); err != nil {
 			return market.Reservation{}, fail(op, err, "")
@@ -725,6 +739,13 @@ func (db *DB) ExpireHolds(ctx context.Context, now time.Time) ([]market.Reservat
 	if err != nil {
 		return nil, fail(op, err, "")
 	}
+	for _, r := range rs {
+		if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyBookingExpired, CreatedAt: now,
+			URL:     fmt.Sprintf("/reservations/%d", r.ID),
+			Message: fmt.Sprintf("The hold on reservation #%d ended unpaid at %s; its devices went back on the market. Search again to book.", r.ID, market.FormatTime(r.HoldExpiresAt))}); err != nil {
+			return nil, fail(op, err, "")
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return nil, fail(op, err, "")
 	}
@@ -754,6 +775,14 @@ func (db *DB) AdvanceReservations(ctx context.Context, now time.Time) ([]market.
 		[]any{string(market.ReservationConfirmed), unix(now)}, market.ReservationActive, now)
 	if err != nil {
 		return nil, fail(op, err, "")
+	}
+	for _, r := range active {
+		if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyReservationStarting, CreatedAt: now,
+			URL: fmt.Sprintf("/reservations/%d", r.ID),
+			Message: fmt.Sprintf("Reservation #%d has started (%s). Its connection details — the hosts and how to reach them with your SSH key — are on the reservation's page.",
+				r.ID, market.FormatSpan(r.Start(), r.End()))}); err != nil {
+			return nil, fail(op, err, "")
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fail(op, err, "")

@@ -306,6 +306,9 @@ func (db *DB) StartSettlement(ctx context.Context, reservationID int64, feeBP in
 	if err := insertSettlement(ctx, tx, st, now); err != nil {
 		return Settlement{}, fail(op, err, "")
 	}
+	if err := notifyStatement(ctx, tx, st, now); err != nil {
+		return Settlement{}, fail(op, err, "")
+	}
 	s, err := getSettlement(ctx, tx, r.ID)
 	if err != nil {
 		return Settlement{}, fail(op, err, "")
@@ -340,6 +343,14 @@ func insertSettlement(ctx context.Context, tx *sql.Tx, st market.Statement, now 
 		if _, err := tx.ExecContext(ctx, `INSERT INTO settlement_transfers (reservation_id, provider_id, amount_cents, fee_cents, state)
 			VALUES (?, ?, ?, ?, ?)`, st.ReservationID, pp.ProviderID, int64(pp.Payout), int64(pp.Fee), string(state)); err != nil {
 			return err
+		}
+		if state == TransferHeld {
+			if err := insertNotification(ctx, tx, Notification{UserID: pp.ProviderID, Kind: NotifyPayoutHeld, CreatedAt: now,
+				URL: "/provider/reservations",
+				Message: fmt.Sprintf("Your payout of %s for booking #%d is held until you finish connecting your payout account; it is sent as soon as you do.",
+					pp.Payout, st.ReservationID)}); err != nil {
+				return err
+			}
 		}
 	}
 	var bookkeeping []market.LedgerEntry
@@ -553,4 +564,27 @@ func (db *DB) RetrySettlement(ctx context.Context, reservationID int64, now time
 		return conflict("Only a failed settlement can be retried.")
 	}
 	return fail(op, tx.Commit(), "")
+}
+
+// notifyStatement tells the buyer and each provider that a reservation's
+// statement is ready, with the refund and the payouts it makes.
+func notifyStatement(ctx context.Context, tx *sql.Tx, st market.Statement, now time.Time) error {
+	msg := fmt.Sprintf("The statement of reservation #%d is ready: you paid %s; %s comes back to your card (SLA credits and time not charged).",
+		st.ReservationID, st.Paid, st.Refund)
+	if st.Refund == 0 {
+		msg = fmt.Sprintf("The statement of reservation #%d is ready: you paid %s; the rental met its terms, so nothing is refunded.", st.ReservationID, st.Paid)
+	}
+	if err := insertNotification(ctx, tx, Notification{UserID: st.BuyerID, Kind: NotifyStatementReady, CreatedAt: now,
+		URL: fmt.Sprintf("/reservations/%d/statement", st.ReservationID), Message: msg}); err != nil {
+		return err
+	}
+	for _, pp := range st.Payouts() {
+		if err := insertNotification(ctx, tx, Notification{UserID: pp.ProviderID, Kind: NotifyStatementReady, CreatedAt: now,
+			URL: fmt.Sprintf("/provider/bookings/%d/statement", st.ReservationID),
+			Message: fmt.Sprintf("The statement of booking #%d is ready: you keep %s, the platform fee is %s, and your payout is %s.",
+				st.ReservationID, pp.Kept, pp.Fee, pp.Payout)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -96,7 +96,7 @@ func (s *Service) releaseLease() {
 // Tick is one round of the periodic work at now: unpaid holds expire
 // (freeing their capacity in the index), reservations move through their
 // lifecycle, the agents' heartbeats are measured (measureTick), and the
-// money workflow advances (settleTick).
+// money workflow advances (settleTick), and due mail is sent (mailTick).
 func (s *Service) Tick(ctx context.Context, now time.Time) {
 	expired, err := s.db.ExpireHolds(ctx, now)
 	if err != nil {
@@ -112,6 +112,7 @@ func (s *Service) Tick(ctx context.Context, now time.Time) {
 	}
 	s.measureTick(ctx, now)
 	s.settleTick(ctx, now)
+	s.mailTick(ctx, now)
 }
 
 // Prune deletes short-lived rows past their use: expired sessions and

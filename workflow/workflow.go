@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gpumarket/gpumarket/billing"
+	"github.com/gpumarket/gpumarket/mail"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/metrics"
 	"github.com/gpumarket/gpumarket/store"
@@ -60,6 +61,11 @@ type Config struct {
 	// Replica names this process among the replicas sharing the database
 	// (in the background lease's holder); empty means "replica".
 	Replica string
+	// Mail sends the outbox's messages (mailTick); nil means no SMTP
+	// server: mail stays in the outbox, readable on the mailbox pages.
+	Mail *mail.Sender
+	// BaseURL is the server's public address, for links in mail.
+	BaseURL string
 }
 
 // Service runs the workflows over one database and one processor. It is
@@ -94,6 +100,9 @@ type Service struct {
 	leased atomic.Bool
 
 	metrics *metrics.Metrics
+
+	mail    *mail.Sender
+	compose mail.Composer
 }
 
 // New builds the service and loads the matcher index from the database.
@@ -111,7 +120,8 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 		cfg.Replica = "replica"
 	}
 	s := &Service{db: db, pay: cfg.Billing, log: log, feeBP: cfg.PlatformFeeBP, now: func() time.Time { return cfg.Now().UTC() },
-		metrics: cfg.Metrics, holder: fmt.Sprintf("%s/%d/%08x", cfg.Replica, os.Getpid(), rand.Uint32())}
+		metrics: cfg.Metrics, holder: fmt.Sprintf("%s/%d/%08x", cfg.Replica, os.Getpid(), rand.Uint32()),
+		mail: cfg.Mail, compose: mail.Composer{BaseURL: cfg.BaseURL}}
 	if err := s.ReloadIndex(ctx); err != nil {
 		return nil, err
 	}

@@ -267,8 +267,13 @@ func TestDisputeCreditOnHeldPayoutReachesTheTransfer(t *testing.T) {
 	if pp := s.Statement.Payouts(); pp[0].Payout != 12378 || pp[0].Fee != 1375 || pp[0].DisputeCredit != 689 {
 		t.Fatalf("statement payouts %+v", pp)
 	}
-	if !f.notified(f.prov.ID, "Payout of $123.78") || f.notified(f.prov.ID, "$129.98") {
+	if !f.notified(f.prov.ID, "Payout of $123.78") || f.notified(f.prov.ID, "Payout of $129.98") {
 		t.Fatal("the provider's payout notification does not say the amount sent")
+	}
+	// Before the credit, the statement and the held payout said what was
+	// owed then (mail: statement ready, payout held).
+	if !f.notified(f.prov.ID, "your payout is $129.98") || !f.notified(f.prov.ID, "payout of $129.98 for booking") {
+		t.Fatal("the provider is not told of the statement and the held payout")
 	}
 	if !f.notified(f.buyer.ID, "refund of $6.89") || !f.notified(f.buyer.ID, "refund of $54.78") {
 		t.Fatal("the buyer is not told of both refunds")

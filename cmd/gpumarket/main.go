@@ -99,6 +99,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 	bf := billingFlags(fs, getenv)
+	mf := mailFlags(fs, getenv)
 	demoAgent := demoAgentFlag(fs, getenv)
 	clockOffset := fs.Duration("clock-offset", 0, "TEST ONLY: shift the server's clock by this duration, e.g. 72h (refused with a Stripe key)")
 	tick := fs.Duration("tick", 15*time.Second, "how often the background loop runs: holds, lifecycle, settlement retries (env GPUMARKET_TICK)")
@@ -146,6 +147,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	sender, err := mf.sender(*baseURL)
+	if err != nil {
+		return err
+	}
 	now := func() time.Time { return time.Now().UTC() }
 	if *clockOffset != 0 {
 		// Moving the clock with real money would settle bookings early.
@@ -173,7 +178,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	wf, err := workflow.New(ctx, workflow.Config{Billing: processor, PlatformFeeBP: *bf.feeBP, Now: now, Metrics: m, Replica: *replica}, db, log)
+	wf, err := workflow.New(ctx, workflow.Config{Billing: processor, PlatformFeeBP: *bf.feeBP, Now: now, Metrics: m, Replica: *replica,
+		Mail: sender, BaseURL: *baseURL}, db, log)
 	if err != nil {
 		return err
 	}
@@ -245,7 +251,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	fmt.Fprintf(stdout, "gpumarket listening on %s (open %s)\n", ln.Addr(), *baseURL)
 	log.Info("listening", "addr", ln.Addr().String(), "url", *baseURL, "db", redactDB(*dbPath), "demo", *demo,
-		"simulated_payments", processor.Simulated(), "metrics_addr", *metricsAddr, "trusted_proxies", *trustedProxies)
+		"simulated_payments", processor.Simulated(), "metrics_addr", *metricsAddr, "trusted_proxies", *trustedProxies, "smtp", redactSMTP(*mf.smtpURL))
 
 	go func() { errc <- srv.Serve(ln) }()
 	select {
