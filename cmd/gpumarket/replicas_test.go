@@ -554,9 +554,6 @@ func (f *replicaFleet) stop(t *testing.T) {
 func (f *replicaFleet) holding(t *testing.T, holder string) *replicaProc {
 	t.Helper()
 	for _, r := range f.reps {
-		if holder == "" {
-			break
-		}
 		if strings.HasPrefix(holder, fmt.Sprintf("%s/%d/", r.name, r.proc.Process.Pid)) {
 			return r
 		}
