@@ -97,6 +97,12 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/account/ssh-keys/:id/remove", h.handleSSHKeyRemove, requireUser)
 	b.GET("/notifications", h.handleNotifications, requireUser)
 	b.POST("/notifications/read", h.handleNotificationsRead, requireUser)
+	// E-mail (issue 14): preferences; in demo mode, the demo mailbox (the
+	// reader's own mail; an admin's, everyone's).
+	b.GET("/account/mail", h.handleMailPrefs, requireUser)
+	b.POST("/account/mail", h.handleMailPrefsSave, requireUser)
+	b.GET("/mailbox", h.handleMailbox, requireUser)
+	b.GET("/mailbox/:id", h.handleMailboxShow, requireUser)
 
 	// Disputes: the buyer opens one on a paid reservation; the buyer and the
 	// reservation's providers add statements (the store checks who is a party).
@@ -135,6 +141,9 @@ func (h *Handler) routes(e *echo.Echo) {
 	a.POST("/disputes/:id/refund", h.handleAdminDisputeRefund)
 	a.GET("/reservations/:id", h.handleAdminReservation)
 	a.GET("/hosts", h.handleAdminHosts)
+	a.GET("/mail", h.handleAdminMail)
+	a.GET("/mail/:id", h.handleAdminMailShow)
+	a.POST("/mail/:id/retry", h.handleAdminMailRetry)
 
 	// Billing (issue 5): payment, payouts, incidents, settlement and
 	// reconciliation. The processor's webhook is outside CSRF and sessions,

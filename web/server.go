@@ -141,7 +141,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	h := &Handler{cfg: cfg, db: db, log: log, secure: strings.EqualFold(u.Scheme, "https")}
 	if cfg.Workflow == nil {
 		cfg.Workflow, err = workflow.New(ctx, workflow.Config{Billing: cfg.Billing, PlatformFeeBP: cfg.PlatformFeeBP, Now: cfg.Now,
-			Metrics: cfg.Metrics}, db, log)
+			Metrics: cfg.Metrics, BaseURL: cfg.BaseURL}, db, log)
 		if err != nil {
 			return nil, nil, err
 		}
