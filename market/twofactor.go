@@ -39,20 +39,21 @@ func TOTPStepStart(step int64) time.Time {
 	return time.Unix(step*int64(TOTPPeriod/time.Second), 0).UTC()
 }
 
-// TOTPCandidateSteps are the steps a code entered at now may be for, oldest
-// first: now's and TOTPSkew either side, except those at or before
-// lastUsed, the last step a code was accepted for (so an accepted code,
-// and any older one, cannot be used again).
-func TOTPCandidateSteps(now time.Time, lastUsed int64) []int64 {
+// TOTPWindow are the steps a code entered at now may be for, oldest first:
+// now's and TOTPSkew either side.
+func TOTPWindow(now time.Time) []int64 {
 	cur := TOTPStep(now)
-	var out []int64
+	out := make([]int64, 0, 2*TOTPSkew+1)
 	for s := cur - TOTPSkew; s <= cur+TOTPSkew; s++ {
-		if s > lastUsed {
-			out = append(out, s)
-		}
+		out = append(out, s)
 	}
 	return out
 }
+
+// TOTPStepFresh reports whether a code for step may still be accepted when
+// lastUsed is the last step a code was accepted for: only later steps, so
+// an accepted code, and any older one, cannot be used again.
+func TOTPStepFresh(step, lastUsed int64) bool { return step > lastUsed }
 
 // SecondFactor is what a person typed as their second factor, normalised.
 type SecondFactor struct {

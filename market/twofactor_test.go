@@ -27,21 +27,25 @@ func TestTOTPStep(t *testing.T) {
 	}
 }
 
-func TestTOTPCandidateSteps(t *testing.T) {
-	now := time.Unix(3000, 0) // step 100
+func TestTOTPWindowAndFreshSteps(t *testing.T) {
+	if got, want := TOTPWindow(time.Unix(3000, 0)), []int64{99, 100, 101}; !slices.Equal(got, want) {
+		t.Errorf("TOTPWindow at step 100: %v, want %v", got, want)
+	}
+	if got, want := TOTPWindow(time.Unix(3029, 0)), []int64{99, 100, 101}; !slices.Equal(got, want) {
+		t.Errorf("TOTPWindow at the end of step 100: %v, want %v", got, want)
+	}
 	for _, c := range []struct {
-		lastUsed int64
-		want     []int64
+		step, lastUsed int64
+		want           bool
 	}{
-		{0, []int64{99, 100, 101}},
-		{98, []int64{99, 100, 101}},
-		{99, []int64{100, 101}},
-		{100, []int64{101}},
-		{101, nil},
-		{500, nil},
+		{100, 0, true},
+		{100, 99, true},
+		{100, 100, false},
+		{99, 100, false},
+		{101, 100, true},
 	} {
-		if got := TOTPCandidateSteps(now, c.lastUsed); !slices.Equal(got, c.want) {
-			t.Errorf("last used %d: %v, want %v", c.lastUsed, got, c.want)
+		if got := TOTPStepFresh(c.step, c.lastUsed); got != c.want {
+			t.Errorf("TOTPStepFresh(%d, %d) = %v, want %v", c.step, c.lastUsed, got, c.want)
 		}
 	}
 }

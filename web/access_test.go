@@ -251,7 +251,7 @@ func TestAccessHandoverToTheBuyerOnly(t *testing.T) {
 	}
 	admin := app.client()
 	admin.signUp("handover-admin@example.com", false)
-	if err := app.db.SetUserAdmin(context.Background(), admin.userID(), true); err != nil {
+	if err := app.makeAdmin(context.Background(), admin.userID(), true); err != nil {
 		t.Fatal(err)
 	}
 	secret := strings.Fields(key)[1]

@@ -21,7 +21,7 @@ func (a *testApp) adminClient(email string) *client {
 	a.t.Helper()
 	c := a.client()
 	c.signUp(email, false)
-	if err := a.db.SetUserAdmin(context.Background(), c.userID(), true); err != nil {
+	if err := a.makeAdmin(context.Background(), c.userID(), true); err != nil {
 		a.t.Fatal(err)
 	}
 	return c

@@ -148,6 +148,9 @@ func (h *Handler) handleLogin(c echo.Context) error {
 	if err := h.db.ThrottleReset(ctx, pairKey); err != nil {
 		return err
 	}
+	if asked, err := h.askSecondFactor(c, u.ID, next); asked || err != nil {
+		return err
+	}
 	if err := h.startSession(c, u.ID); err != nil {
 		return err
 	}
@@ -193,6 +196,9 @@ func (h *Handler) accountView(c echo.Context, errs map[string]string) (views.Acc
 		Roles: strings.Join(roles, ", "), MemberSince: formatDate(u.CreatedAt), Errors: errs, TokenScope: scopeRead}
 	var err error
 	if v.SSH, err = h.sshKeysView(c, "", ""); err != nil {
+		return v, err
+	}
+	if v.TwoFactor, err = h.twoFactorSummary(c); err != nil {
 		return v, err
 	}
 	tokens, err := h.db.ListAPITokens(c.Request().Context(), u.ID)

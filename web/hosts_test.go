@@ -262,7 +262,7 @@ func adminID(t *testing.T, app *testApp) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := app.db.SetUserAdmin(ctx, u.ID, true); err != nil {
+	if err := app.makeAdmin(ctx, u.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	return u.ID
@@ -277,7 +277,7 @@ func TestHardwareDiffersIsFlaggedToAdmins(t *testing.T) {
 
 	admin := app.client()
 	admin.signUp("differs-admin@example.com", false)
-	if err := app.db.SetUserAdmin(context.Background(), admin.userID(), true); err != nil {
+	if err := app.makeAdmin(context.Background(), admin.userID(), true); err != nil {
 		t.Fatal(err)
 	}
 	mustContain(t, admin.get("/admin/hosts").body, `data-testid="differs-none"`)

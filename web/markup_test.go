@@ -64,7 +64,7 @@ func TestNoPageCarriesStrayAttributes(t *testing.T) {
 	}
 	staff := app.client()
 	staff.signUp("staff@example.com", true)
-	if err := app.db.SetUserAdmin(context.Background(), staff.userID(), true); err != nil {
+	if err := app.makeAdmin(context.Background(), staff.userID(), true); err != nil {
 		t.Fatal(err)
 	}
 	own := staff.createOffer(validOfferForm())

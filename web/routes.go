@@ -58,6 +58,10 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/login", h.handleLoginForm)
 	b.POST("/login", h.handleLogin)
 	b.POST("/logout", h.handleLogout)
+	// The second step of logging in to an account with two-factor sign-in:
+	// only a half-done login (its cookie) may enter a code here.
+	b.GET("/login/code", h.handleLoginCodeForm)
+	b.POST("/login/code", h.handleLoginCode)
 
 	// Market data: the public price index, its methodology and downloads;
 	// buyers' measured-work reports; providers' hourly carbon profiles.
@@ -95,6 +99,10 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/account/tokens/:id/revoke", h.handleTokenRevoke, requireUser)
 	b.POST("/account/ssh-keys", h.handleSSHKeyAdd, requireUser)
 	b.POST("/account/ssh-keys/:id/remove", h.handleSSHKeyRemove, requireUser)
+	b.GET("/account/two-factor", h.handleTwoFactor, requireUser)
+	b.POST("/account/two-factor", h.handleTwoFactorStart, requireUser)
+	b.POST("/account/two-factor/confirm", h.handleTwoFactorConfirm, requireUser)
+	b.POST("/account/two-factor/disable", h.handleTwoFactorDisable, requireUser)
 	b.GET("/notifications", h.handleNotifications, requireUser)
 	b.POST("/notifications/read", h.handleNotificationsRead, requireUser)
 	// E-mail (issue 14): preferences; in demo mode, the demo mailbox (the
@@ -124,9 +132,10 @@ func (h *Handler) routes(e *echo.Echo) {
 	p.POST("/hosts/tokens", h.handleHostTokenCreate)
 	p.POST("/hosts/tokens/:id/revoke", h.handleHostTokenRevoke)
 
-	// Admins. Everything under /admin goes through this group (a test walks
+	// Admins, with two-factor sign-in on (an admin without it is sent to set
+	// it up). Everything under /admin goes through this group (a test walks
 	// the route table to check); nothing here edits or deletes the audit trail.
-	a := b.Group("/admin", requireUser, requireAdmin)
+	a := b.Group("/admin", requireUser, requireAdmin, h.requireTwoFactor)
 	a.GET("/offers", h.handleAdminOffers)
 	a.POST("/offers/:id/review", h.handleAdminReview)
 	a.POST("/offers/:id/verify", h.handleAdminVerifyFigure)

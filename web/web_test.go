@@ -513,7 +513,7 @@ func TestAdminApproveAndReject(t *testing.T) {
 
 	admin := app.client()
 	admin.signUp("root@example.com", false)
-	if err := app.db.SetUserAdmin(context.Background(), admin.userID(), true); err != nil {
+	if err := app.makeAdmin(context.Background(), admin.userID(), true); err != nil {
 		t.Fatal(err)
 	}
 	mustContain(t, admin.get("/admin/offers").body, "Too good to be true", "8× H100 SXM, Oregon")
