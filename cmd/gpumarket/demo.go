@@ -18,6 +18,8 @@ type demoCredential struct {
 	Role     string `json:"role"`
 	Email    string `json:"email"`
 	Password string `json:"password"`
+	// TOTPSecret is the demo admin's two-factor key (demoTwoFactor).
+	TOTPSecret string `json:"totp_secret,omitempty"`
 }
 
 const demoSettingKey = "demo_credentials"

@@ -54,12 +54,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case "migrate-db":
 		return migrateDB(ctx, args, stdout, stderr)
 	case "admin":
-		if len(args) == 0 || args[0] != "create" {
-			return errors.New("usage: gpumarket admin create -email EMAIL -name NAME [-db PATH] (password from GPUMARKET_ADMIN_PASSWORD or stdin)")
+		switch {
+		case len(args) > 0 && args[0] == "create":
+			return adminCreate(ctx, args[1:], getenv, stdin, stdout)
+		case len(args) > 0 && args[0] == "reset-2fa":
+			return adminReset2FA(ctx, args[1:], getenv, stdout)
 		}
-		return adminCreate(ctx, args[1:], getenv, stdin, stdout)
+		return errors.New("usage: gpumarket admin create -email EMAIL -name NAME [-db PATH] (password from GPUMARKET_ADMIN_PASSWORD or stdin)\n" +
+			"       gpumarket admin reset-2fa -email EMAIL -note WHY [-db PATH]")
 	default:
-		return fmt.Errorf("unknown command %q (want serve, reconcile, migrate-db or admin create)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, reconcile, migrate-db, admin create or admin reset-2fa)", cmd)
 	}
 }
 
@@ -171,8 +175,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		if err != nil {
 			return fmt.Errorf("demo data: %w", err)
 		}
+		if creds, err = demoTwoFactor(ctx, db, key, creds, time.Now().UTC()); err != nil {
+			return fmt.Errorf("demo data: %w", err)
+		}
 		for _, c := range creds {
-			fmt.Fprintf(stdout, "demo %-9s %-28s password: %s\n", c.Role, c.Email, c.Password)
+			fmt.Fprintf(stdout, "demo %-9s %-28s password: %s", c.Role, c.Email, c.Password)
+			if c.TOTPSecret != "" {
+				fmt.Fprintf(stdout, "  two-factor key: %s", c.TOTPSecret)
+			}
+			fmt.Fprintln(stdout)
 		}
 	}
 
