@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/playwright-community/playwright-go"
+
+	"github.com/gpumarket/gpumarket/store"
 )
 
 // The foundation's browser tests (issue 2): a provider lists capacity, an admin approves it, a
@@ -453,7 +456,9 @@ func expectOfferKept(t *testing.T, page playwright.Page, o newOffer) {
 	}
 }
 
-// signUp creates an account through the sign-up form.
+// signUp creates an account through the sign-up form, confirms its address from the link mailed
+// to it (read from the server's outbox) and logs in, landing where a new account used to: the
+// provider's offers or the catalogue.
 func signUp(t *testing.T, page playwright.Page, srv *server, email, name, org string, buyer, provider bool) {
 	t.Helper()
 	gotoOK(t, page, srv.URL+"/signup")
@@ -464,16 +469,28 @@ func signUp(t *testing.T, page playwright.Page, srv *server, email, name, org st
 	setChecked(t, page.GetByLabel("Rent compute (buyer)"), buyer)
 	setChecked(t, page.GetByLabel("List my GPUs (provider)"), provider)
 	click(t, page.GetByTestId("signup-submit"), "Create account")
-	expectText(t, page.GetByTestId("flash"), "Welcome, "+name, "flash after signing up")
+	expectVisible(t, page.GetByTestId("signup-sent"), "the check-your-e-mail page after signing up")
+	gotoOK(t, page, srv.URL+srv.mailLink(t, email, store.MailVerifyAddress))
+	expectText(t, page.GetByTestId("flash"), "Your e-mail address is confirmed", "flash after following the link")
+	next := "/"
+	if provider {
+		next = "/provider/offers"
+	}
+	gotoOK(t, page, srv.URL+"/login?next="+url.QueryEscape(next))
+	fill(t, field(page, "Email"), email)
+	fill(t, field(page, "Password"), "a long enough password")
+	click(t, page.GetByTestId("login-submit"), "Log in")
+	expectURL(t, page, srv.URL+next)
 }
 
-// logIn logs in through the log-in form.
+// logIn logs in through the log-in form, with a code when the account has two-factor sign-in.
 func logIn(t *testing.T, page playwright.Page, srv *server, email, password string) {
 	t.Helper()
 	gotoOK(t, page, srv.URL+"/login")
 	fill(t, field(page, "Email"), email)
 	fill(t, field(page, "Password"), password)
 	click(t, page.GetByTestId("login-submit"), "Log in")
+	enterTOTPCode(t, page, srv, email)
 	expectVisible(t, page.GetByTestId("logout"), "the log-out button after logging in")
 }
 

@@ -53,25 +53,15 @@ func (h *Handler) handleSignUp(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	u, err := h.db.CreateUser(ctx, market.User{Email: su.Email, DisplayName: su.DisplayName, Organisation: su.Organisation,
+	// The same answer whether or not the address has an account (its owner
+	// is mailed instead): no session, the same page.
+	id, existed, err := h.db.SignUp(ctx, market.User{Email: su.Email, DisplayName: su.DisplayName, Organisation: su.Organisation,
 		IsBuyer: su.IsBuyer, IsProvider: su.IsProvider}, hash, h.now())
-	if market.ErrorCode(err) == market.CodeConflict {
-		return render(c, http.StatusUnprocessableEntity, views.SignUp(h.page(c, "Sign up"),
-			form(map[string]string{"email": "An account with this email already exists. Log in instead?"}, "")))
-	}
 	if err != nil {
 		return err
 	}
-	if err := h.startSession(c, u.ID); err != nil {
-		return err
-	}
-	logger(c).Info("signed up", "user_id", u.ID)
-	next := "/"
-	if u.IsProvider {
-		next = "/provider/offers"
-	}
-	h.setFlash(c, "ok", fmt.Sprintf("Welcome, %s. Your account is ready.", u.DisplayName))
-	return c.Redirect(http.StatusSeeOther, next)
+	logger(c).Info("signed up", "user_id", id, "existing_account", existed)
+	return c.Redirect(http.StatusSeeOther, "/signup/sent")
 }
 
 func (h *Handler) handleLoginForm(c echo.Context) error {
@@ -193,7 +183,8 @@ func (h *Handler) accountView(c echo.Context, errs map[string]string) (views.Acc
 		roles = append(roles, "admin")
 	}
 	v := views.AccountView{Email: u.Email, DisplayName: u.DisplayName, Organisation: u.Organisation,
-		Roles: strings.Join(roles, ", "), MemberSince: formatDate(u.CreatedAt), Errors: errs, TokenScope: scopeRead}
+		Roles: strings.Join(roles, ", "), MemberSince: formatDate(u.CreatedAt), Errors: errs, TokenScope: scopeRead,
+		Address: views.AddressView{Email: u.Email, Verified: u.Verified(), Errors: errs}}
 	var err error
 	if v.SSH, err = h.sshKeysView(c, "", ""); err != nil {
 		return v, err

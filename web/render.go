@@ -28,7 +28,7 @@ func render(c echo.Context, status int, comp templ.Component) error {
 func (h *Handler) page(c echo.Context, title string) views.Page {
 	p := views.Page{Title: title, Path: c.Request().URL.Path, Demo: h.cfg.Demo, CSRF: h.csrfToken(c)}
 	if u := currentUser(c); u != nil {
-		p.User = &views.NavUser{Name: u.DisplayName, IsBuyer: u.IsBuyer, IsProvider: u.IsProvider, IsAdmin: u.IsAdmin}
+		p.User = &views.NavUser{Name: u.DisplayName, IsBuyer: u.IsBuyer, IsProvider: u.IsProvider, IsAdmin: u.IsAdmin, Unverified: !u.Verified()}
 		// One indexed COUNT per page view; a failure only hides the badge.
 		if n, err := h.db.CountUnreadNotifications(c.Request().Context(), u.ID); err == nil {
 			p.User.Unread = n

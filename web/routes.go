@@ -31,11 +31,11 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.POST("/quotes", h.handleAPIQuotes)
 	api.GET("/reservations", h.handleAPIReservations)
 	api.GET("/reservations/:id", h.handleAPIReservation)
-	api.POST("/reservations", h.handleAPIReserve, requireScope(scopeWrite))
+	api.POST("/reservations", h.handleAPIReserve, requireScope(scopeWrite), h.requireVerified)
 	api.POST("/reservations/:id/cancel", h.handleAPIReservationCancel, requireScope(scopeWrite))
 	api.POST("/reservations/:id/reject", h.handleAPIReservationReject, requireScope(scopeWrite))
 	api.GET("/provider/offers", h.handleAPIProviderOffers)
-	api.POST("/provider/offers", h.handleAPIOfferCreate, requireScope(scopeWrite))
+	api.POST("/provider/offers", h.handleAPIOfferCreate, requireScope(scopeWrite), h.requireVerified)
 	api.PUT("/provider/offers/:id", h.handleAPIOfferUpdate, requireScope(scopeWrite))
 	api.POST("/provider/offers/:id/state", h.handleAPIOfferState, requireScope(scopeWrite))
 
@@ -58,6 +58,20 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/login", h.handleLoginForm)
 	b.POST("/login", h.handleLogin)
 	b.POST("/logout", h.handleLogout)
+
+	// Recovery and verification (issue 14): the links mailed to an address
+	// work without a session; each is single-use and short-lived. Booking,
+	// listing and payouts need a confirmed address (requireVerified).
+	b.GET("/signup/sent", h.handleSignUpSent)
+	b.GET("/verify", h.handleVerify)
+	b.GET("/password/forgot", h.handleForgotForm)
+	b.POST("/password/forgot", h.handleForgot)
+	b.GET("/password/forgot/sent", h.handleForgotSent)
+	b.GET("/password/reset", h.handleResetForm)
+	b.POST("/password/reset", h.handleReset)
+	b.GET("/account/email/confirm", h.handleAddressConfirm)
+	b.POST("/account/email", h.handleAddressChange, requireUser)
+	b.POST("/account/verify/resend", h.handleVerifyResend, requireUser)
 	// The second step of logging in to an account with two-factor sign-in:
 	// only a half-done login (its cookie) may enter a code here.
 	b.GET("/login/code", h.handleLoginCodeForm)
@@ -81,7 +95,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/requests/saved", h.handleRequestSave, requireUser)
 	b.GET("/requests/saved/:id", h.handleRequestOpen, requireUser)
 	b.POST("/requests/saved/:id/delete", h.handleRequestDelete, requireUser)
-	b.POST("/reservations", h.handleReserve, requireUser)
+	b.POST("/reservations", h.handleReserve, requireUser, h.requireVerified)
 	b.GET("/reservations", h.handleReservations, requireUser)
 	b.GET("/reservations/:id", h.handleReservationShow, requireUser)
 	b.GET("/reservations/:id/cancel", h.handleReservationCancelConfirm, requireUser)
@@ -122,8 +136,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	// Providers: their own offers only.
 	p := b.Group("/provider", requireUser, requireProvider)
 	p.GET("/offers", h.handleProviderOffers)
-	p.GET("/offers/new", h.handleOfferNew)
-	p.POST("/offers", h.handleOfferCreate)
+	p.GET("/offers/new", h.handleOfferNew, h.requireVerified)
+	p.POST("/offers", h.handleOfferCreate, h.requireVerified)
 	p.GET("/offers/:id/edit", h.handleOfferEdit)
 	p.POST("/offers/:id", h.handleOfferUpdate)
 	p.POST("/offers/:id/state", h.handleOfferState)
@@ -166,7 +180,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/reservations/:id/statement", h.handleBuyerStatement, requireUser)
 	b.GET("/connect/local/:id", h.handleLocalOnboardPage, requireUser, requireProvider)
 	b.POST("/connect/local/:id", h.handleLocalOnboard, requireUser, requireProvider)
-	p.POST("/payouts/connect", h.handlePayoutConnect)
+	p.POST("/payouts/connect", h.handlePayoutConnect, h.requireVerified)
 	p.GET("/payouts/refresh", h.handlePayoutRefresh)
 	p.GET("/payouts/return", h.handlePayoutReturn)
 	p.GET("/bookings/:id", h.handleProviderBooking)

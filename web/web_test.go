@@ -128,17 +128,48 @@ func read(t *testing.T, resp *http.Response) response {
 
 const testPassword = "correct horse battery"
 
-// signUp creates an account through the sign-up form and leaves c logged in.
+// signUp creates an account through the sign-up form, confirms its
+// address from the link mailed to it and leaves c logged in.
 func (c *client) signUp(email string, provider bool) {
+	c.app.t.Helper()
+	c.signUpUnverified(email, provider)
+	if r := c.get(c.app.mailLink(email, store.MailVerifyAddress)); r.status != http.StatusSeeOther {
+		c.app.t.Fatalf("verify %s: status %d\n%s", email, r.status, r.body)
+	}
+}
+
+// signUpUnverified creates an account through the sign-up form and logs c
+// in, its address not confirmed.
+func (c *client) signUpUnverified(email string, provider bool) {
 	c.app.t.Helper()
 	form := url.Values{"email": {email}, "password": {testPassword}, "display_name": {"Tester " + email}, "is_buyer": {"1"}}
 	if provider {
 		form.Set("is_provider", "1")
 	}
 	r := c.post("/signup", "/signup", form)
-	if r.status != http.StatusSeeOther {
-		c.app.t.Fatalf("sign up %s: status %d\n%s", email, r.status, r.body)
+	if r.status != http.StatusSeeOther || r.location != "/signup/sent" {
+		c.app.t.Fatalf("sign up %s: status %d → %q\n%s", email, r.status, r.location, r.body)
 	}
+	if r := c.login(email, testPassword, "/"); r.status != http.StatusSeeOther {
+		c.app.t.Fatalf("log in after signing up %s: status %d\n%s", email, r.status, r.body)
+	}
+}
+
+// mailLink returns the link (a path) of the newest message of kind to the
+// address in the outbox.
+func (a *testApp) mailLink(to, kind string) string {
+	a.t.Helper()
+	all, err := a.db.ListMail(context.Background(), 0, 1000)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	for _, m := range all {
+		if m.To == market.NormaliseEmail(to) && m.Kind == kind {
+			return m.URLPath
+		}
+	}
+	a.t.Fatalf("no %s mail to %s", kind, to)
+	return ""
 }
 
 func (c *client) login(email, password, next string) response {
@@ -276,14 +307,30 @@ func TestSignUpInvalidKeepsInputAndWritesNothing(t *testing.T) {
 	mustContain(t, r.body, "at most 72 bytes")
 }
 
-func TestDuplicateEmail(t *testing.T) {
+// A taken address gets the same answer as a new one, and its owner an
+// e-mail instead of a second account.
+func TestDuplicateEmailAnswersLikeANewSignUp(t *testing.T) {
 	app := newTestApp(t)
 	app.client().signUp("dup@example.com", false)
-	r := app.client().post("/signup", "/signup", url.Values{"email": {"DUP@example.com"}, "password": {testPassword}, "display_name": {"Again"}, "is_buyer": {"1"}})
-	if r.status != http.StatusUnprocessableEntity {
-		t.Fatalf("status %d, want 422", r.status)
+	fresh := app.client().post("/signup", "/signup", url.Values{"email": {"new@example.com"}, "password": {testPassword}, "display_name": {"New"}, "is_buyer": {"1"}})
+	taken := app.client().post("/signup", "/signup", url.Values{"email": {"DUP@example.com"}, "password": {"another password"}, "display_name": {"Again"}, "is_buyer": {"1"}})
+	if taken.status != http.StatusSeeOther || taken != fresh {
+		t.Fatalf("taken address: %d → %q %q; a new one: %d → %q %q", taken.status, taken.location, taken.body, fresh.status, fresh.location, fresh.body)
 	}
-	mustContain(t, r.body, "already exists")
+	if n, _ := app.db.CountUsers(context.Background()); n != 2 {
+		t.Fatalf("%d accounts, want 2", n)
+	}
+	mustContain(t, app.client().get(taken.location).body, `data-testid="signup-sent"`, "Check your e-mail")
+	if link := app.mailLink("dup@example.com", store.MailAccountExists); link != "/login" {
+		t.Fatalf("account-exists mail links to %q", link)
+	}
+	// The owner's password is unchanged: the second sign-up's does not log in.
+	if r := app.client().login("dup@example.com", "another password", "/"); r.status != http.StatusUnauthorized {
+		t.Fatalf("log-in with the second sign-up's password: %d, want 401", r.status)
+	}
+	if r := app.client().login("dup@example.com", testPassword, "/"); r.status != http.StatusSeeOther {
+		t.Fatalf("owner's log-in: %d", r.status)
+	}
 }
 
 func TestPostWithoutCSRFIsRejected(t *testing.T) {

@@ -65,7 +65,7 @@ func TestAgentAgainstServer(t *testing.T) {
 		platformFeeBP = 1200
 	)
 	provider := newBrowser(t, srv.URL)
-	provider.signUp("hosts@agent.test", true)
+	provider.signUp(db, "hosts@agent.test", true)
 	today := time.Now().UTC().Truncate(24 * time.Hour)
 	provider.mustPost("/provider/offers/new", "/provider/offers", url.Values{
 		"title": {"2 × 8 H100 SXM, agent test"}, "accelerator": {"nvidia-h100-80gb-sxm"}, "memory_gb": {"80"},
@@ -111,7 +111,7 @@ func TestAgentAgainstServer(t *testing.T) {
 
 	// The buyer adds an SSH key on the account page and gets an API token.
 	buyer := newBrowser(t, srv.URL)
-	buyer.signUp("ada@agent.test", false)
+	buyer.signUp(db, "ada@agent.test", false)
 	buyerKey := newPublicKey(t, "ada@laptop")
 	buyer.mustPost("/account", "/account/ssh-keys", url.Values{"public_key": {buyerKey}}, http.StatusSeeOther)
 	buyer.mustPost("/account", "/account/tokens", url.Values{"token_name": {"ci"}, "token_scope": {"write"}}, http.StatusSeeOther)
@@ -562,7 +562,10 @@ func (b *browser) path(location string) string {
 	return strings.TrimPrefix(location, b.base)
 }
 
-func (b *browser) signUp(email string, provider bool) {
+// signUp creates an account through the sign-up form, confirms its
+// address from the link in the server's outbox (the database at dbPath)
+// and logs in.
+func (b *browser) signUp(dbPath, email string, provider bool) {
 	b.t.Helper()
 	form := url.Values{"email": {email}, "password": {testPassword}, "display_name": {"Tester " + email}}
 	if provider {
@@ -571,6 +574,28 @@ func (b *browser) signUp(email string, provider bool) {
 		form.Set("is_buyer", "1")
 	}
 	b.mustPost("/signup", "/signup", form, http.StatusSeeOther)
+	db, err := store.Open(context.Background(), dbPath)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer db.Close()
+	all, err := db.ListMail(context.Background(), 0, 100)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	link := ""
+	for _, m := range all {
+		if m.To == email && m.Kind == store.MailVerifyAddress && link == "" {
+			link = m.URLPath
+		}
+	}
+	if link == "" {
+		b.t.Fatalf("no verification mail to %s", email)
+	}
+	if p := b.get(link); p.status != http.StatusSeeOther {
+		b.t.Fatalf("confirm %s from %q: %d", email, link, p.status)
+	}
+	b.logIn(email)
 }
 
 func (b *browser) logIn(email string) {

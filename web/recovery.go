@@ -1,0 +1,283 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/views"
+)
+
+// Throttles of recovery and verification (README, "Accounts and
+// security"). Reset links are limited per address and per client address,
+// the same whether or not the address has an account.
+const (
+	recoveryWindow       = time.Hour
+	resetPerAddress      = 5  // reset links asked for one address per recoveryWindow
+	resetPerClient       = 20 // reset links asked from one client address per recoveryWindow
+	resetUsePerClient    = 30 // new passwords set from one client address per recoveryWindow
+	resendPerUser        = 3  // verification links mailed again per account per recoveryWindow
+	addressChangePerUser = 5  // address changes asked per account per recoveryWindow
+)
+
+// requireVerified lets only accounts whose e-mail address is confirmed
+// book, list offers or connect payouts (market.User.MayTrade). A browser
+// gets a page saying so with a button to have the link mailed again; the
+// API its JSON error. It runs after requireUser (or the API's auth).
+func (h *Handler) requireVerified(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		u := currentUser(c)
+		if u == nil {
+			return next(c)
+		}
+		err := u.MayTrade()
+		if err == nil {
+			return next(c)
+		}
+		if strings.HasPrefix(c.Request().URL.Path, "/api/") {
+			return err
+		}
+		back := c.Request().URL.RequestURI()
+		if c.Request().Method != http.MethodGet {
+			back = "/"
+			if ref, perr := url.Parse(c.Request().Referer()); perr == nil && ref.Path != "" {
+				back = ref.RequestURI()
+			}
+		}
+		p := h.page(c, "Confirm your e-mail address")
+		p.User.Unverified = false // the page says it; no banner above it
+		return render(c, http.StatusForbidden, views.VerifyNeeded(p, views.VerifyNeededView{Message: market.ErrorMessage(err), Next: safeNext(back)}))
+	}
+}
+
+// handleSignUpSent is the page every sign-up leads to.
+func (h *Handler) handleSignUpSent(c echo.Context) error {
+	return render(c, http.StatusOK, views.SignUpSent(h.page(c, "Check your e-mail")))
+}
+
+// handleVerifyResend mails the signed-in person a new verification link.
+func (h *Handler) handleVerifyResend(c echo.Context) error {
+	u := currentUser(c)
+	ctx := c.Request().Context()
+	next := safeNext(c.FormValue("next"))
+	ok, wait, err := h.db.ThrottleHit(ctx, fmt.Sprintf("verify-resend:%d", u.ID), h.now(), recoveryWindow, resendPerUser)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		h.setFlash(c, "error", fmt.Sprintf("We have sent the link several times already. Please wait %s before asking again, and look in your spam folder.", waitText(wait)))
+		return c.Redirect(http.StatusSeeOther, next)
+	}
+	err = h.db.ResendVerification(ctx, u.ID, h.now())
+	if market.ErrorCode(err) == market.CodeConflict {
+		h.setFlash(c, "ok", market.ErrorMessage(err))
+		return c.Redirect(http.StatusSeeOther, next)
+	}
+	if err != nil {
+		return err
+	}
+	h.setFlash(c, "ok", fmt.Sprintf("We sent a new link to %s. It works for 48 hours; links sent before no longer work.", u.Email))
+	return c.Redirect(http.StatusSeeOther, next)
+}
+
+// handleVerify confirms an address from the link mailed to it.
+func (h *Handler) handleVerify(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "no-store")
+	u, err := h.db.VerifyAddress(c.Request().Context(), c.QueryParam("token"), h.now())
+	if err != nil {
+		return h.linkProblem(c, err, "This confirmation link does not work",
+			views.LinkAction{Label: "Log in to ask for a new link", URL: "/account"})
+	}
+	logger(c).Info("address confirmed", "user_id", u.ID)
+	msg := "Your e-mail address is confirmed: you can now book, list offers and be paid out."
+	if cur := currentUser(c); cur != nil && cur.ID == u.ID {
+		h.setFlash(c, "ok", msg)
+		return c.Redirect(http.StatusSeeOther, "/account")
+	}
+	h.setFlash(c, "ok", msg+" Log in to continue.")
+	return c.Redirect(http.StatusSeeOther, "/login?next=%2Faccount")
+}
+
+// linkProblem renders the page for a mailed link that cannot be used (not
+// found, used, expired), or passes an internal error on.
+func (h *Handler) linkProblem(c echo.Context, err error, heading string, actions ...views.LinkAction) error {
+	code := market.ErrorCode(err)
+	if code != market.CodeNotFound && code != market.CodeConflict {
+		return err
+	}
+	status := statusOf(code)
+	return render(c, status, views.LinkProblem(h.page(c, heading),
+		views.LinkProblemView{Status: status, Heading: heading, Message: market.ErrorMessage(err), Actions: actions}))
+}
+
+func (h *Handler) handleForgotForm(c echo.Context) error {
+	return render(c, http.StatusOK, views.ForgotPassword(h.page(c, "Forgot your password?"), views.ForgotForm{}))
+}
+
+// handleForgot mails a reset link if the address has an account, and
+// answers the same either way: the same redirect to the same page, after
+// the same work (ThrottleHit for the address and RequestPasswordReset are
+// done, and cost alike, for unknown addresses too).
+func (h *Handler) handleForgot(c echo.Context) error {
+	email := market.NormaliseEmail(c.FormValue("email"))
+	refuse := func(status int, msg string) error {
+		return render(c, status, views.ForgotPassword(h.page(c, "Forgot your password?"), views.ForgotForm{Email: email, Message: msg}))
+	}
+	ctx := c.Request().Context()
+	now := h.now()
+	ok, wait, err := h.db.ThrottleHit(ctx, "reset-ip:"+clientNetwork(c), now, recoveryWindow, resetPerClient)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return refuse(http.StatusTooManyRequests, throttledMessage(wait))
+	}
+	if msg := market.EmailProblem(email); msg != "" {
+		return refuse(http.StatusUnprocessableEntity, msg)
+	}
+	ok, wait, err = h.db.ThrottleHit(ctx, "reset-addr:"+email, now, recoveryWindow, resetPerAddress)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return refuse(http.StatusTooManyRequests, fmt.Sprintf("Several links were asked for this address already. "+
+			"Please wait %s and try again, and look in your spam folder.", waitText(wait)))
+	}
+	if err := h.db.RequestPasswordReset(ctx, email, now); err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, "/password/forgot/sent")
+}
+
+func (h *Handler) handleForgotSent(c echo.Context) error {
+	return render(c, http.StatusOK, views.ForgotSent(h.page(c, "Check your e-mail")))
+}
+
+// handleResetForm shows the form for a new password, if the link works;
+// it does not use the link (mail scanners fetch links).
+func (h *Handler) handleResetForm(c echo.Context) error {
+	// The token is in this page's address: keep it out of caches and of
+	// the Referer of any link followed from here.
+	c.Response().Header().Set("Cache-Control", "no-store")
+	c.Response().Header().Set("Referrer-Policy", "no-referrer")
+	token := c.QueryParam("token")
+	if err := h.db.CheckResetLink(c.Request().Context(), token, h.now()); err != nil {
+		return h.resetLinkProblem(c, err)
+	}
+	return render(c, http.StatusOK, views.ResetPassword(h.page(c, "Choose a new password"), views.ResetForm{Token: token}))
+}
+
+func (h *Handler) resetLinkProblem(c echo.Context, err error) error {
+	return h.linkProblem(c, err, "This reset link does not work", views.LinkAction{Label: "Ask for a new link", URL: "/password/forgot"})
+}
+
+// handleReset sets a new password from a reset link and logs the account
+// out everywhere, this browser included.
+func (h *Handler) handleReset(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "no-store")
+	token, pw := c.FormValue("token"), c.FormValue("new_password")
+	ctx := c.Request().Context()
+	ok, wait, err := h.db.ThrottleHit(ctx, "reset-use-ip:"+clientNetwork(c), h.now(), recoveryWindow, resetUsePerClient)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return market.Errorf(market.CodeRateLimited, "%s", throttledMessage(wait))
+	}
+	if msg := market.PasswordProblem(pw); msg != "" {
+		if err := h.db.CheckResetLink(ctx, token, h.now()); err != nil {
+			return h.resetLinkProblem(c, err)
+		}
+		return render(c, http.StatusUnprocessableEntity, views.ResetPassword(h.page(c, "Choose a new password"),
+			views.ResetForm{Token: token, Errors: map[string]string{"new_password": msg}}))
+	}
+	hash, err := h.hashPassword(pw)
+	if err != nil {
+		return err
+	}
+	u, ended, err := h.db.ResetPassword(ctx, token, hash, h.now())
+	if err != nil {
+		return h.resetLinkProblem(c, err)
+	}
+	// The account's failed log-ins no longer matter: its owner has just
+	// shown they hold its mailbox.
+	if err := h.db.ThrottleReset(ctx, "login-acct:"+u.Email); err != nil {
+		return err
+	}
+	if err := h.endSession(c); err != nil {
+		return err
+	}
+	logger(c).Info("password reset", "user_id", u.ID, "sessions_ended", ended)
+	h.setFlash(c, "ok", fmt.Sprintf("Your password was changed, and every session of your account was logged out (%s). Log in with the new password.", sessionsText(ended)))
+	return c.Redirect(http.StatusSeeOther, "/login")
+}
+
+// sessionsText says how many sessions a reset ended.
+func sessionsText(n int) string {
+	if n == 1 {
+		return "1 session"
+	}
+	return fmt.Sprintf("%d sessions", n)
+}
+
+// handleAddressChange asks, with the current password, to change the
+// account's address; the new address confirms it by its link.
+func (h *Handler) handleAddressChange(c echo.Context) error {
+	u := currentUser(c)
+	ctx := c.Request().Context()
+	newEmail := market.NormaliseEmail(c.FormValue("new_email"))
+	invalid := func(status int, errs map[string]string) error {
+		v, err := h.accountView(c, errs)
+		if err != nil {
+			return err
+		}
+		v.Address.NewEmail = newEmail
+		return render(c, status, views.Account(h.page(c, "Account"), v))
+	}
+	ok, wait, err := h.db.ThrottleHit(ctx, fmt.Sprintf("address-change:%d", u.ID), h.now(), recoveryWindow, addressChangePerUser)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return invalid(http.StatusTooManyRequests, map[string]string{"new_email": throttledMessage(wait)})
+	}
+	_, hash, err := h.db.FindUserByEmail(ctx, u.Email)
+	if err != nil {
+		return err
+	}
+	if !checkPassword(hash, c.FormValue("email_password")) {
+		return invalid(http.StatusUnprocessableEntity, map[string]string{"email_password": "That is not your current password."})
+	}
+	err = h.db.RequestAddressChange(ctx, u.ID, newEmail, h.now())
+	if market.ErrorCode(err) == market.CodeInvalid {
+		return invalid(http.StatusUnprocessableEntity, market.FieldErrors(err))
+	}
+	if err != nil {
+		return err
+	}
+	h.setFlash(c, "ok", fmt.Sprintf("We sent a link to %s. Your address changes to it when you follow the link; until then it stays %s.", newEmail, u.Email))
+	return c.Redirect(http.StatusSeeOther, "/account")
+}
+
+// handleAddressConfirm changes the address from the link mailed to the new
+// one.
+func (h *Handler) handleAddressConfirm(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "no-store")
+	u, _, err := h.db.ConfirmAddressChange(c.Request().Context(), c.QueryParam("token"), h.now())
+	if err != nil {
+		return h.linkProblem(c, err, "This confirmation link does not work", views.LinkAction{Label: "Your account", URL: "/account"})
+	}
+	logger(c).Info("address changed", "user_id", u.ID)
+	msg := fmt.Sprintf("Your e-mail address is now %s; we told the old address.", u.Email)
+	if cur := currentUser(c); cur != nil && cur.ID == u.ID {
+		h.setFlash(c, "ok", msg)
+		return c.Redirect(http.StatusSeeOther, "/account")
+	}
+	h.setFlash(c, "ok", msg+" Log in with it.")
+	return c.Redirect(http.StatusSeeOther, "/login?next=%2Faccount")
+}
