@@ -73,6 +73,15 @@ type Index struct {
 	pending map[int64][]span
 	n       int
 	eng     engine
+	// bounds holds, per bucket, bounds on what its offers can score (see
+	// bucketBound), for the early stop of Match.
+	bounds []bucketBound
+	// byPrice holds, per bucket, the positions of its offers that sell
+	// interruptible capacity, in order of their on-demand price (then id):
+	// a request that does not allow interruption books them at that
+	// price, not the one the bucket is sorted by, and walks them in this
+	// order.
+	byPrice [][]uint32
 
 	// vers holds the offers' software versions; slots refer to them by id.
 	vers versionTable
@@ -80,7 +89,7 @@ type Index struct {
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{buckets: make([][]slot, bucketCount()), where: map[int64]uint16{}, pending: map[int64][]span{}, eng: newEngine(), compactMin: 4096}
+	return &Index{buckets: make([][]slot, bucketCount()), bounds: make([]bucketBound, bucketCount()), byPrice: make([][]uint32, bucketCount()), where: map[int64]uint16{}, pending: map[int64][]span{}, eng: newEngine(), compactMin: 4096}
 }
 
 // Len is the number of listed offers in the index.
@@ -159,9 +168,19 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 		where[s.id] = k
 	}
 	slots = nil
+	bounds := make([]bucketBound, len(buckets))
+	byPrice := make([][]uint32, len(buckets))
 	for k := range buckets {
 		b := buckets[k]
 		sort.Slice(b, func(i, j int) bool { return less(&b[i], &b[j]) })
+		for i := range b {
+			bounds[k].widen(&b[i])
+			if b[i].flags&flagInterruptible != 0 {
+				byPrice[k] = append(byPrice[k], uint32(i))
+			}
+		}
+		bp := byPrice[k]
+		sort.Slice(bp, func(i, j int) bool { return onDemandLess(&b[bp[i]], &b[bp[j]]) })
 	}
 	// The arena in bucket order, sized exactly.
 	live := 0
@@ -190,7 +209,7 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.buckets, x.spans, x.dead, x.where, x.pending, x.n = buckets, arena, 0, where, rest, len(where)
-	x.vers = vers
+	x.vers, x.bounds, x.byPrice = vers, bounds, byPrice
 	return nil
 }
 
@@ -355,7 +374,14 @@ func (x *Index) Match(req Request, now time.Time) (Result, error) {
 // Explanation.Cut says what was left out. The index's read lock is held
 // for each run of the engine, not across a request's relaxations.
 func (x *Index) MatchWithin(req Request, now time.Time, b Budget) (Result, error) {
-	return x.eng.run(pruned{x}, req, now, true, b)
+	return x.eng.run(pruned{x}, req, now, true, true, b)
+}
+
+// exhaustive is Match evaluating every offer the index's pruning leaves,
+// without the early stop: exact totals, the same quotes. It is the
+// "before" of benchmarks and a yardstick in tests.
+func (x *Index) exhaustive(req Request, now time.Time) (Result, error) {
+	return x.eng.run(pruned{x}, req, now, true, false, Budget{})
 }
 
 // Examines is how many offers a match of req at now would evaluate one by
@@ -385,7 +411,7 @@ func (x *Index) Examines(req Request, now time.Time) (int, error) {
 // scan is Match without the index's pruning: every offer evaluated one by
 // one. It is the yardstick in benchmarks and tests.
 func (x *Index) scan(req Request, now time.Time) (Result, error) {
-	return x.eng.run(flat{x}, req, now, true, Budget{})
+	return x.eng.run(flat{x}, req, now, true, false, Budget{})
 }
 
 func less(a, b *slot) bool {
@@ -469,6 +495,16 @@ func (x *Index) take(id int64) (slot, bool) {
 		if b[i].id == id {
 			s := b[i]
 			x.buckets[k] = append(b[:i], b[i+1:]...)
+			bp := x.byPrice[k][:0]
+			for _, p := range x.byPrice[k] {
+				switch {
+				case p > uint32(i):
+					bp = append(bp, p-1)
+				case p < uint32(i):
+					bp = append(bp, p)
+				}
+			}
+			x.byPrice[k] = bp
 			delete(x.where, id)
 			x.n--
 			return s, true
@@ -488,6 +524,52 @@ func (x *Index) put(s slot) {
 	x.buckets[k] = b
 	x.where[s.id] = k
 	x.n++
+	x.bounds[k].widen(&s)
+	bp := x.byPrice[k]
+	for j, p := range bp {
+		if p >= uint32(i) {
+			bp[j] = p + 1
+		}
+	}
+	if s.flags&flagInterruptible != 0 {
+		j := sort.Search(len(bp), func(j int) bool { return onDemandLess(&s, &b[bp[j]]) })
+		bp = append(bp, 0)
+		copy(bp[j+1:], bp[j:])
+		bp[j] = uint32(i)
+	}
+	x.byPrice[k] = bp
+}
+
+// onDemandLess orders offers by on-demand price, then id.
+func onDemandLess(a, b *slot) bool {
+	if a.price != b.price {
+		return a.price < b.price
+	}
+	return a.id < b.id
+}
+
+// bucketBound bounds what any offer of a bucket can bring to a score: the
+// highest relative throughput (fewest hours for stated work), the lowest
+// carbon intensity, the highest reliability, and the lowest storage and
+// egress prices and provisioning time (with the price, a lower bound on
+// the effective cost, see walkRun). Each only widens as
+// offers come (an offer taken out leaves it as it was, still a bound);
+// Load sets it exactly. The zero value, for an empty bucket, bounds
+// nothing and is never read: only runs of offers are.
+type bucketBound struct {
+	maxRel, minCarbon, maxReliability  uint16
+	minStorage, minEgress, minProvMins uint16
+	set                                bool
+}
+
+func (b *bucketBound) widen(s *slot) {
+	if !b.set {
+		*b = bucketBound{maxRel: s.relThroughput, minCarbon: s.carbon, maxReliability: s.reliability,
+			minStorage: s.storageC, minEgress: s.egressC, minProvMins: s.provMins, set: true}
+		return
+	}
+	b.maxRel, b.minCarbon, b.maxReliability = max(b.maxRel, s.relThroughput), min(b.minCarbon, s.carbon), max(b.maxReliability, s.reliability)
+	b.minStorage, b.minEgress, b.minProvMins = min(b.minStorage, s.storageC), min(b.minEgress, s.egressC), min(b.minProvMins, s.provMins)
 }
 
 // pruned visits the index bucket by bucket, skipping buckets a request
@@ -500,6 +582,14 @@ func (p pruned) spans() []span { return p.x.spans }
 func (p pruned) versions() *versionTable { return &p.x.vers }
 func (p pruned) rlock()                  { p.x.mu.RLock() }
 func (p pruned) runlock()                { p.x.mu.RUnlock() }
+
+// bound is the bound of the bucket run r lies in and its interruptible
+// offers' positions by on-demand price; the index walks a gang request's
+// runs in price order and stops early (see gangWalk.merged).
+func (p pruned) bound(r []slot) (bucketBound, []uint32, bool) {
+	k := bucketKey(&r[0])
+	return p.x.bounds[k], p.x.byPrice[k], true
+}
 
 func (p pruned) runs(q *query, counts *[numReasons]int, out [][]slot) [][]slot {
 	for k := range p.x.buckets {
@@ -535,6 +625,9 @@ func (f flat) versions() *versionTable { return &f.x.vers }
 func (f flat) rlock()                  { f.x.mu.RLock() }
 func (f flat) runlock()                { f.x.mu.RUnlock() }
 
+// bound says the scan never stops early: it evaluates every offer.
+func (f flat) bound(r []slot) (bucketBound, []uint32, bool) { return bucketBound{}, nil, false }
+
 func (f flat) runs(q *query, counts *[numReasons]int, out [][]slot) [][]slot {
 	for k := range f.x.buckets {
 		if b := f.x.buckets[k]; len(b) > 0 {
@@ -554,6 +647,8 @@ func putScratch(s *scratch) {
 	clear(s.runs)
 	clear(s.fits)
 	clear(s.cands)
+	clear(s.walk)
+	s.walk = s.walk[:0]
 	if cap(s.fits) > 1<<20 {
 		s.fits = nil
 	}

@@ -69,7 +69,9 @@ type Quote struct {
 	// earliest); the start preference ranks by Start.
 	Start time.Time
 	End   time.Time
-	// Score is the weighted preference score; lower is better.
+	// Score is the weighted preference score on fixed scales (see
+	// scoreUnit; cost relative to the cheapest feasible quote); lower is
+	// better. It does not depend on which other offers fit.
 	Score int64
 	// Exact is false when a split was chosen by the bounded search; then
 	// LowerBound is a proven lower bound on the optimal split's cost, so
@@ -86,9 +88,18 @@ func (q Quote) EmissionsKg() string {
 // Result is the matcher's answer.
 type Result struct {
 	Quotes []Quote
-	// Total is the number of feasible quotes before Limit was applied.
+	// Total is the number of feasible quotes before Limit was applied;
+	// a lower bound ("at least Total") unless Exhaustive.
 	Total       int
 	Explanation Explanation
+	// Exhaustive is true when every offer the request could use was
+	// evaluated, so Total and the explanation's counts are exact. It is
+	// false when the search stopped early, once no offer left could rank
+	// among the quotes (Explanation.Skipped), or a work budget left offers
+	// out (Explanation.Cut): then Total, Fit and each Eliminated count are
+	// lower bounds, while the quotes are exactly those an exhaustive search
+	// ranks first (within the budget's offers, when cut).
+	Exhaustive bool
 }
 
 // Constraint names a hard constraint in explanations, in the order the
@@ -193,12 +204,23 @@ type Explanation struct {
 	// Cut is what a work budget left out (Index.MatchWithin); then
 	// Fit, the Eliminated counts and Cut.Unexamined add up to Considered.
 	Cut Cut
+	// Skipped is the offers a gang request's search never evaluated
+	// because it stopped early: walking offers from the lowest price, it
+	// stops once a bound on the best score any offer left could reach is
+	// worse than the last quote's. None of them could rank; some may fit.
+	// Fit, the Eliminated counts, Cut.Unexamined and Skipped add up to
+	// Considered.
+	Skipped int
 }
 
 // Summary reads like "0 of 1,240 offers fit: 812 wrong model, 301 too
-// little memory".
+// little memory", or "at least 12 of 1,240 offers fit: …, 900 not
+// evaluated (…)" when the search stopped early.
 func (e Explanation) Summary() string {
 	var b strings.Builder
+	if e.Skipped > 0 {
+		b.WriteString("at least ")
+	}
 	fmt.Fprintf(&b, "%s of %s offers fit", groupThousands(e.Fit), groupThousands(e.Considered))
 	for i, el := range e.Eliminated {
 		if i == 0 {
@@ -214,6 +236,13 @@ func (e Explanation) Summary() string {
 			sep = ": "
 		}
 		fmt.Fprintf(&b, "%s%s not examined (over the work budget; the %s with the lowest prices were)", sep, groupThousands(n), groupThousands(e.Cut.Examined))
+	}
+	if n := e.Skipped; n > 0 {
+		sep := ", "
+		if len(e.Eliminated) == 0 && e.Cut.Unexamined == 0 {
+			sep = ": "
+		}
+		fmt.Fprintf(&b, "%s%s not evaluated (none of them could rank among the best quotes)", sep, groupThousands(n))
 	}
 	return b.String()
 }
@@ -663,6 +692,11 @@ type source interface {
 	// (not across runs: writers get in between a request's relaxations).
 	rlock()
 	runlock()
+	// bound is the bound of what the offers of run r can score, and
+	// whether the source may stop early at all (the plain scan never does).
+	// byPrice lists the positions in r's bucket of the offers that sell
+	// interruptible capacity by on-demand price (see Index.byPrice).
+	bound(r []slot) (b bucketBound, byPrice []uint32, ok bool)
 }
 
 // engine holds the tuning of the split search; the zero value is not
@@ -680,7 +714,7 @@ func newEngine() engine {
 
 // run is the engine. With explain it also computes relaxations when
 // nothing matched.
-func (e *engine) run(src source, req Request, now time.Time, explain bool, b Budget) (Result, error) {
+func (e *engine) run(src source, req Request, now time.Time, explain, stop bool, b Budget) (Result, error) {
 	q, err := compile(req, now)
 	if err != nil {
 		return Result{}, err
@@ -690,7 +724,7 @@ func (e *engine) run(src source, req Request, now time.Time, explain bool, b Bud
 	if b.Offers > 0 {
 		limit = b.Offers
 	}
-	res, _, _ := e.runQuery(src, q, limit)
+	res, _, _ := e.runQuery(src, q, limit, stop)
 	if explain && len(res.Quotes) == 0 {
 		var cut bool
 		perRun, total := b.relaxBudget()
@@ -707,15 +741,20 @@ type scratch struct {
 	fits   []fit
 	cands  []quoteCand
 	top    []scored
+	walk   []walkRun // a gang walk's runs
+	heap   []int     // and their heap
 }
 
 // runQuery evaluates every offer, or with a limit ≥ 0 at most limit
 // offers, those with the lowest prices (see Budget), and builds the ranked
-// quotes. It also returns the cheapest and earliest-ending feasible
-// quotes' figures, which relaxations use, and how many offers it
-// evaluated. In steady state it allocates only the result: the quotes,
+// quotes. With stop, a gang request over a source that allows it walks
+// the offers in price order and stops once none left could rank (see
+// walkGang); relaxations run without, as their counts must be exact. It
+// also returns the cheapest and earliest-ending feasible quotes' figures
+// (over the offers evaluated), which relaxations use, and how many offers
+// it evaluated. In steady state it allocates only the result: the quotes,
 // their pieces (one array) and the eliminations.
-func (e *engine) runQuery(src source, q *query, limit int) (Result, extremes, int) {
+func (e *engine) runQuery(src source, q *query, limit int, stop bool) (Result, extremes, int) {
 	sc := getScratch()
 	defer putScratch(sc)
 	src.rlock()
@@ -749,31 +788,34 @@ func (e *engine) runQuery(src source, q *query, limit int) (Result, extremes, in
 	if cap(fits) < visit {
 		fits = make([]fit, 0, visit)
 	}
-	// A gang's candidates are its fits: their metrics' extent is taken
-	// as they are found, and a quote candidate is only built for a fit
-	// that may rank (see ranker), not for all of them.
-	var lo, hi [numMetrics]int64
-	for _, run := range sc.runs {
-		for i := range run {
-			f := fits[len(fits) : len(fits)+1]
-			if r := q.eval(&run[i], &f[0]); r != rFit {
-				counts[r]++
-				continue
-			}
-			if !q.split {
-				m := gangMetrics(q, &f[0])
-				if len(fits) == 0 {
-					lo, hi = m, m
+	var xt extremes
+	rk := ranker{q: q, top: sc.top[:0]}
+	rk.init()
+	cands := sc.cands[:0]
+	skipped := 0
+	if !q.split {
+		w := gangWalk{q: q, rk: &rk, counts: counts, fits: fits, cands: cands, xt: &xt}
+		if stop && len(sc.runs) > 0 {
+			skipped = w.merged(src, sc.runs, sc)
+		} else {
+			w.inOrder(sc.runs)
+		}
+		fits, cands = w.fits, w.cands
+		visit -= skipped
+	} else {
+		for _, run := range sc.runs {
+			for i := range run {
+				f := fits[len(fits) : len(fits)+1]
+				if r := q.eval(&run[i], &f[0]); r != rFit {
+					counts[r]++
+					continue
 				}
-				for k, v := range m {
-					lo[k], hi[k] = min(lo[k], v), max(hi[k], v)
-				}
+				fits = fits[:len(fits)+1]
 			}
-			fits = fits[:len(fits)+1]
 		}
 	}
 	sc.fits = fits
-	ex := Explanation{Considered: src.size(), Fit: len(fits), Cut: cut}
+	ex := Explanation{Considered: src.size(), Fit: len(fits), Cut: cut, Skipped: skipped}
 	n := 0
 	for _, c := range counts {
 		if c > 0 {
@@ -798,28 +840,7 @@ func (e *engine) runQuery(src source, q *query, limit int) (Result, extremes, in
 		ex.Eliminated[k] = el
 	}
 
-	var xt extremes
-	rk := ranker{q: q, top: sc.top[:0]}
-	cands := sc.cands[:0]
-	if !q.split {
-		for i := range fits {
-			f := &fits[i]
-			if end := f.start + f.hours()*3600; !xt.ok || end < xt.minEnd {
-				xt.minEnd = end
-			}
-			if !xt.ok || f.cost < xt.minCost {
-				xt.minCost = f.cost
-			}
-			xt.ok = true
-		}
-		rk.init(lo, hi)
-		for i := range fits {
-			if m := gangMetrics(q, &fits[i]); rk.mayEnter(&m) {
-				cands = append(cands, gangCand(q, &fits[i]))
-				rk.add(cands, len(cands)-1)
-			}
-		}
-	} else {
+	if q.split {
 		cands, ex.Shortfall = e.splitCands(q, fits, cands)
 		for i := range cands {
 			c := &cands[i]
@@ -829,29 +850,308 @@ func (e *engine) runQuery(src source, q *query, limit int) (Result, extremes, in
 			if !xt.ok || c.end < xt.minEnd {
 				xt.minEnd = c.end
 			}
-			if !xt.ok {
-				lo, hi = c.metrics, c.metrics
-			}
-			for k, v := range c.metrics {
-				lo[k], hi[k] = min(lo[k], v), max(hi[k], v)
-			}
 			xt.ok = true
 		}
-		rk.init(lo, hi)
+		rk.minCost = xt.minCost
 		for i := range cands {
-			if rk.mayEnter(&cands[i].metrics) {
-				rk.add(cands, i)
+			if sc := rk.score(&cands[i].metrics, cands[i].carbonMilli); rk.mayEnter(sc) {
+				rk.add(cands, i, sc)
 			}
 		}
 	}
 	sc.cands = cands
-	res := Result{Total: len(fits), Explanation: ex}
+	res := Result{Total: len(fits), Explanation: ex, Exhaustive: cut.Unexamined == 0 && skipped == 0}
 	if q.split {
 		res.Total = len(cands)
 	}
 	res.Quotes = rk.quotes(cands)
 	sc.top = rk.top[:0]
 	return res, xt, visit
+}
+
+// gangWalk evaluates a gang request's offers and ranks its fits as it
+// goes. A gang's candidates are its fits, and a quote candidate is only
+// built for a fit that ranks, not for all of them.
+type gangWalk struct {
+	q      *query
+	rk     *ranker
+	counts *[numReasons]int
+	fits   []fit // with room for every offer: candidates point into it
+	cands  []quoteCand
+	xt     *extremes
+	ranked int // fits[:ranked] have been offered to the ranker
+}
+
+// eval evaluates s and keeps its fit.
+func (w *gangWalk) eval(s *slot) {
+	f := w.fits[len(w.fits) : len(w.fits)+1]
+	if r := w.q.eval(s, &f[0]); r != rFit {
+		w.counts[r]++
+		return
+	}
+	w.fits = w.fits[:len(w.fits)+1]
+	xt := w.xt
+	if end := f[0].start + f[0].hours()*3600; !xt.ok || end < xt.minEnd {
+		xt.minEnd = end
+	}
+	if !xt.ok || f[0].cost < xt.minCost {
+		xt.minCost = f[0].cost
+	}
+	xt.ok = true
+}
+
+// rank offers the fits not yet ranked to the ranker; the cheapest
+// feasible cost must be known (see ranker.minCost).
+func (w *gangWalk) rank() {
+	for i := w.ranked; i < len(w.fits); i++ {
+		f := &w.fits[i]
+		m := gangMetrics(w.q, f)
+		if sc := w.rk.score(&m, int64(f.s.carbon)*1000); w.rk.mayEnter(sc) {
+			w.cands = append(w.cands, gangCand(w.q, f))
+			w.rk.add(w.cands, len(w.cands)-1, sc)
+		}
+	}
+	w.ranked = len(w.fits)
+}
+
+// inOrder evaluates every offer of runs, run by run, then ranks.
+func (w *gangWalk) inOrder(runs [][]slot) {
+	for _, run := range runs {
+		for i := range run {
+			w.eval(&run[i])
+		}
+	}
+	w.rk.minCost = w.xt.minCost
+	w.rank()
+}
+
+// walkRun is a run being walked: its next offer, and what bounds the
+// scores of the offers left in it. A run is walked in the order of the
+// price its offers are booked at: the run's own order, or, for a request
+// that does not allow interruption, as two walk runs — the offers that
+// sell only on demand in the run's order (skipping the others), and those
+// that also sell interruptible capacity in order of their on-demand price
+// (through perm, positions in the run's bucket; those past the run are
+// not the run's).
+type walkRun struct {
+	run      []slot
+	perm     []uint32 // nil: the run's order
+	skipIntr bool     // in the run's order, skip offers selling interruptible capacity
+	pos      int      // the next position in run or perm
+	cur      int      // the next offer, run[cur]
+	hours    int64    // the fewest hours any of its offers takes
+	rest     int64    // the least its offers' terms other than cost add to a score
+	// low is an offer of the run's bucket at the best of everything its
+	// bucket's offers have (see bucketBound), priced at the next offer's
+	// booked price: no offer from the next on costs less.
+	low  slot
+	cost int64 // low's effective cost: key
+}
+
+// key is the least effective cost of the run's next offer and every one
+// after it.
+func (r *walkRun) key() int64 { return r.cost }
+
+// advance moves to the next offer and reports whether there is one.
+// Every item of the effective cost is non-decreasing in the price, the
+// hours, the storage and egress prices and the provisioning time, and
+// non-increasing in reliability (interruptions only add); so low, priced
+// at the booked price of the next offer, which is at most that of any
+// offer after it in the walk's order, bounds every offer left.
+func (r *walkRun) advance(q *query) bool {
+	for {
+		if r.perm != nil {
+			if r.pos >= len(r.perm) {
+				return false
+			}
+			r.cur = int(r.perm[r.pos])
+			r.pos++
+			if r.cur >= len(r.run) {
+				continue
+			}
+		} else {
+			if r.pos >= len(r.run) {
+				return false
+			}
+			r.cur = r.pos
+			r.pos++
+			if r.skipIntr && r.run[r.cur].flags&flagInterruptible != 0 {
+				continue
+			}
+		}
+		break
+	}
+	s := &r.run[r.cur]
+	p := s.price
+	if q.allowIntr {
+		p = s.intrPrice
+	}
+	if p != r.low.price {
+		r.low.price, r.low.intrPrice = p, p
+		r.cost = int64(pieceCost(&r.low, q, q.devices, r.hours, false).Total)
+	}
+	return true
+}
+
+// merged walks the runs merged by key, lowest first, and stops once no
+// offer left can rank. It returns how many it left unevaluated.
+//
+// Why the top quotes stay exact: no offer left in a run costs less than
+// its key (see walkRun.advance), so none left at all costs less than the
+// smallest key. Once that is at least the cheapest cost found, the
+// cheapest feasible cost is known, and with it every score (scores are on
+// fixed scales, see ranker). An offer left in run r then scores at least
+// the cost term of r's key plus r's rest (carbon, reliability and
+// preference bounded by the bucket's best; start and providers by zero).
+// Once that is over the last kept quote's score for every run, no offer
+// left can rank, ties included.
+func (w *gangWalk) merged(src source, runs [][]slot, sc *scratch) int {
+	q, rk := w.q, w.rk
+	ws := sc.walk[:0]
+	for _, run := range runs {
+		b, perm, ok := src.bound(run)
+		if !ok {
+			w.inOrder(runs)
+			return 0
+		}
+		r := walkRun{run: run, hours: q.hours}
+		if r.hours == 0 {
+			den := q.devices * int64(max(b.maxRel, 1))
+			r.hours = (q.workMilli + den - 1) / den
+		}
+		r.rest = q.weights[mCarbon]*int64(b.minCarbon)*1000 +
+			q.weights[mUnreliability]*(10000-int64(b.maxReliability))*100 +
+			q.weights[mNotPreferred]*notPreferred(q, &run[0])*1_000_000
+		r.low = slot{acc: run[0].acc, region: run[0].region, reliability: b.maxReliability,
+			storageC: b.minStorage, egressC: b.minEgress, provMins: b.minProvMins}
+		if q.allowIntr || len(perm) == 0 {
+			if r.advance(q) {
+				ws = append(ws, r)
+			}
+			continue
+		}
+		r.skipIntr = true
+		if r.advance(q) {
+			ws = append(ws, r)
+		}
+		r.skipIntr, r.perm, r.pos, r.low.price = false, perm, 0, 0
+		if r.advance(q) {
+			ws = append(ws, r)
+		}
+	}
+	total := 0
+	for _, run := range runs {
+		total += len(run)
+	}
+	sc.walk = ws
+	h := walkHeap{ws: ws, idx: sc.heap[:0]}
+	for i := range ws {
+		h.push(i)
+	}
+	defer func() { sc.heap = h.idx[:0] }()
+	ready := q.weights[mCost] == 0 // else the cheapest cost must be known first
+	lastKey, sinceCheck, evaluated := int64(-1), 0, 0
+	for len(h.idx) > 0 {
+		r := &ws[h.idx[0]]
+		// Check where the frontier moves up, and not more often than
+		// once per few runs' worth of offers (the check reads every run).
+		if key := r.key(); key > lastKey && sinceCheck*4 >= len(h.idx) {
+			lastKey, sinceCheck = key, 0
+			if !ready && w.xt.ok && key >= w.xt.minCost {
+				ready, rk.minCost = true, w.xt.minCost
+			}
+			if ready {
+				w.rank()
+				if kth, full := rk.last(); full && w.leftBound(&h) > kth {
+					return total - evaluated
+				}
+			}
+		}
+		s := &r.run[r.cur]
+		if r.advance(q) {
+			h.down(0)
+		} else {
+			h.pop()
+		}
+		w.eval(s)
+		sinceCheck++
+		evaluated++
+	}
+	rk.minCost = w.xt.minCost
+	w.rank()
+	return 0
+}
+
+// leftBound is the least score any offer left in the walk can reach.
+func (w *gangWalk) leftBound(h *walkHeap) int64 {
+	q, rk := w.q, w.rk
+	best := int64(-1)
+	for _, i := range h.idx {
+		r := &h.ws[i]
+		b := r.rest
+		if wc := q.weights[mCost]; wc != 0 {
+			b += wc * rk.costTerm(r.key())
+		}
+		if best < 0 || b < best {
+			best = b
+		}
+	}
+	return best
+}
+
+// walkHeap is a binary min-heap of runs by key.
+type walkHeap struct {
+	ws  []walkRun
+	idx []int
+}
+
+func (h *walkHeap) less(a, b int) bool {
+	ka, kb := h.ws[h.idx[a]].key(), h.ws[h.idx[b]].key()
+	if ka != kb {
+		return ka < kb
+	}
+	return h.idx[a] < h.idx[b]
+}
+
+func (h *walkHeap) swap(a, b int) { h.idx[a], h.idx[b] = h.idx[b], h.idx[a] }
+
+func (h *walkHeap) push(i int) {
+	h.idx = append(h.idx, i)
+	for k := len(h.idx) - 1; k > 0; {
+		p := (k - 1) / 2
+		if !h.less(k, p) {
+			break
+		}
+		h.swap(k, p)
+		k = p
+	}
+}
+
+func (h *walkHeap) pop() {
+	last := len(h.idx) - 1
+	h.swap(0, last)
+	h.idx = h.idx[:last]
+	if last > 0 {
+		h.down(0)
+	}
+}
+
+func (h *walkHeap) down(k int) {
+	n := len(h.idx)
+	for {
+		c := 2*k + 1
+		if c >= n {
+			return
+		}
+		if c+1 < n && h.less(c+1, c) {
+			c++
+		}
+		if !h.less(c, k) {
+			return
+		}
+		h.swap(c, k)
+		k = c
+	}
 }
 
 // extremes are the cheapest cost and the earliest end over feasible quotes.
@@ -871,6 +1171,9 @@ type quoteCand struct {
 	end     int64
 	exact   bool
 	lower   int64
+	// carbonMilli is the pieces' carbon intensity in mg per kWh, weighted
+	// by their energy: the carbon term of the score.
+	carbonMilli int64
 	// left is the devices the pieces' placements leave free on the nodes
 	// they use (see ranker.leftover), once leftKnown.
 	left      int64
@@ -935,7 +1238,7 @@ func onePieceMetrics(q *query, s *slot, hours, start, cost int64) [numMetrics]in
 
 func gangCand(q *query, f *fit) quoteCand {
 	return quoteCand{one: pieceRef{f: f, devices: q.devices, start: f.start}, cost: f.cost, exact: true,
-		end: f.start + f.hours()*3600, metrics: gangMetrics(q, f)}
+		end: f.start + f.hours()*3600, metrics: gangMetrics(q, f), carbonMilli: int64(f.s.carbon) * 1000}
 }
 
 func notPreferred(q *query, s *slot) int64 {
@@ -948,13 +1251,16 @@ func notPreferred(q *query, s *slot) int64 {
 // multiCand builds a quote candidate from split pieces.
 func multiCand(q *query, ps []pieceRef, exact bool, lower int64) quoteCand {
 	c := quoteCand{more: ps, exact: exact, lower: lower}
-	var rel, notPref, devs int64
+	var rel, notPref, devs, grams, wh int64
 	providers := map[int64]bool{}
 	c.metrics[mStart] = -1
 	for _, p := range ps {
 		s := p.f.s
 		c.cost += int64(pieceCost(s, q, p.devices, p.f.hours(), p.f.intr).Total)
 		c.metrics[mCarbon] += pieceEmissions(s, p.devices, p.f.hours())
+		energy := int64(accelerators[s.acc].TDPWatts) * p.devices * p.f.hours()
+		grams += energy * int64(s.carbon)
+		wh += energy
 		rel += p.devices * int64(s.reliability)
 		notPref += p.devices * notPreferred(q, s)
 		devs += p.devices
@@ -970,6 +1276,9 @@ func multiCand(q *query, ps []pieceRef, exact bool, lower int64) quoteCand {
 	c.metrics[mUnreliability] = 10000 - rel/devs
 	c.metrics[mProviders] = int64(len(providers))
 	c.metrics[mNotPreferred] = notPref * 1000 / devs
+	if wh > 0 {
+		c.carbonMilli = MulDivRound(grams, 1000, wh)
+	}
 	return c
 }
 
@@ -1051,7 +1360,7 @@ func (e *engine) splitCands(q *query, fits []fit, cands []quoteCand) ([]quoteCan
 func multiCandOne(q *query, f *fit, start int64) quoteCand {
 	cost := int64(pieceCost(f.s, q, q.devices, f.hours(), f.intr).Total)
 	return quoteCand{one: pieceRef{f: f, devices: q.devices, start: start}, cost: cost, exact: true,
-		end: start + f.hours()*3600, metrics: onePieceMetrics(q, f.s, f.hours(), start, cost)}
+		end: start + f.hours()*3600, metrics: onePieceMetrics(q, f.s, f.hours(), start, cost), carbonMilli: int64(f.s.carbon) * 1000}
 }
 
 // solveSplit chooses devices d_o ∈ {0} ∪ [minPiece, avail_o] per offer with
@@ -1299,67 +1608,87 @@ type scored struct {
 	s int64
 }
 
-// ranker keeps the best Limit candidates by the weighted, normalised
-// metrics. Ties: score, cost, start, providers, then the pieces' offer ids
-// and devices — a total order, so output is stable.
-//
-// Each metric is normalised over the extent [lo, hi] it takes in the whole
-// feasible set, so the extent is taken first. Then mayEnter, a float lower
-// bound on a score, rules out most candidates without the exact integer
-// score: a term is round(x) ≥ x − ½ with x = (v − lo)·10⁶/(hi − lo), and
-// the float error is far below the margin, so a bound over the current
-// last score proves the exact score is over it too, and such a candidate
-// can never rank (the last score only falls).
+// Score scales: each term of a score is on a fixed scale, not normalised
+// over the feasible set, so an offer's score does not depend on which
+// other offers fit — only on the cheapest feasible cost — and a bound on
+// the score of offers not yet seen is possible (see gangWalk.merged). A
+// term of scoreUnit is, in each metric: cost twice the cheapest quote's
+// (100 % dearer); a carbon intensity of 1,000 g CO2e per kWh; 100
+// percentage points of unreliability; a start delayed by the whole
+// window (the deadline less the earliest start, or a week without a
+// deadline); ten providers beyond the first; every device off the
+// preferred models and regions.
+const (
+	scoreUnit        = 1_000_000
+	noDeadlineWindow = 7 * 24 * 3600
+	perProvider      = scoreUnit / 10
+)
+
+// ranker keeps the best Limit candidates by the weighted sum of the
+// metrics on fixed scales. Ties: score, cost, start, providers, the
+// placement's leftover, then the pieces' offer ids and devices — a total
+// order, so output is stable.
 type ranker struct {
-	q      *query
-	lo, hi [numMetrics]int64
-	inv    [numMetrics]float64
-	margin float64
-	top    []scored
+	q *query
+	// minCost is the cheapest feasible quote's cost, which the cost term
+	// is relative to; it must be set before a score with a cost weight is
+	// taken.
+	minCost int64
+	window  int64 // seconds the start term counts scoreUnit over
+	top     []scored
 }
 
-func (r *ranker) init(lo, hi [numMetrics]int64) {
-	r.lo, r.hi, r.margin = lo, hi, 1
-	for m := range r.inv {
-		r.inv[m] = 0
-		if r.q.weights[m] != 0 && hi[m] != lo[m] {
-			r.inv[m] = 1_000_000 / float64(hi[m]-lo[m])
-			r.margin += (0.5 + 1e-3) * float64(r.q.weights[m])
-		}
+func (r *ranker) init() {
+	r.window = noDeadlineWindow
+	if q := r.q; q.deadline > 0 {
+		r.window = max(1, q.deadline-q.lo)
 	}
 }
 
-func (r *ranker) score(metrics *[numMetrics]int64) int64 {
+// costTerm is the cost term of a quote costing cost (≥ minCost): the
+// share it costs over the cheapest, in millionths, rounded half up. It
+// never falls as cost rises.
+func (r *ranker) costTerm(cost int64) int64 {
+	return MulDivRound(cost-r.minCost, scoreUnit, max(r.minCost, 1))
+}
+
+// score is the weighted sum of the terms; lower is better.
+func (r *ranker) score(m *[numMetrics]int64, carbonMilli int64) int64 {
+	w := &r.q.weights
 	var s int64
-	for m, v := range metrics {
-		if r.q.weights[m] == 0 || r.hi[m] == r.lo[m] {
-			continue
-		}
-		s += r.q.weights[m] * MulDivRound(v-r.lo[m], 1_000_000, r.hi[m]-r.lo[m])
+	if w[mCost] != 0 {
+		s += w[mCost] * r.costTerm(m[mCost])
 	}
+	s += w[mCarbon] * carbonMilli
+	s += w[mUnreliability] * m[mUnreliability] * (scoreUnit / 10000)
+	if w[mStart] != 0 {
+		s += w[mStart] * MulDivRound(m[mStart], scoreUnit, r.window)
+	}
+	s += w[mProviders] * (m[mProviders] - 1) * perProvider
+	s += w[mNotPreferred] * m[mNotPreferred] * (scoreUnit / 1000)
 	return s
 }
 
-// mayEnter reports whether a candidate with these metrics may still rank.
-func (r *ranker) mayEnter(metrics *[numMetrics]int64) bool {
-	limit := r.q.req.Limit
-	if len(r.top) < limit {
-		return true
+// last is the score of the Limit-th kept candidate, once there are Limit.
+func (r *ranker) last() (int64, bool) {
+	if limit := r.q.req.Limit; len(r.top) == limit {
+		return r.top[limit-1].s, true
 	}
-	var lb float64
-	for m, v := range metrics {
-		if r.inv[m] != 0 {
-			lb += float64(r.q.weights[m]) * float64(v-r.lo[m]) * r.inv[m]
-		}
-	}
-	return lb-r.margin <= float64(r.top[limit-1].s)
+	return 0, false
 }
 
-// add scores cands[i] exactly and keeps it if it ranks.
-func (r *ranker) add(cands []quoteCand, i int) {
+// mayEnter reports whether a candidate scoring sc may still rank: a
+// worse score than the last kept cannot (the last score only falls).
+func (r *ranker) mayEnter(sc int64) bool {
+	last, full := r.last()
+	return !full || sc <= last
+}
+
+// add keeps cands[i], which scores sc, if it ranks.
+func (r *ranker) add(cands []quoteCand, i int, score int64) {
 	limit := r.q.req.Limit
 	c := &cands[i]
-	sc := scored{i, r.score(&c.metrics)}
+	sc := scored{i, score}
 	if len(r.top) == limit && !r.less(c, sc.s, &cands[r.top[limit-1].i], r.top[limit-1].s) {
 		return
 	}

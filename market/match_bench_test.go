@@ -256,7 +256,7 @@ func broadRequests() []Request {
 func BenchmarkMatch(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
 		for _, kind := range []string{"narrow", "broad"} {
-			for _, how := range []string{"index", "scan", "budget"} {
+			for _, how := range []string{"index", "exhaustive", "scan", "budget"} {
 				b.Run(fmt.Sprintf("offers=%d/%s/%s", n, kind, how), func(b *testing.B) {
 					bi := getBenchIndex(b, n)
 					reqs := narrowRequests()
@@ -265,6 +265,8 @@ func BenchmarkMatch(b *testing.B) {
 					}
 					run := bi.idx.Match
 					switch how {
+					case "exhaustive": // the index without the early stop: exact totals
+						run = bi.idx.exhaustive
 					case "scan":
 						run = bi.idx.scan
 					case "budget": // what the web layer serves

@@ -39,7 +39,7 @@ func (e *engine) relax(src source, q *query, now time.Time, perRun, left int) (_
 		if perRun >= 0 {
 			limit = min(perRun, left)
 		}
-		res, xt, examined := e.runQuery(src, cq, limit)
+		res, xt, examined := e.runQuery(src, cq, limit, false)
 		putQuery(cq)
 		if left > 0 {
 			left -= examined
