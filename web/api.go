@@ -269,9 +269,14 @@ type apiQuotes struct {
 // apiSearch says whether the matcher examined every offer the request
 // could use (complete) or, over its work budget, only those with the
 // lowest prices: then the quotes are the best among them, total and the
-// counts are lower bounds, and message says what to do.
+// counts are lower bounds, and message says what to do. Exhaustive is
+// false also when the search stopped early, once none of the offers
+// left (not_evaluated) could rank among the quotes: the quotes are then
+// exactly the best, and total and the counts are "at least".
 type apiSearch struct {
 	Complete              bool         `json:"complete"`
+	Exhaustive            bool         `json:"exhaustive"`
+	NotEvaluated          int          `json:"not_evaluated,omitempty"`
 	Examined              int          `json:"examined,omitempty"`
 	NotExamined           int          `json:"not_examined,omitempty"`
 	PriceCeilingCents     market.Cents `json:"price_ceiling_cents,omitempty"`
@@ -329,7 +334,8 @@ func (h *Handler) apiQuotes(c echo.Context, req market.Request) (apiQuotes, erro
 		out.Explanation.Eliminated[string(el.Constraint)] = el.Count
 	}
 	cut := res.Explanation.Cut
-	out.Search = apiSearch{Complete: !cut.Partial(), Examined: cut.Examined, NotExamined: cut.Unexamined,
+	out.Search = apiSearch{Complete: !cut.Partial(), Exhaustive: res.Exhaustive, NotEvaluated: res.Explanation.Skipped,
+		Examined: cut.Examined, NotExamined: cut.Unexamined,
 		PriceCeilingCents: cut.PriceCeiling, RelaxationsIncomplete: cut.Relaxations, Message: cut.Message()}
 	for _, r := range res.Explanation.Relaxations {
 		doc, err := market.EncodeRequestJSON(r.Request)

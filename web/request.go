@@ -124,6 +124,11 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 	if res.Total > len(res.Quotes) {
 		v.Summary = fmt.Sprintf("Best %d of %d ways to run it", len(res.Quotes), res.Total)
 	}
+	if res.Explanation.Skipped > 0 {
+		// The search stopped once no other offer could rank: these are the
+		// best, the count a lower bound.
+		v.Summary = fmt.Sprintf("Best %d of at least %d ways to run it", len(res.Quotes), res.Total)
+	}
 	if res.Explanation.Cut.Unexamined > 0 {
 		v.Summary = fmt.Sprintf("Best %d of at least %d ways to run it, among the offers examined", len(res.Quotes), res.Total)
 	}
