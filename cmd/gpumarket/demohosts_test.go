@@ -193,7 +193,7 @@ type formClient struct {
 
 func newFormClient(t *testing.T, base string) *formClient {
 	jar, _ := cookiejar.New(nil)
-	return &formClient{t: t, base: base, http: &http.Client{Jar: jar, Timeout: 10 * time.Second}}
+	return &formClient{t: t, base: base, http: &http.Client{Jar: jar, Timeout: 60 * time.Second}}
 }
 
 func (c *formClient) get(path string) string {
