@@ -281,6 +281,17 @@ func TestLoginByKeyboard(t *testing.T) {
 	}
 	press(t, page, "Enter")
 
+	// An admin has two-factor sign-in: the code page's field has the focus; type the code, Enter.
+	expectURL(t, page, srv.URL+"/login/code")
+	code := field(page, "Code from your app")
+	if err := expect.Locator(code).ToBeFocused(); err != nil {
+		t.Errorf("the code field is not focused on load (autofocus): %v", err)
+	}
+	if err := code.PressSequentially(srv.nextTOTPCode(t, "keys@gpumarket.test")); err != nil {
+		t.Fatalf("type the code: %v", err)
+	}
+	press(t, page, "Enter")
+
 	expectVisible(t, page.GetByTestId("logout"), "the log-out button after logging in")
 	if err := expect.Page(page).ToHaveURL(srv.URL + "/"); err != nil {
 		t.Errorf("after log-in: %v", err)

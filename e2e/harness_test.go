@@ -306,8 +306,22 @@ func (s *server) waitHealthy(timeout time.Duration) error {
 	return fmt.Errorf("timed out after %s: %v", timeout, last)
 }
 
-// createAdmin runs `gpumarket admin create` against the server's database.
+// createAdmin runs `gpumarket admin create` against the server's database, then signs the admin
+// in and turns on two-factor sign-in as the admin pages require (setUpTwoFactor); logIn then enters
+// a code computed from its secret.
 func (s *server) createAdmin(t *testing.T, email, password string) {
+	t.Helper()
+	s.createAdminAccount(t, email, password)
+	page := newPage(t)
+	logIn(t, page, s, email, password)
+	setUpTwoFactor(t, page, s, email)
+	if err := page.Context().Close(); err != nil {
+		t.Fatalf("close the setup browser: %v", err)
+	}
+}
+
+// createAdminAccount runs `gpumarket admin create` against the server's database.
+func (s *server) createAdminAccount(t *testing.T, email, password string) {
 	t.Helper()
 	name, _, _ := strings.Cut(email, "@")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -218,14 +218,14 @@ func TwoFactorPage(p Page, v TwoFactorView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else if v.Pending {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 19, "<section class=\"card stack\" aria-labelledby=\"setup-h\"><h2 id=\"setup-h\" style=\"margin-top:0\">Set it up</h2><p><strong>1.</strong> Open an authenticator app on your phone (for example Google Authenticator, Authy, 1Password or FreeOTP) and scan this code:</p><img style=\"display:block;image-rendering:pixelated;background:#fff\" src=\"")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 19, "<section class=\"card stack\" aria-labelledby=\"setup-h\"><h2 id=\"setup-h\" style=\"margin-top:0\">Set it up</h2><p><strong>1.</strong> Open an authenticator app on your phone (for example Google Authenticator, Authy, 1Password or FreeOTP) and scan this code:</p><img style=\"display:block;image-rendering:pixelated;background:#fff;padding:8px;box-sizing:content-box\" src=\"")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var8 string
 				templ_7745c5c3_Var8, templ_7745c5c3_Err = templruntime.NewAttributeExpression(templ.SafeURL(v.QR)).ResolveURL(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/twofactor.templ`, Line: 87, Col: 99}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/twofactor.templ`, Line: 87, Col: 134}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var8)
 				if templ_7745c5c3_Err != nil {
@@ -238,7 +238,7 @@ func TwoFactorPage(p Page, v TwoFactorView) templ.Component {
 				var templ_7745c5c3_Var9 string
 				templ_7745c5c3_Var9, templ_7745c5c3_Err = templruntime.NewAttributeExpression("QR code that adds " + v.Issuer + " (" + v.Account + ") to an authenticator app").Resolve(ctx)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/twofactor.templ`, Line: 87, Col: 213}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/twofactor.templ`, Line: 87, Col: 248}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var9)
 				if templ_7745c5c3_Err != nil {
