@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pquerna/otp/totp"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/gpumarket/gpumarket/market"
@@ -84,6 +85,7 @@ func TestAgentAgainstServer(t *testing.T) {
 	srv.createAdmin(t, "ops@agent.test")
 	admin := newBrowser(t, srv.URL)
 	admin.logIn("ops@agent.test")
+	admin.setUpTwoFactor() // admin pages require it
 	m := regexp.MustCompile(`/admin/offers/(\d+)/review`).FindStringSubmatch(admin.get("/admin/offers").body)
 	if m == nil {
 		t.Fatal("the offer is not in the review queue")
@@ -601,6 +603,22 @@ func (b *browser) signUp(dbPath, email string, provider bool) {
 func (b *browser) logIn(email string) {
 	b.t.Helper()
 	b.mustPost("/login", "/login", url.Values{"email": {email}, "password": {testPassword}}, http.StatusSeeOther)
+}
+
+// setUpTwoFactor turns on two-factor sign-in for the signed-in account
+// through its pages, with a code computed from the secret the page shows.
+func (b *browser) setUpTwoFactor() {
+	b.t.Helper()
+	b.mustPost("/account", "/account/two-factor", url.Values{}, http.StatusSeeOther)
+	m := regexp.MustCompile(`data-testid="totp-secret">([A-Z2-7 ]+)<`).FindStringSubmatch(b.get("/account/two-factor").body)
+	if m == nil {
+		b.t.Fatal("no two-factor secret on the setup page")
+	}
+	code, err := totp.GenerateCode(strings.ReplaceAll(m[1], " ", ""), time.Now())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.mustPost("/account/two-factor", "/account/two-factor/confirm", url.Values{"code": {code}}, http.StatusSeeOther)
 }
 
 func readPage(t *testing.T, resp *http.Response) page {
