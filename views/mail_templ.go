@@ -862,7 +862,7 @@ func MailPreferences(p Page, v MailPrefsView) templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 75, "<section class=\"card\" id=\"mail-preferences\" aria-labelledby=\"mailprefs-h\" data-testid=\"mail-preferences\"><h2 id=\"mailprefs-h\">E-mail</h2><form method=\"post\" action=\"/account/mail\" class=\"stack\">")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 75, "<section class=\"card\" id=\"mail-preferences\" aria-labelledby=\"mailprefs-h\" data-testid=\"mail-preferences\"><h2 id=\"mailprefs-h\" style=\"margin-top:0\">E-mail notifications</h2><form method=\"post\" action=\"/account/mail\" class=\"stack\">")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -889,7 +889,7 @@ func MailPreferences(p Page, v MailPrefsView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 78, "<fieldset><legend>Notifications to send me by e-mail</legend><p class=\"muted small\">Every notification also appears in the app, whatever you choose here.</p>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 78, "<fieldset><legend>Notifications to send me by e-mail</legend><p class=\"muted small\">Every notification also appears in the app, whatever you choose here.</p><div class=\"check-columns\">")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -899,14 +899,14 @@ func MailPreferences(p Page, v MailPrefsView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 79, "</fieldset><button type=\"submit\" class=\"btn\" data-testid=\"mail-preferences-save\">Save e-mail preferences</button></form><p class=\"small muted\" data-testid=\"security-mail-note\">Security mail is always sent and cannot be turned off: ")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 79, "</div></fieldset><button type=\"submit\" class=\"btn\" data-testid=\"mail-preferences-save\">Save e-mail preferences</button></form><p class=\"small muted\" data-testid=\"security-mail-note\">Security mail is always sent and cannot be turned off: ")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var40 string
 		templ_7745c5c3_Var40, templ_7745c5c3_Err = templ.JoinStringErrs(strings.Join(v.Security, ", "))
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/mail.templ`, Line: 237, Col: 145}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/mail.templ`, Line: 239, Col: 145}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var40))
 		if templ_7745c5c3_Err != nil {

@@ -192,6 +192,9 @@ func (h *Handler) accountView(c echo.Context, errs map[string]string) (views.Acc
 	if v.TwoFactor, err = h.twoFactorSummary(c); err != nil {
 		return v, err
 	}
+	if v.Mail, err = h.mailPrefs(c, u.ID, "account"); err != nil {
+		return v, err
+	}
 	tokens, err := h.db.ListAPITokens(c.Request().Context(), u.ID)
 	if err != nil {
 		return v, err

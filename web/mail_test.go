@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"html"
 	"io"
 	"log/slog"
 	"net"
@@ -179,6 +180,104 @@ func TestMailPreferences(t *testing.T) {
 	if strings.Join(subjects, "|") != "Payout sent|Two-factor sign-in turned off" {
 		t.Fatalf("sent %q; want the payout and the security mail, not the refund", subjects)
 	}
+}
+
+// The account page carries the same preferences form: one labelled
+// checkbox per mailed kind, posting to /account/mail and coming back to the
+// account page with the change applied. /account/mail (the List-Unsubscribe
+// target) shows the same choices.
+func TestMailPreferencesOnTheAccountPage(t *testing.T) {
+	ctx := context.Background()
+	app := newTestApp(t)
+	c := app.client()
+	c.signUp("ada@example.com", false)
+	id := c.userID()
+
+	r := c.get("/account")
+	if r.status != http.StatusOK {
+		t.Fatalf("/account: %d", r.status)
+	}
+	form := mailPrefsForm(t, r.body)
+	mustContain(t, form, `<form method="post" action="/account/mail"`, `<input type="hidden" name="return" value="account">`,
+		`data-testid="mail-preferences-save"`, "Security mail is always sent")
+	boxes := mailPrefBoxes(t, form)
+	kinds := store.MailedNotificationKinds()
+	if len(boxes) != len(kinds) {
+		t.Fatalf("%d checkboxes on the account page, want one per mailed kind (%d):\n%s", len(boxes), len(kinds), form)
+	}
+	for i, k := range kinds {
+		b := boxes[i]
+		if b.name != "mail_"+k || b.label != mailKindLabels[k] || !b.checked {
+			t.Errorf("checkbox %d: %+v, want mail_%s labelled %q, ticked", i, b, k, mailKindLabels[k])
+		}
+	}
+
+	save := url.Values{}
+	for _, k := range kinds {
+		if k != store.NotifyPayoutSent {
+			save.Set("mail_"+k, "1")
+		}
+	}
+	save.Set("return", "account")
+	r = c.post("/account", "/account/mail", save)
+	if r.status != http.StatusSeeOther || r.location != "/account#mail-preferences" {
+		t.Fatalf("save from the account page: %d → %q, want 303 → /account#mail-preferences", r.status, r.location)
+	}
+	if off, err := app.db.MailOptOuts(ctx, id); err != nil || len(off) != 1 || !off[store.NotifyPayoutSent] {
+		t.Fatalf("opt-outs %v (%v), want only %s", off, err, store.NotifyPayoutSent)
+	}
+	r = c.get("/account")
+	mustContain(t, r.body, "E-mail preferences saved.")
+	for _, page := range []string{"/account", "/account/mail"} {
+		if page != "/account" {
+			r = c.get(page)
+		}
+		after := mailPrefBoxes(t, mailPrefsForm(t, r.body))
+		if len(after) != len(kinds) {
+			t.Errorf("%s after saving: %d checkboxes, want %d", page, len(after), len(kinds))
+		}
+		for _, b := range after {
+			if want := b.name != "mail_"+store.NotifyPayoutSent; b.checked != want {
+				t.Errorf("%s after saving: %s ticked %v, want %v", page, b.name, b.checked, want)
+			}
+		}
+	}
+}
+
+// mailPrefsForm is the preferences section of a page.
+func mailPrefsForm(t *testing.T, body string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(body, `data-testid="mail-preferences"`)
+	if !ok {
+		t.Fatalf("no e-mail preferences on the page:\n%s", body)
+	}
+	form, _, _ := strings.Cut(rest, "</section>")
+	return form
+}
+
+// mailPrefBox is one checkbox of the preferences form as rendered.
+type mailPrefBox struct {
+	name, label string
+	checked     bool
+}
+
+var mailPrefBoxRe = regexp.MustCompile(`<label class="check" for="([^"]+)"><input type="checkbox" id="([^"]+)" name="([^"]+)" value="1"( checked)?>\s*<span>([^<]*)</span></label>`)
+
+// mailPrefBoxes reads the checkboxes of a preferences form, each with the
+// text of the label tied to it (the label's for names the box's id).
+func mailPrefBoxes(t *testing.T, form string) []mailPrefBox {
+	t.Helper()
+	var out []mailPrefBox
+	for _, m := range mailPrefBoxRe.FindAllStringSubmatch(form, -1) {
+		if m[1] != m[2] {
+			t.Errorf("label for=%q is not tied to the checkbox id=%q", m[1], m[2])
+		}
+		out = append(out, mailPrefBox{name: m[3], label: html.UnescapeString(m[5]), checked: m[4] != ""})
+	}
+	if n := strings.Count(form, `type="checkbox"`); n != len(out) {
+		t.Fatalf("%d checkboxes in the form, %d of them inside a label:\n%s", n, len(out), form)
+	}
+	return out
 }
 
 // The outbox page is the admin's; it shows each message's state, and
