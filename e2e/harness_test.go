@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/playwright-community/playwright-go"
+
+	"github.com/gpumarket/gpumarket/mail/mailtest"
 )
 
 const (
@@ -172,6 +174,10 @@ type server struct {
 	// DB is the path of the server's SQLite database.
 	DB string
 
+	// mail is the SMTP server the server sends its mail to (withSMTP), or
+	// nil when mail stays in the outbox.
+	mail *mailtest.Server
+
 	cmd    *exec.Cmd
 	output *syncBuffer
 	done   chan struct{} // closed when the process has exited
@@ -186,7 +192,9 @@ type serverOption func(*serverConfig)
 type serverConfig struct {
 	demo bool
 	args []string
+	env  []string
 	db   string
+	mail *mailtest.Server
 }
 
 // withDemo starts the server with -demo, so it loads the demo data.
@@ -205,6 +213,23 @@ func withArgs(args ...string) serverOption {
 	return func(c *serverConfig) { c.args = append(c.args, args...) }
 }
 
+// withSMTP has the server send its mail to an SMTP server inside the test (mailtest: STARTTLS
+// and a login), trusting its certificate, with the background loop ticking often so that mail
+// goes out within a moment. The server's mailLink then reads the links from the mail received.
+func withSMTP(t *testing.T) serverOption {
+	t.Helper()
+	m := mailtest.Start(t, false)
+	cert := filepath.Join(t.TempDir(), "smtp-cert.pem")
+	if err := os.WriteFile(cert, m.CertPEM, 0o600); err != nil {
+		t.Fatalf("write the SMTP server's certificate: %v", err)
+	}
+	return func(c *serverConfig) {
+		c.mail = m
+		c.args = append(c.args, "-smtp-url", m.URL, "-mail-from", "GPU Market <gpus@market.test>", "-tick", "250ms")
+		c.env = append(c.env, "SSL_CERT_FILE="+cert)
+	}
+}
+
 // startServer runs `gpumarket serve` on a free port with a fresh database in t.TempDir(), waits
 // until /healthz answers 200 and stops the server with SIGINT when the test ends. The server's
 // output is logged if the test fails.
@@ -221,6 +246,7 @@ func startServer(t *testing.T, opts ...serverOption) *server {
 		DB:     filepath.Join(t.TempDir(), "m.db"),
 		output: &syncBuffer{},
 		done:   make(chan struct{}),
+		mail:   cfg.mail,
 	}
 	if cfg.db != "" {
 		s.DB = cfg.db
@@ -232,7 +258,7 @@ func startServer(t *testing.T, opts ...serverOption) *server {
 	args = append(args, cfg.args...)
 
 	s.cmd = exec.Command(env.binary, args...)
-	s.cmd.Env = serverEnv()
+	s.cmd.Env = append(serverEnv(), cfg.env...)
 	s.cmd.Stdout = s.output
 	s.cmd.Stderr = s.output
 	if err := s.cmd.Start(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -52,6 +53,9 @@ type Server struct {
 	URL string
 	// TLS is a client configuration that trusts the server's certificate.
 	TLS *tls.Config
+	// CertPEM is the server's self-signed certificate in PEM, for a client
+	// in another process to trust (e.g. as its SSL_CERT_FILE).
+	CertPEM []byte
 
 	srv *smtp.Server
 	mu  sync.Mutex
@@ -67,7 +71,8 @@ type Server struct {
 func Start(t testing.TB, implicit bool) *Server {
 	t.Helper()
 	cert, pool := selfSigned(t)
-	s := &Server{TLS: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}}
+	s := &Server{TLS: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12},
+		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})}
 	s.srv = smtp.NewServer(backend{s})
 	s.srv.Domain = "localhost"
 	s.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
