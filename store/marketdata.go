@@ -337,3 +337,52 @@ func (db *DB) ListWorkReports(ctx context.Context, f WorkReportFilter) ([]market
 	}
 	return out, fail(op, closeRows(rows), "")
 }
+
+// ListForwardMarket returns what the forward curve at now needs, read in
+// one transaction: every offer listed at now, and the paid-for pieces
+// (confirmed, active, completed or settled reservations, as ListTrades)
+// that start in the market.ForwardWeeks weeks from market.WeekStart(now),
+// by start.
+func (db *DB) ListForwardMarket(ctx context.Context, now time.Time) ([]market.Offer, []market.Trade, error) {
+	const op = "list forward market"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	ls, err := queryListings(ctx, tx, `SELECT `+listingColumns+listingFrom+` WHERE `+listedWhere+` ORDER BY o.id`, listedArgs(now)...)
+	if err != nil {
+		return nil, nil, fail(op, err, "")
+	}
+	offers := make([]market.Offer, len(ls))
+	for i, l := range ls {
+		offers[i] = l.Offer
+	}
+	first := market.WeekStart(now)
+	args := append([]any{unix(first), unix(first.AddDate(0, 0, 7*market.ForwardWeeks))}, tradedStates...)
+	rows, err := tx.QueryContext(ctx, `SELECT r.created_at, r.buyer_id, p.provider_id, o.accelerator_id, o.region_id, p.interruptible,
+			p.devices, p.start_at, p.end_at, p.price_cents
+		FROM reservations r
+		JOIN reservation_pieces p ON p.reservation_id = r.id
+		JOIN offers o ON o.id = p.offer_id
+		WHERE p.start_at >= ? AND p.start_at < ? AND r.state IN (`+placeholders(len(tradedStates))+`)
+		ORDER BY p.start_at, p.id`, args...)
+	if err != nil {
+		return nil, nil, fail(op, err, "")
+	}
+	var trades []market.Trade
+	for rows.Next() {
+		var t market.Trade
+		var booked, start, end, price int64
+		if err := rows.Scan(&booked, &t.BuyerID, &t.ProviderID, &t.AcceleratorID, &t.RegionID, &t.Interruptible, &t.Devices, &start, &end, &price); err != nil {
+			rows.Close()
+			return nil, nil, fail(op, err, "")
+		}
+		t.BookedAt, t.Start, t.End, t.PriceCents = fromUnix(booked), fromUnix(start), fromUnix(end), market.Cents(price)
+		trades = append(trades, t)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, nil, fail(op, err, "")
+	}
+	return offers, trades, nil
+}

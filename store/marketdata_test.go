@@ -143,3 +143,62 @@ func TestOfferCarbonProfile(t *testing.T) {
 	_, err = db.FindOfferCarbonProfile(ctx, o.ID)
 	wantCode(t, err, market.CodeNotFound)
 }
+
+func TestListForwardMarket(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	prov := createUser(t, db, "prov@example.com", true)
+	buyer := createUser(t, db, "buyer@example.com", false)
+	o := listedOffer(t, db, prov.ID, 8)
+	paused := listedOffer(t, db, prov.ID, 4)
+	if err := db.SetOfferState(ctx, prov.ID, paused.ID, market.OfferPaused, t0); err != nil {
+		t.Fatal(err)
+	}
+
+	// t0 is Saturday 1 March 2025: the curve's weeks run from Monday
+	// 24 February to Monday 19 May 2025 (exclusive).
+	first := time.Date(2025, 2, 24, 0, 0, 0, 0, time.UTC)
+	book(t, db, buyer.ID, t0, piece(o, 1, t0.Add(24*time.Hour), 2)) // held: not a trade
+	confirm := func(p market.ReservationPiece) market.Reservation {
+		r := book(t, db, buyer.ID, t0, p)
+		if _, err := db.ConfirmReservation(ctx, r.ID, t0); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	near := piece(o, 3, time.Date(2025, 3, 18, 9, 0, 0, 0, time.UTC), 5) // three weeks ahead
+	near.PriceCents, near.AmountCents = 250, 250*15
+	confirm(near)
+	confirm(piece(o, 2, first.AddDate(0, 0, 84).Add(-time.Hour), 1)) // the last hour of week 11
+	confirm(piece(o, 2, first.AddDate(0, 0, 84), 1))                 // week 12: past the curve
+	// Past pieces: one this week (counts), one last week (does not).
+	var past []market.Reservation
+	for _, start := range []time.Time{first.Add(10 * time.Hour), first.Add(-14 * time.Hour)} {
+		p := piece(o, 1, start, 2)
+		past = append(past, market.Reservation{BuyerID: buyer.ID, State: market.ReservationSettled, Pieces: []market.ReservationPiece{p},
+			RequestJSON: `{"version":1}`, CreatedAt: start.Add(-time.Hour), UpdatedAt: start.Add(-time.Hour)})
+	}
+	if err := db.ImportPastReservations(ctx, past, t0); err != nil {
+		t.Fatal(err)
+	}
+
+	offers, trades, err := db.ListForwardMarket(ctx, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(offers) != 1 || offers[0].ID != o.ID || offers[0].Devices() != 8 || !offers[0].AvailableUntil.Equal(o.AvailableUntil) ||
+		offers[0].MinRentalHours != o.MinRentalHours || offers[0].PriceCentsPerDeviceHour != o.PriceCentsPerDeviceHour {
+		t.Errorf("offers %+v, want the listed one only", offers)
+	}
+	if len(trades) != 3 {
+		t.Fatalf("%d trades, want this week's, three weeks ahead and week 11's: %+v", len(trades), trades)
+	}
+	if !trades[0].Start.Equal(first.Add(10*time.Hour)) || !trades[2].Start.Equal(first.AddDate(0, 0, 84).Add(-time.Hour)) {
+		t.Errorf("first %v last %v", trades[0].Start, trades[2].Start)
+	}
+	n := trades[1]
+	if !n.Start.Equal(near.Start) || !n.End.Equal(near.End) || n.Devices != 3 || n.PriceCents != 250 || n.BuyerID != buyer.ID ||
+		n.ProviderID != prov.ID || n.AcceleratorID != o.AcceleratorID || n.RegionID != o.RegionID || n.Interruptible || !n.BookedAt.Equal(t0) {
+		t.Errorf("three weeks ahead: %+v", n)
+	}
+}

@@ -69,82 +69,95 @@ func Methodology(p Page, v MethodologyView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "</strong>; one booking, or a day's trades between one buyer and one provider, never appears on its own.</p><ul><li>A region group's day that falls short is <strong>merged into the broader group</strong>: its trades count only in the class's <em>All regions</em> figure for that day.</li><li>What is merged must itself reach the threshold, so that it cannot be recovered as <em>All regions</em> minus the published groups: while it does not, the smallest published group of that day is merged as well.</li><li>When a class's day falls short over all regions together, it is <strong>withheld</strong>: no point for that day in any of the class's series, and its trades are not in any total.</li><li>The count of trades, the volume and the low and high are published only with the figure they belong to. Buyers and providers are counted, never named, and only the platform sees the trades behind a figure.</li></ul></section><section class=\"card\"><h2 id=\"asks\">Current asks</h2><p>From every offer listed in the catalogue right now (approved, active, not expired): its on-demand price per device-hour, and, for offers that sell interruptible capacity, its interruptible price in the interruptible class. Each offer counts once whatever its size. <strong>Minimum</strong>, <strong>median</strong> and <strong>90th percentile</strong> are nearest-rank statistics: the price at rank ⌈p × n⌉ of the n sorted prices, so each is a price some offer actually asks (the median of an even count is the lower middle).</p></section><section class=\"card\"><h2 id=\"api\">JSON and CSV</h2><p><code>/market/index.json</code> and <code>/market/index.csv</code> take <code>class</code> (e.g. <code>nvidia-h100-80gb-sxm:on-demand</code>), <code>region</code> (<code>all</code> or a region group) and <code>days</code> (1–366, default 90, ending today UTC). Money is in integer US cents; volume in device-hours and device-seconds. An unknown filter is a 400 with a JSON error naming the field.</p></section><section class=\"card\"><h2 id=\"carbon\">Emissions estimates</h2><ul><li><strong>Energy</strong>: the accelerator's vendor board power (TDP) × devices × the hours the quote would run. Host CPUs, cooling (PUE) and idle draw are not included, so figures are a lower bound of the job's footprint.</li><li><strong>Intensity</strong>, hour by hour, in this order: the provider's own hourly profile for the site, when they set one; otherwise the intensity the offer states, when it differs from the regional default (flat); otherwise the region's built-in profile below.</li><li><strong>Emissions</strong> = Σ over each second-by-hour segment of power × time × that hour's intensity, rounded half up to a gram once; shown in kg CO2e with one decimal. Always labelled <em>estimated</em>.</li><li><strong>Carbon-aware start</strong> (a preference in the request builder): the matcher is re-run with the earliest start moved 1 to 23 hours later, inside the buyer's deadline; for each quote the same offers and devices are taken at the start that emits least, if that saves at least 1%. The quote then says how many hours later it starts, what it saves and what it costs (usually nothing: prices do not change by hour). Profiles repeat daily, so a longer delay cannot be cleaner.</li></ul><p>The built-in US profiles are the mean of each UTC hour of day over 2022 of the hourly average carbon intensity of the region's balancing authority (U.S. EIA Hourly Electric Grid Monitor, as published in the HewlettPackard/dc-rl data set, MIT licence), rounded to whole gCO2/kWh; their means match the annual means. Regions without an hourly source use their annual mean (Ember 2022, or the grid operator's figure) for every hour.</p><div class=\"table-wrap\"><table class=\"profiles\" data-testid=\"carbon-profiles\"><caption class=\"sr-only\">Built-in hourly carbon profiles, gCO2/kWh by UTC hour</caption> <thead><tr><th scope=\"col\">Region</th><th scope=\"col\" class=\"num\">Mean</th><th scope=\"col\" class=\"num\">Range</th><th scope=\"col\">Source</th><th scope=\"col\">00–23 UTC</th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "</strong>; one booking, or a day's trades between one buyer and one provider, never appears on its own.</p><ul><li>A region group's day that falls short is <strong>merged into the broader group</strong>: its trades count only in the class's <em>All regions</em> figure for that day.</li><li>What is merged must itself reach the threshold, so that it cannot be recovered as <em>All regions</em> minus the published groups: while it does not, the smallest published group of that day is merged as well.</li><li>When a class's day falls short over all regions together, it is <strong>withheld</strong>: no point for that day in any of the class's series, and its trades are not in any total.</li><li>The count of trades, the volume and the low and high are published only with the figure they belong to. Buyers and providers are counted, never named, and only the platform sees the trades behind a figure.</li></ul></section><section class=\"card\"><h2 id=\"asks\">Current asks</h2><p>From every offer listed in the catalogue right now (approved, active, not expired): its on-demand price per device-hour, and, for offers that sell interruptible capacity, its interruptible price in the interruptible class. Each offer counts once whatever its size. <strong>Minimum</strong>, <strong>median</strong> and <strong>90th percentile</strong> are nearest-rank statistics: the price at rank ⌈p × n⌉ of the n sorted prices, so each is a price some offer actually asks (the median of an even count is the lower middle).</p></section><section class=\"card\"><h2 id=\"forward\">Forward curve</h2><p>Booking capacity weeks ahead fixes today's price for devices delivered later: a <strong>physically settled forward contract</strong>. The buyer receives the devices for the booked hours (on the offer's SLA and cancellation terms); nothing is settled in cash against a price. The forward curve shows these contracts per class and region group for twelve <strong>start weeks</strong>, each from Monday 00:00 UTC to the next Monday (half-open), beginning with the current week.</p><ul><li><strong>Ask</strong>: a listed offer (approved, active, not expired) asks in a week when the part of its availability window inside that week and not before now lasts at least its minimum rental (at least one hour), so a booking of that length could start in the week. Its on-demand price counts in the on-demand class, its interruptible price (if it sells interruptible capacity) in the interruptible class. <strong>Lowest ask</strong> is the lowest such price per device-hour; <strong>offers</strong> is how many offers ask; <strong>devices offered</strong> adds up each of those offers' devices, not net of capacity already booked, so it is a depth figure, not a promise that all of it is free.</li><li><strong>Trade</strong>: a piece of a paid-for reservation (as in the <a href=\"#index\">daily index</a>) counted in the week its start falls in, whenever it was booked — also pieces that started earlier in the current week. <strong>Traded (VWAP)</strong> = Σ price × volume ÷ Σ volume, volume = devices × booked duration, rounded half up to a whole cent once; with the week's lowest and highest price, volume in device-hours and the number of trades.</li><li>A week's trade figure is published under the <a href=\"#confidentiality\">same rule as the index</a>, with the start week in place of the trade date: ")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			var templ_7745c5c3_Var4 string
+			templ_7745c5c3_Var4, templ_7745c5c3_Err = templ.JoinStringErrs(v.Threshold)
+			if templ_7745c5c3_Err != nil {
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/methodology.templ`, Line: 62, Col: 170}
+			}
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var4))
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, " in the class and region group, otherwise merged into all regions or withheld.</li><li><strong>Out of scope: cash-settled futures.</strong> Contracts settled in cash against an index, without delivery, are regulated financial instruments (futures and swaps). gpumarket does not offer them; the forward curve describes physical bookings only and is not an offer of, or a reference price for, any derivative.</li></ul><p><code>/market/forward.json</code> and <code>/market/forward.csv</code> take <code>class</code> and <code>region</code> like the index. Each curve has all twelve weeks; a price is null in JSON (empty in CSV) where nothing is asked or no trade is published.</p></section><section class=\"card\"><h2 id=\"api\">JSON and CSV</h2><p><code>/market/index.json</code> and <code>/market/index.csv</code> take <code>class</code> (e.g. <code>nvidia-h100-80gb-sxm:on-demand</code>), <code>region</code> (<code>all</code> or a region group) and <code>days</code> (1–366, default 90, ending today UTC). Money is in integer US cents; volume in device-hours and device-seconds. An unknown filter is a 400 with a JSON error naming the field.</p></section><section class=\"card\"><h2 id=\"carbon\">Emissions estimates</h2><ul><li><strong>Energy</strong>: the accelerator's vendor board power (TDP) × devices × the hours the quote would run. Host CPUs, cooling (PUE) and idle draw are not included, so figures are a lower bound of the job's footprint.</li><li><strong>Intensity</strong>, hour by hour, in this order: the provider's own hourly profile for the site, when they set one; otherwise the intensity the offer states, when it differs from the regional default (flat); otherwise the region's built-in profile below.</li><li><strong>Emissions</strong> = Σ over each second-by-hour segment of power × time × that hour's intensity, rounded half up to a gram once; shown in kg CO2e with one decimal. Always labelled <em>estimated</em>.</li><li><strong>Carbon-aware start</strong> (a preference in the request builder): the matcher is re-run with the earliest start moved 1 to 23 hours later, inside the buyer's deadline; for each quote the same offers and devices are taken at the start that emits least, if that saves at least 1%. The quote then says how many hours later it starts, what it saves and what it costs (usually nothing: prices do not change by hour). Profiles repeat daily, so a longer delay cannot be cleaner.</li></ul><p>The built-in US profiles are the mean of each UTC hour of day over 2022 of the hourly average carbon intensity of the region's balancing authority (U.S. EIA Hourly Electric Grid Monitor, as published in the HewlettPackard/dc-rl data set, MIT licence), rounded to whole gCO2/kWh; their means match the annual means. Regions without an hourly source use their annual mean (Ember 2022, or the grid operator's figure) for every hour.</p><div class=\"table-wrap\"><table class=\"profiles\" data-testid=\"carbon-profiles\"><caption class=\"sr-only\">Built-in hourly carbon profiles, gCO2/kWh by UTC hour</caption> <thead><tr><th scope=\"col\">Region</th><th scope=\"col\" class=\"num\">Mean</th><th scope=\"col\" class=\"num\">Range</th><th scope=\"col\">Source</th><th scope=\"col\">00–23 UTC</th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			for _, r := range v.Profiles {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, "<tr><th scope=\"row\">")
-				if templ_7745c5c3_Err != nil {
-					return templ_7745c5c3_Err
-				}
-				var templ_7745c5c3_Var4 string
-				templ_7745c5c3_Var4, templ_7745c5c3_Err = templ.JoinStringErrs(r.Region)
-				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/methodology.templ`, Line: 78, Col: 35}
-				}
-				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var4))
-				if templ_7745c5c3_Err != nil {
-					return templ_7745c5c3_Err
-				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "</th><td class=\"num\">")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "<tr><th scope=\"row\">")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var5 string
-				templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(r.Mean)
+				templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(r.Region)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/methodology.templ`, Line: 79, Col: 33}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/methodology.templ`, Line: 89, Col: 35}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var5))
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "</td><td class=\"num nowrap\">")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "</th><td class=\"num\">")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var6 string
-				templ_7745c5c3_Var6, templ_7745c5c3_Err = templ.JoinStringErrs(r.Range)
+				templ_7745c5c3_Var6, templ_7745c5c3_Err = templ.JoinStringErrs(r.Mean)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/methodology.templ`, Line: 80, Col: 41}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/methodology.templ`, Line: 90, Col: 33}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var6))
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "</td><td class=\"small\">")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "</td><td class=\"num nowrap\">")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var7 string
-				templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(r.Source)
+				templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(r.Range)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/methodology.templ`, Line: 81, Col: 37}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/methodology.templ`, Line: 91, Col: 41}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var7))
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "</td><td class=\"mono small hours\">")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "</td><td class=\"small\">")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var8 string
-				templ_7745c5c3_Var8, templ_7745c5c3_Err = templ.JoinStringErrs(r.Hours)
+				templ_7745c5c3_Var8, templ_7745c5c3_Err = templ.JoinStringErrs(r.Source)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/methodology.templ`, Line: 82, Col: 47}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/methodology.templ`, Line: 92, Col: 37}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var8))
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 8, "</td></tr>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 8, "</td><td class=\"mono small hours\">")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				var templ_7745c5c3_Var9 string
+				templ_7745c5c3_Var9, templ_7745c5c3_Err = templ.JoinStringErrs(r.Hours)
+				if templ_7745c5c3_Err != nil {
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `views/methodology.templ`, Line: 93, Col: 47}
+				}
+				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var9))
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "</td></tr>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "</tbody></table></div></section><section class=\"card\"><h2 id=\"measured\">Measured effective work</h2><p>Figures on offers are <em>guaranteed</em> (contractual), <em>estimated</em> (the provider's benchmark) or <em>verified</em> (checked by the platform). <strong>Measured</strong> is a fourth kind: what buyers reported after running on the offer.</p><ul><li>A buyer reports, on a reservation that has started, the throughput while running — training steps per hour, or tokens per second at a stated latency percentile (p50, p90, p95 or p99) — the minutes the measurement covers and the minutes lost to restarts and stalls.</li><li><strong>Effective throughput per device</strong> = throughput × (minutes observed − minutes lost) ÷ minutes observed ÷ the devices of the reservation on that offer.</li><li>The <strong>measured figure</strong> of an offer, and of an accelerator model across offers, is the median (nearest rank) of its reports' effective throughput per device, per metric and latency percentile, shown with the number of reports behind it and the share of time lost (Σ lost ÷ Σ observed).</li><li><strong>Cost per unit of useful work</strong> = the price per device-hour ÷ the measured effective throughput per device-hour: per 1,000 training steps, or per million tokens; rounded half up to a cent.</li><li>Reports are not checked by the platform and different workloads are not comparable; the workloads behind a figure are listed beside it.</li></ul></section></article>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "</tbody></table></div></section><section class=\"card\"><h2 id=\"measured\">Measured effective work</h2><p>Figures on offers are <em>guaranteed</em> (contractual), <em>estimated</em> (the provider's benchmark) or <em>verified</em> (checked by the platform). <strong>Measured</strong> is a fourth kind: what buyers reported after running on the offer.</p><ul><li>A buyer reports, on a reservation that has started, the throughput while running — training steps per hour, or tokens per second at a stated latency percentile (p50, p90, p95 or p99) — the minutes the measurement covers and the minutes lost to restarts and stalls.</li><li><strong>Effective throughput per device</strong> = throughput × (minutes observed − minutes lost) ÷ minutes observed ÷ the devices of the reservation on that offer.</li><li>The <strong>measured figure</strong> of an offer, and of an accelerator model across offers, is the median (nearest rank) of its reports' effective throughput per device, per metric and latency percentile, shown with the number of reports behind it and the share of time lost (Σ lost ÷ Σ observed).</li><li><strong>Cost per unit of useful work</strong> = the price per device-hour ÷ the measured effective throughput per device-hour: per 1,000 training steps, or per million tokens; rounded half up to a cent.</li><li>Reports are not checked by the platform and different workloads are not comparable; the workloads behind a figure are listed beside it.</li></ul></section></article>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

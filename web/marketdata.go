@@ -108,7 +108,13 @@ func (h *Handler) handleMarket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v := views.MarketView{Days: strconv.Itoa(q.days), Region: q.group, From: formatDate(from), To: formatDate(h.now()),
+	curves, err := h.forwardData(c, q)
+	if err != nil {
+		return err
+	}
+	v := views.MarketView{Forward: forwardViews(curves, q.hasClass), ForwardFrom: formatDate(market.WeekStart(h.now())),
+		ForwardJSONURL: forwardURL("/market/forward.json", q), ForwardCSVURL: forwardURL("/market/forward.csv", q),
+		Days: strconv.Itoa(q.days), Region: q.group, From: formatDate(from), To: formatDate(h.now()),
 		JSONURL: "/market/index.json?" + marketLinkQuery(q), CSVURL: "/market/index.csv?" + marketLinkQuery(q), Threshold: indexThreshold()}
 	if qerr != nil {
 		v.Error = fieldsMessage(qerr)
@@ -167,6 +173,22 @@ func marketLinkQuery(q marketQuery) string {
 		out += s
 	}
 	return out
+}
+
+// forwardURL links path with the query's class and region group; the
+// forward curve takes no days.
+func forwardURL(path string, q marketQuery) string {
+	v := url.Values{}
+	if q.hasClass {
+		v.Set("class", q.class.ID())
+	}
+	if q.group != market.AllRegions {
+		v.Set("region", q.group)
+	}
+	if len(v) == 0 {
+		return path
+	}
+	return path + "?" + v.Encode()
 }
 
 func summaryRow(s market.Series, a market.AskStats, q marketQuery) views.MarketSummaryRow {

@@ -77,11 +77,14 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/login/code", h.handleLoginCodeForm)
 	b.POST("/login/code", h.handleLoginCode)
 
-	// Market data: the public price index, its methodology and downloads;
-	// buyers' measured-work reports; providers' hourly carbon profiles.
+	// Market data: the public price index and forward curve, their
+	// methodology and downloads; buyers' measured-work reports;
+	// providers' hourly carbon profiles.
 	b.GET("/market", h.handleMarket)
 	b.GET("/market/index.json", h.handleMarketJSON)
 	b.GET("/market/index.csv", h.handleMarketCSV)
+	b.GET("/market/forward.json", h.handleForwardJSON)
+	b.GET("/market/forward.csv", h.handleForwardCSV)
 	b.GET("/market/methodology", h.handleMethodology)
 	b.POST("/reservations/:id/work", h.handleWorkReport, requireUser)
 	b.GET("/provider/offers/:id/carbon", h.handleCarbonProfileForm, requireUser, requireProvider)
