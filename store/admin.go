@@ -236,10 +236,7 @@ func (db *DB) SuspendProvider(ctx context.Context, adminID, userID int64, reason
 	}
 	defer tx.Rollback()
 
-	u, err := scanUser(tx.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE id = ?`, userID))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Suspension{}, notFound(msgUserNotFound)
-	}
+	u, err := findUserIn(ctx, tx, userID)
 	if err != nil {
 		return Suspension{}, fail(op, err, "")
 	}
@@ -315,10 +312,7 @@ func (db *DB) ReinstateProvider(ctx context.Context, adminID, userID int64, note
 	}
 	defer tx.Rollback()
 
-	u, err := scanUser(tx.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE id = ?`, userID))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Suspension{}, notFound(msgUserNotFound)
-	}
+	u, err := findUserIn(ctx, tx, userID)
 	if err != nil {
 		return Suspension{}, fail(op, err, "")
 	}

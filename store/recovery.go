@@ -198,10 +198,7 @@ func (db *DB) ResendVerification(ctx context.Context, userID int64, now time.Tim
 	}
 	defer tx.Rollback()
 
-	u, err := scanUser(tx.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE id = ?`, userID))
-	if errors.Is(err, sql.ErrNoRows) {
-		return notFound(msgUserNotFound)
-	}
+	u, err := findUserIn(ctx, tx, userID)
 	if err != nil {
 		return fail(op, err, "")
 	}
@@ -363,10 +360,7 @@ func (db *DB) RequestAddressChange(ctx context.Context, userID int64, newEmail s
 	}
 	defer tx.Rollback()
 
-	u, err := scanUser(tx.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE id = ?`, userID))
-	if errors.Is(err, sql.ErrNoRows) {
-		return notFound(msgUserNotFound)
-	}
+	u, err := findUserIn(ctx, tx, userID)
 	if err != nil {
 		return fail(op, err, "")
 	}

@@ -70,6 +70,16 @@ func insertUser(ctx context.Context, tx *sql.Tx, u market.User, hash []byte) (in
 	return id, err
 }
 
+// findUserIn returns the account with the given id inside the caller's
+// transaction; a missing account is a not-found error.
+func findUserIn(ctx context.Context, q querier, id int64) (market.User, error) {
+	u, err := scanUser(q.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return market.User{}, notFound(msgUserNotFound)
+	}
+	return u, err
+}
+
 // FindUserByID returns the account with the given id.
 func (db *DB) FindUserByID(ctx context.Context, id int64) (market.User, error) {
 	u, err := scanUser(db.reader.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE id = ?`, id))
