@@ -138,6 +138,27 @@ func incidentsOpen(ctx context.Context, tx querier, r market.Reservation) error 
 	return nil
 }
 
+// findProvidersIncident reads an incident on one of the provider's pieces
+// and its reservation inside the caller's transaction; an incident that is
+// missing or on another provider's piece is not found.
+func findProvidersIncident(ctx context.Context, tx querier, providerID, incidentID int64) (Incident, market.Reservation, error) {
+	inc, err := scanIncident(tx.QueryRowContext(ctx, `SELECT `+incidentColumns+` FROM incidents WHERE id = ?`, incidentID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Incident{}, market.Reservation{}, notFound(msgIncidentNotFound)
+	}
+	if err != nil {
+		return Incident{}, market.Reservation{}, err
+	}
+	r, err := getReservation(ctx, tx, inc.ReservationID)
+	if err != nil {
+		return Incident{}, market.Reservation{}, err
+	}
+	if p := pieceOfReservation(r, inc.PieceID); p.ID == 0 || p.ProviderID != providerID {
+		return Incident{}, market.Reservation{}, notFound(msgIncidentNotFound)
+	}
+	return inc, r, nil
+}
+
 // AcknowledgeIncident records the provider's acknowledgement of a buyer's
 // report on one of the provider's pieces, so it counts in settlement.
 // Another provider's incident is not found; one already acknowledged is
@@ -149,23 +170,9 @@ func (db *DB) AcknowledgeIncident(ctx context.Context, providerID, incidentID in
 		return Incident{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
-	inc, err := scanIncident(tx.QueryRowContext(ctx, `SELECT `+incidentColumns+` FROM incidents WHERE id = ?`, incidentID))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Incident{}, notFound(msgIncidentNotFound)
-	}
+	inc, r, err := findProvidersIncident(ctx, tx, providerID, incidentID)
 	if err != nil {
 		return Incident{}, fail(op, err, "")
-	}
-	r, err := getReservation(ctx, tx, inc.ReservationID)
-	if err != nil {
-		return Incident{}, fail(op, err, "")
-	}
-	owns := false
-	for _, p := range r.Pieces {
-		owns = owns || (p.ID == inc.PieceID && p.ProviderID == providerID)
-	}
-	if !owns {
-		return Incident{}, notFound(msgIncidentNotFound)
 	}
 	if inc.Acknowledged {
 		return inc, nil

@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -78,19 +76,9 @@ func (db *DB) AnnotateIncident(ctx context.Context, providerID, incidentID int64
 		return IncidentNote{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
-	inc, err := scanIncident(tx.QueryRowContext(ctx, `SELECT `+incidentColumns+` FROM incidents WHERE id = ?`, incidentID))
-	if errors.Is(err, sql.ErrNoRows) {
-		return IncidentNote{}, notFound(msgIncidentNotFound)
-	}
+	inc, r, err := findProvidersIncident(ctx, tx, providerID, incidentID)
 	if err != nil {
 		return IncidentNote{}, fail(op, err, "")
-	}
-	r, err := getReservation(ctx, tx, inc.ReservationID)
-	if err != nil {
-		return IncidentNote{}, fail(op, err, "")
-	}
-	if p := pieceOfReservation(r, inc.PieceID); p.ID == 0 || p.ProviderID != providerID {
-		return IncidentNote{}, notFound(msgIncidentNotFound)
 	}
 	if inc.ReportedBy != ReportedByAgent {
 		return IncidentNote{}, conflict("Only incidents your agent measured take notes; answer a buyer's report by acknowledging it or in a dispute.")
