@@ -26,6 +26,9 @@ const (
 	// EntryChargebackReversal is that money returned when the platform won.
 	EntryChargeback         = "chargeback"
 	EntryChargebackReversal = "chargeback_reversal"
+	// EntryResale passes what a buyer paid for resold time to its seller
+	// (Dr the buyer's account, Cr the seller's; see ResaleEntries).
+	EntryResale = "resale"
 )
 
 // Platform accounts. Buyers and providers have one account each, named by
@@ -108,6 +111,8 @@ func EntryKindLabel(kind string) string {
 		return "Chargeback"
 	case EntryChargebackReversal:
 		return "Chargeback reversed"
+	case EntryResale:
+		return "Resale"
 	}
 	return "Money movement"
 }
@@ -167,6 +172,8 @@ func (e LedgerEntry) Describe(reader string) string {
 		return "Taken back by " + whose(e.Debit) + " bank (chargeback)"
 	case EntryChargebackReversal:
 		return "Chargeback reversed: returned by " + whose(e.Credit) + " bank"
+	case EntryResale:
+		return "Resold time: paid by " + who(e.Debit) + " to " + who(e.Credit)
 	}
 	return e.Kind
 }
@@ -316,7 +323,7 @@ func CheckSettled(entries []LedgerEntry, reservationID int64) error {
 func knownEntryKind(k string) bool {
 	switch k {
 	case EntryCharge, EntryCredit, EntryRefund, EntryFee, EntryTransfer, EntryLoss, EntryFeeReversal,
-		EntryChargeback, EntryChargebackReversal:
+		EntryChargeback, EntryChargebackReversal, EntryResale:
 		return true
 	}
 	return false

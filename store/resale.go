@@ -1,0 +1,479 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpumarket/gpumarket/market"
+)
+
+// Resale of reserved time (market/resale.go): listings, the sale and the
+// seller's credit.
+
+const (
+	msgListingNotFound = "That resale listing could not be found."
+	msgListingGone     = "This time is no longer for sale: it was sold, withdrawn, or its start has passed."
+)
+
+const resaleColumns = `l.id, l.reservation_id, l.seller_id, l.from_at, l.price_cents, l.state, l.created_at, l.updated_at,
+	COALESCE(l.buyer_id, 0), COALESCE(l.sold_reservation_id, 0), COALESCE(l.sold_at, 0), l.charge_ref, l.fee_cents,
+	l.credit_cents, l.credit_done, l.credit_ref, l.attempts, l.last_error`
+
+func scanResale(s scanner) (market.ResaleListing, error) {
+	var l market.ResaleListing
+	var state string
+	var from, price, created, updated, sold, fee, credit int64
+	if err := s.Scan(&l.ID, &l.ReservationID, &l.SellerID, &from, &price, &state, &created, &updated,
+		&l.BuyerID, &l.SoldReservationID, &sold, &l.ChargeRef, &fee, &credit, &l.CreditDone, &l.CreditRef,
+		&l.Attempts, &l.LastError); err != nil {
+		return market.ResaleListing{}, err
+	}
+	l.From, l.CreatedAt, l.UpdatedAt = fromUnix(from), fromUnix(created), fromUnix(updated)
+	if sold != 0 {
+		l.SoldAt = fromUnix(sold)
+	}
+	l.Price, l.Fee, l.Credit = market.Cents(price), market.Cents(fee), market.Cents(credit)
+	l.State = market.ListingState(state)
+	return l, nil
+}
+
+func getResale(ctx context.Context, q querier, id int64) (market.ResaleListing, error) {
+	l, err := scanResale(q.QueryRowContext(ctx, `SELECT `+resaleColumns+` FROM resale_listings l WHERE l.id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return market.ResaleListing{}, notFound(msgListingNotFound)
+	}
+	return l, err
+}
+
+// ResaleOffer is a listing with the reservation it sells and the offers of
+// its pieces, by id, for the pages that show what is for sale.
+type ResaleOffer struct {
+	Listing     market.ResaleListing
+	Reservation market.Reservation
+	Offers      map[int64]market.Offer
+}
+
+func loadResaleOffer(ctx context.Context, q querier, l market.ResaleListing) (ResaleOffer, error) {
+	r, err := getReservation(ctx, q, l.ReservationID)
+	if err != nil {
+		return ResaleOffer{}, err
+	}
+	ro := ResaleOffer{Listing: l, Reservation: r, Offers: map[int64]market.Offer{}}
+	for _, p := range r.Pieces {
+		if _, ok := ro.Offers[p.OfferID]; ok {
+			continue
+		}
+		o, err := getOffer(ctx, q, p.OfferID)
+		if err != nil {
+			return ResaleOffer{}, err
+		}
+		ro.Offers[p.OfferID] = o
+	}
+	return ro, nil
+}
+
+// refundedOn is what has been refunded so far on a reservation's payment,
+// as the ledger records it.
+func refundedOn(ctx context.Context, q querier, reservationID int64) (market.Cents, error) {
+	var n int64
+	err := q.QueryRowContext(ctx, `SELECT COALESCE(SUM(amount_cents), 0) FROM ledger_entries WHERE reservation_id = ? AND kind = ?`,
+		reservationID, market.EntryRefund).Scan(&n)
+	return market.Cents(n), err
+}
+
+// ResaleTerms is what the seller's form needs to know about listing a
+// reservation at now: the hours it may start at, the cap on the price for
+// each (in the same order), and whether it can be listed at all (Err).
+type ResaleTerms struct {
+	Choices []time.Time
+	Caps    []market.Cents
+	Err     error
+}
+
+// FindResaleTerms returns the listing terms of the seller's reservation at
+// now (another buyer's reservation is not found).
+func (db *DB) FindResaleTerms(ctx context.Context, sellerID, reservationID int64, now time.Time) (ResaleTerms, error) {
+	const op = "find resale terms"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return ResaleTerms{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	r, err := getBuyerReservation(ctx, tx, sellerID, reservationID)
+	if err != nil {
+		return ResaleTerms{}, fail(op, err, "")
+	}
+	var t ResaleTerms
+	if t.Err = market.CanResell(r); t.Err != nil {
+		return t, nil
+	}
+	if t.Err = paidFor(ctx, tx, r.ID); t.Err != nil {
+		return t, nil
+	}
+	refunded, err := refundedOn(ctx, tx, r.ID)
+	if err != nil {
+		return ResaleTerms{}, fail(op, err, "")
+	}
+	for _, from := range market.ResaleFromChoices(r, now) {
+		t.Choices = append(t.Choices, from)
+		t.Caps = append(t.Caps, market.ResalePriceCap(r, from, refunded))
+	}
+	if len(t.Choices) == 0 {
+		t.Err = market.Errorf(market.CodeConflict, "No whole hour of this reservation is far enough ahead to sell.")
+	}
+	return t, nil
+}
+
+// paidFor returns nil when the reservation's payment is complete, else a
+// conflict.
+func paidFor(ctx context.Context, q querier, reservationID int64) error {
+	pay, err := getPayment(ctx, q, reservationID)
+	if err != nil && market.ErrorCode(err) != market.CodeNotFound {
+		return err
+	}
+	if err != nil || pay.Status != PaymentPaid || pay.PaymentIntentID == "" {
+		return conflict("Only a reservation paid in full can be resold.")
+	}
+	return nil
+}
+
+// CreateResaleListing lists the remaining time of the seller's reservation
+// from `from` at price (market.ValidateResaleListing, with the refunds made
+// so far on its payment), in one transaction. Another buyer's reservation
+// is not found; one that is unpaid, or already has an open listing, is a
+// conflict.
+func (db *DB) CreateResaleListing(ctx context.Context, sellerID, reservationID int64, from time.Time, price market.Cents, now time.Time) (market.ResaleListing, error) {
+	const op = "create resale listing"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return market.ResaleListing{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	r, err := getBuyerReservation(ctx, tx, sellerID, reservationID)
+	if err != nil {
+		return market.ResaleListing{}, fail(op, err, "")
+	}
+	if err := market.CanResell(r); err != nil {
+		return market.ResaleListing{}, err
+	}
+	if err := paidFor(ctx, tx, r.ID); err != nil {
+		return market.ResaleListing{}, fail(op, err, "")
+	}
+	refunded, err := refundedOn(ctx, tx, r.ID)
+	if err != nil {
+		return market.ResaleListing{}, fail(op, err, "")
+	}
+	if err := market.ValidateResaleListing(r, from, price, refunded, now); err != nil {
+		return market.ResaleListing{}, err
+	}
+	var open int64
+	err = tx.QueryRowContext(ctx, `SELECT l.id FROM resale_listings l WHERE l.reservation_id = ? AND l.state = ? AND l.from_at > ?`,
+		r.ID, string(market.ListingOpen), unix(now)).Scan(&open)
+	if err == nil {
+		return market.ResaleListing{}, conflict(fmt.Sprintf("This reservation is already listed (listing #%d); withdraw that listing first.", open))
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return market.ResaleListing{}, fail(op, err, "")
+	}
+	l := market.ResaleListing{ReservationID: r.ID, SellerID: sellerID, From: truncate(from), Price: price, State: market.ListingOpen,
+		CreatedAt: truncate(now), UpdatedAt: truncate(now)}
+	if err := tx.QueryRowContext(ctx, `INSERT INTO resale_listings (reservation_id, seller_id, from_at, price_cents, state, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`, l.ReservationID, l.SellerID, unix(l.From), int64(l.Price), string(l.State),
+		unix(now), unix(now)).Scan(&l.ID); err != nil {
+		return market.ResaleListing{}, fail(op, err, "")
+	}
+	return l, fail(op, tx.Commit(), "")
+}
+
+// WithdrawResaleListing withdraws the seller's open listing. Another
+// seller's listing is not found; one sold or withdrawn is a conflict.
+func (db *DB) WithdrawResaleListing(ctx context.Context, sellerID, listingID int64, now time.Time) (market.ResaleListing, error) {
+	const op = "withdraw resale listing"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return market.ResaleListing{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	l, err := getResale(ctx, tx, listingID)
+	if err != nil {
+		return market.ResaleListing{}, fail(op, err, "")
+	}
+	if l.SellerID != sellerID {
+		return market.ResaleListing{}, notFound(msgListingNotFound)
+	}
+	if l.State != market.ListingOpen {
+		return market.ResaleListing{}, conflict(fmt.Sprintf("This listing is %s and cannot be withdrawn.", l.State))
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE resale_listings SET state = ?, updated_at = ? WHERE id = ?`,
+		string(market.ListingWithdrawn), unix(now), l.ID); err != nil {
+		return market.ResaleListing{}, fail(op, err, "")
+	}
+	l.State, l.UpdatedAt = market.ListingWithdrawn, truncate(now)
+	return l, fail(op, tx.Commit(), "")
+}
+
+// FindResaleOffer returns a listing with its reservation and offers.
+func (db *DB) FindResaleOffer(ctx context.Context, listingID int64) (ResaleOffer, error) {
+	const op = "find resale listing"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return ResaleOffer{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	l, err := getResale(ctx, tx, listingID)
+	if err != nil {
+		return ResaleOffer{}, fail(op, err, "")
+	}
+	ro, err := loadResaleOffer(ctx, tx, l)
+	return ro, fail(op, err, "")
+}
+
+// ListOpenResaleOffers returns the listings that can be bought at now
+// (market.ResaleListing.Live), soonest start first.
+func (db *DB) ListOpenResaleOffers(ctx context.Context, now time.Time) ([]ResaleOffer, error) {
+	const op = "list resale listings"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	ls, err := collect(ctx, tx, scanResale, `SELECT `+resaleColumns+` FROM resale_listings l
+		WHERE l.state = ? AND l.from_at > ? ORDER BY l.from_at, l.id`, string(market.ListingOpen), unix(now))
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	var out []ResaleOffer
+	for _, l := range ls {
+		ro, err := loadResaleOffer(ctx, tx, l)
+		if err != nil {
+			return nil, fail(op, err, "")
+		}
+		if l.Live(ro.Reservation, now) {
+			out = append(out, ro)
+		}
+	}
+	return out, nil
+}
+
+// ListReservationResales returns the listings of a reservation's time and
+// the listing it was bought from, if any (sold_reservation_id), newest
+// first.
+func (db *DB) ListReservationResales(ctx context.Context, reservationID int64) ([]market.ResaleListing, error) {
+	const op = "list reservation resales"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	ls, err := collect(ctx, tx, scanResale, `SELECT `+resaleColumns+` FROM resale_listings l
+		WHERE l.reservation_id = ? OR l.sold_reservation_id = ? ORDER BY l.id DESC`, reservationID, reservationID)
+	return ls, fail(op, err, "")
+}
+
+// SellResaleListing sells a listing to buyerID, who has paid its price
+// (chargeRef, the payment), in one transaction: it re-reads the listing
+// and its reservation and refuses unless the listing is still live
+// (market.ResaleListing.Live) and the buyer is not the seller; creates the
+// buyer's reservation, confirmed, of market.ResalePieces (resale_of names
+// the original; its pieces carry the original's frozen terms and
+// cancellation policy, not the offer's current ones); marks the original
+// resold at the listing's start; records the sale (fee and seller's credit
+// by market.ResaleSplit with the platform fee feeBP; the credit is a step
+// for the retrier); writes market.ResaleEntries; and tells both parties.
+// The capacity the pieces hold does not change: the original's pieces keep
+// holding it (holdsCapacity), so no other booking can see it free.
+func (db *DB) SellResaleListing(ctx context.Context, listingID, buyerID int64, chargeRef string, feeBP int, now time.Time) (market.ResaleListing, market.Reservation, error) {
+	const op = "sell resale listing"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	l, err := getResale(ctx, tx, listingID)
+	if err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	}
+	orig, err := getReservation(ctx, tx, l.ReservationID)
+	if err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	}
+	if l.SellerID == buyerID {
+		return market.ResaleListing{}, market.Reservation{}, invalid("You cannot buy your own listing; withdraw it instead.")
+	}
+	if !l.Live(orig, now) {
+		return market.ResaleListing{}, market.Reservation{}, conflict(msgListingGone)
+	}
+	l.Fee, l.Credit = market.ResaleSplit(l.Price, feeBP)
+	l.BuyerID, l.ChargeRef, l.State, l.SoldAt, l.UpdatedAt = buyerID, chargeRef, market.ListingSold, truncate(now), truncate(now)
+	l.CreditDone = l.Credit == 0
+
+	n := market.Reservation{BuyerID: buyerID, State: market.ReservationConfirmed, Pieces: market.ResalePieces(orig, l.From),
+		HoldExpiresAt: truncate(now), RequestJSON: orig.RequestJSON, CreatedAt: truncate(now), UpdatedAt: truncate(now),
+		ResaleOf: orig.ID}
+	if n.ID, err = insertReservation(ctx, tx, n); err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE reservations SET resale_of = ? WHERE id = ?`, orig.ID, n.ID); err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	}
+	// The pieces continue the original contract: its frozen terms and
+	// cancellation policy, not what the offer says today.
+	for i, p := range orig.Pieces {
+		if _, err := tx.ExecContext(ctx, `UPDATE reservation_pieces SET billing_basis = o.billing_basis, uptime_bp = o.uptime_bp,
+			credit_cap_bp = o.credit_cap_bp, credit_schedule_json = o.credit_schedule_json, reject_minutes = o.reject_minutes,
+			free_cancel_hours = o.free_cancel_hours, cancel_fee_bp = o.cancel_fee_bp, price_cents = o.price_cents,
+			interruptible = o.interruptible
+			FROM reservation_pieces o WHERE reservation_pieces.id = ? AND o.id = ?`, n.Pieces[i].ID, p.ID); err != nil {
+			return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE reservations SET resold_at = ?, updated_at = ? WHERE id = ?`,
+		unix(l.From), unix(now), orig.ID); err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	}
+	l.SoldReservationID = n.ID
+	if _, err := tx.ExecContext(ctx, `UPDATE resale_listings SET state = ?, buyer_id = ?, sold_reservation_id = ?, charge_ref = ?,
+		fee_cents = ?, credit_cents = ?, credit_done = ?, next_attempt_at = ?, sold_at = ?, updated_at = ? WHERE id = ? AND state = ?`,
+		string(l.State), buyerID, n.ID, chargeRef, int64(l.Fee), int64(l.Credit), boolInt(l.CreditDone), unix(now), unix(now), unix(now),
+		l.ID, string(market.ListingOpen)); err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	}
+	if err := insertEntries(ctx, tx, market.ResaleEntries(l, now)); err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	}
+	span := market.FormatSpan(l.From, orig.End())
+	if err := insertNotification(ctx, tx, Notification{UserID: l.SellerID, Kind: NotifyRefundSent, CreatedAt: now,
+		URL: fmt.Sprintf("/reservations/%d", orig.ID),
+		Message: fmt.Sprintf("Your resale listing of reservation #%d (%s) sold for %s. After the platform fee of %s, %s is refunded to the card you paid with. Your access ends at %s.",
+			orig.ID, span, l.Price, l.Fee, l.Credit, market.FormatTime(l.From))}); err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	}
+	if err := insertNotification(ctx, tx, Notification{UserID: buyerID, Kind: NotifyBookingConfirmed, CreatedAt: now,
+		URL: fmt.Sprintf("/reservations/%d", n.ID),
+		Message: fmt.Sprintf("You bought reservation #%d on resale (%s) for %s. Your SSH keys are installed on its nodes from %s.",
+			n.ID, span, l.Price, market.FormatTime(l.From))}); err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	}
+	if err := tx.Commit(); err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	}
+	return l, n, nil
+}
+
+// ResaleCredit is a seller's credit still to refund: the listing and the
+// payment it is refunded on (the original reservation's).
+type ResaleCredit struct {
+	Listing         market.ResaleListing
+	PaymentIntentID string
+}
+
+// ListDueResaleCredits returns the sold listings whose seller's credit is
+// not yet refunded and whose next attempt is due at now.
+func (db *DB) ListDueResaleCredits(ctx context.Context, now time.Time) ([]ResaleCredit, error) {
+	return db.listResaleCredits(ctx, `AND l.next_attempt_at <= ?`, unix(now))
+}
+
+// ListPendingResaleCredits returns every sold listing whose seller's
+// credit is not yet refunded, due or not, for reconciliation.
+func (db *DB) ListPendingResaleCredits(ctx context.Context) ([]ResaleCredit, error) {
+	return db.listResaleCredits(ctx, ``)
+}
+
+func (db *DB) listResaleCredits(ctx context.Context, and string, args ...any) ([]ResaleCredit, error) {
+	const op = "list resale credits"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	args = append([]any{string(market.ListingSold)}, args...)
+	out, err := collect(ctx, tx, func(s scanner) (ResaleCredit, error) {
+		var c ResaleCredit
+		var err error
+		c.Listing, err = scanResale(s)
+		return c, err
+	}, `SELECT `+resaleColumns+` FROM resale_listings l WHERE l.state = ? AND l.credit_done = 0 `+and+` ORDER BY l.id`, args...)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	for i := range out {
+		pay, err := getPayment(ctx, tx, out[i].Listing.ReservationID)
+		if err != nil {
+			return nil, fail(op, err, "")
+		}
+		out[i].PaymentIntentID = pay.PaymentIntentID
+	}
+	return out, nil
+}
+
+// RecordResaleCredit records that the seller's credit of a sale was
+// refunded (refundRef): the ledger's refund entry and the step done.
+// Recording it again changes nothing.
+func (db *DB) RecordResaleCredit(ctx context.Context, listingID int64, refundRef string, now time.Time) error {
+	const op = "record resale credit"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	l, err := getResale(ctx, tx, listingID)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if l.State != market.ListingSold {
+		return conflict("This listing was not sold.")
+	}
+	if l.CreditDone {
+		return nil
+	}
+	if err := insertEntries(ctx, tx, []market.LedgerEntry{market.ResaleCreditEntry(l, refundRef, now)}); err != nil {
+		return fail(op, err, "")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE resale_listings SET credit_done = 1, credit_ref = ?, last_error = '', updated_at = ? WHERE id = ?`,
+		refundRef, unix(now), l.ID); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// RecordResaleCreditFailure records a failed attempt at refunding a
+// seller's credit, to be tried again at next.
+func (db *DB) RecordResaleCreditFailure(ctx context.Context, listingID int64, msg string, next, now time.Time) error {
+	const op = "record resale credit failure"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE resale_listings SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?, updated_at = ?
+		WHERE id = ? AND credit_done = 0`, msg, unix(next), unix(now), listingID); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// SettleResoldReservations marks settled every reservation bought on
+// resale that has completed once its original is settled — its money
+// settles in the original's statement — and returns how many.
+func (db *DB) SettleResoldReservations(ctx context.Context, now time.Time) (int64, error) {
+	const op = "settle resold reservations"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return 0, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE reservations SET state = ?, updated_at = ? WHERE resale_of IS NOT NULL AND state = ?
+		AND EXISTS (SELECT 1 FROM reservations o WHERE o.id = reservations.resale_of AND o.state = ?)`,
+		string(market.ReservationSettled), unix(now), string(market.ReservationCompleted), string(market.ReservationSettled))
+	if err != nil {
+		return 0, fail(op, err, "")
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fail(op, err, "")
+	}
+	return n, fail(op, tx.Commit(), "")
+}
