@@ -303,3 +303,18 @@ func ResaleLocked(r Reservation) error {
 	}
 	return nil
 }
+
+// UnsoldPaymentEntries record a buyer's payment for a listing that could
+// not be sold to them after all (sold to another meanwhile): theirs (charge:
+// Dr cash, Cr buyer) until refunded in full (refund: Dr buyer, Cr cash, with
+// refundRef, once the processor confirms; pass "" for the charge alone).
+// They sit on the listing's reservation, keyed by listing and buyer.
+func UnsoldPaymentEntries(l ResaleListing, buyerID int64, paymentIntentID string, amount Cents, refundRef string, at time.Time) []LedgerEntry {
+	key := ResaleChargeKey(l.ID, buyerID)
+	if refundRef != "" {
+		return []LedgerEntry{{ReservationID: l.ReservationID, Kind: EntryRefund, Debit: BuyerAccount(buyerID), Credit: AccountPlatformCash,
+			Amount: amount, StripeRef: refundRef, IdempotencyKey: key + "_refund", At: at}}
+	}
+	return []LedgerEntry{{ReservationID: l.ReservationID, Kind: EntryCharge, Debit: AccountPlatformCash, Credit: BuyerAccount(buyerID),
+		Amount: amount, StripeRef: paymentIntentID, IdempotencyKey: key + "_charge", At: at}}
+}

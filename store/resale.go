@@ -477,3 +477,124 @@ func (db *DB) SettleResoldReservations(ctx context.Context, now time.Time) (int6
 	}
 	return n, fail(op, tx.Commit(), "")
 }
+
+// ResaleRefund is a buyer's payment for a listing they could not buy after
+// all, to refund in full.
+type ResaleRefund struct {
+	ID              int64
+	ListingID       int64
+	ReservationID   int64
+	BuyerID         int64
+	PaymentIntentID string
+	Amount          market.Cents
+	Done            bool
+	Attempts        int
+	LastError       string
+}
+
+const resaleRefundColumns = `f.id, f.listing_id, f.reservation_id, f.buyer_id, f.payment_intent_id, f.amount_cents, f.state, f.attempts, f.last_error`
+
+func scanResaleRefund(s scanner) (ResaleRefund, error) {
+	var f ResaleRefund
+	var amount int64
+	var state string
+	err := s.Scan(&f.ID, &f.ListingID, &f.ReservationID, &f.BuyerID, &f.PaymentIntentID, &amount, &state, &f.Attempts, &f.LastError)
+	f.Amount, f.Done = market.Cents(amount), state == string(PaymentRefunded)
+	return f, err
+}
+
+// RecordUnsoldPayment records, in one transaction, that buyerID paid
+// (paymentIntentID, amount) for a listing that was not sold to them: the
+// payment in the ledger (market.UnsoldPaymentEntries) and a full refund
+// due at now. Recording the same payment again returns the same refund.
+func (db *DB) RecordUnsoldPayment(ctx context.Context, listingID, buyerID int64, paymentIntentID string, amount market.Cents, now time.Time) (ResaleRefund, error) {
+	const op = "record unsold resale payment"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return ResaleRefund{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	l, err := getResale(ctx, tx, listingID)
+	if err != nil {
+		return ResaleRefund{}, fail(op, err, "")
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO resale_refunds (listing_id, reservation_id, buyer_id, payment_intent_id, amount_cents, state,
+		next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (payment_intent_id) DO NOTHING`,
+		l.ID, l.ReservationID, buyerID, paymentIntentID, int64(amount), string(PaymentRefundPending), unix(now), unix(now), unix(now)); err != nil {
+		return ResaleRefund{}, fail(op, err, "")
+	}
+	if err := insertEntries(ctx, tx, market.UnsoldPaymentEntries(l, buyerID, paymentIntentID, amount, "", now)); err != nil {
+		return ResaleRefund{}, fail(op, err, "")
+	}
+	f, err := scanResaleRefund(tx.QueryRowContext(ctx, `SELECT `+resaleRefundColumns+` FROM resale_refunds f WHERE f.payment_intent_id = ?`, paymentIntentID))
+	if err != nil {
+		return ResaleRefund{}, fail(op, err, "")
+	}
+	return f, fail(op, tx.Commit(), "")
+}
+
+// ListDueResaleRefunds returns the unsold payments not yet refunded whose
+// next attempt is due at now (any time when now is zero).
+func (db *DB) ListDueResaleRefunds(ctx context.Context, now time.Time) ([]ResaleRefund, error) {
+	const op = "list resale refunds"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	due := int64(1) << 62
+	if !now.IsZero() {
+		due = unix(now)
+	}
+	fs, err := collect(ctx, tx, scanResaleRefund, `SELECT `+resaleRefundColumns+` FROM resale_refunds f
+		WHERE f.state = ? AND f.next_attempt_at <= ? ORDER BY f.id`, string(PaymentRefundPending), due)
+	return fs, fail(op, err, "")
+}
+
+// RecordResaleRefund records the full refund of an unsold payment: the
+// ledger's refund entry and the refund done. Recording it again changes
+// nothing.
+func (db *DB) RecordResaleRefund(ctx context.Context, id int64, refundRef string, now time.Time) error {
+	const op = "record resale refund"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	f, err := scanResaleRefund(tx.QueryRowContext(ctx, `SELECT `+resaleRefundColumns+` FROM resale_refunds f WHERE f.id = ?`, id))
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if f.Done {
+		return nil
+	}
+	l := market.ResaleListing{ID: f.ListingID, ReservationID: f.ReservationID}
+	if err := insertEntries(ctx, tx, market.UnsoldPaymentEntries(l, f.BuyerID, f.PaymentIntentID, f.Amount, refundRef, now)); err != nil {
+		return fail(op, err, "")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE resale_refunds SET state = ?, refund_ref = ?, last_error = '', updated_at = ? WHERE id = ?`,
+		string(PaymentRefunded), refundRef, unix(now), id); err != nil {
+		return fail(op, err, "")
+	}
+	if err := insertNotification(ctx, tx, Notification{UserID: f.BuyerID, Kind: NotifyRefundSent, CreatedAt: now, URL: "/resale",
+		Message: fmt.Sprintf("The time you tried to buy on resale was sold to someone else first; your payment of %s is refunded in full.", f.Amount)}); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// RecordResaleRefundFailure records a failed attempt at refunding an
+// unsold payment, to be tried again at next.
+func (db *DB) RecordResaleRefundFailure(ctx context.Context, id int64, msg string, next, now time.Time) error {
+	const op = "record resale refund failure"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE resale_refunds SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?, updated_at = ?
+		WHERE id = ? AND state = ?`, msg, unix(next), unix(now), id, string(PaymentRefundPending)); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}

@@ -112,6 +112,7 @@ func (s *Service) Tick(ctx context.Context, now time.Time) {
 	}
 	s.measureTick(ctx, now)
 	s.settleTick(ctx, now)
+	s.resaleMoneyTick(ctx, now) // resale: sellers' credits, unsold payments' refunds
 	s.mailTick(ctx, now)
 }
 

@@ -41,3 +41,23 @@ CREATE UNIQUE INDEX resale_listings_sold ON resale_listings (reservation_id) WHE
 ALTER TABLE reservations ADD COLUMN resale_of INTEGER REFERENCES reservations (id);
 ALTER TABLE reservations ADD COLUMN resold_at INTEGER;
 CREATE INDEX reservations_resale_of ON reservations (resale_of) WHERE resale_of IS NOT NULL;
+
+-- A buyer's payment for a listing that was sold to someone else (or
+-- withdrawn) between the charge and the sale: refunded in full, at once or
+-- by the retrier (state pending, then refunded).
+CREATE TABLE resale_refunds (
+    id                INTEGER PRIMARY KEY,
+    listing_id        INTEGER NOT NULL REFERENCES resale_listings (id),
+    reservation_id    INTEGER NOT NULL REFERENCES reservations (id),
+    buyer_id          INTEGER NOT NULL REFERENCES users (id),
+    payment_intent_id TEXT    NOT NULL UNIQUE,
+    amount_cents      INTEGER NOT NULL,
+    state             TEXT    NOT NULL,
+    refund_ref        TEXT    NOT NULL DEFAULT '',
+    attempts          INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at   INTEGER NOT NULL,
+    last_error        TEXT    NOT NULL DEFAULT '',
+    created_at        INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL
+);
+CREATE INDEX resale_refunds_due ON resale_refunds (state, next_attempt_at);
