@@ -173,6 +173,9 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 	if v.Extend, err = h.extendOffer(ctx, currentUser(c).ID, r); err != nil {
 		return err
 	}
+	if v.Resale, err = h.resalePanel(ctx, currentUser(c).ID, r, now); err != nil {
+		return err
+	}
 	if v.Access, err = h.reservationAccessView(c, r, now); err != nil {
 		return err
 	}
