@@ -35,6 +35,7 @@ func (h *Handler) resalePanel(ctx context.Context, userID int64, r market.Reserv
 			v.BoughtFrom = fmt.Sprintf("You bought this time on resale for %s on %s (listing #%d). It runs under the original booking's contract; the provider's SLA applies as booked.",
 				l.Price, formatTime(l.SoldAt), l.ID)
 			v.Money = append(v.Money, views.ResaleMoneyRow{Kind: "Payment", What: "Charged to your saved card", Amount: l.Price.String()})
+			v.Paid = l.Price.String()
 			continue
 		}
 		if l.ReservationID != r.ID {
@@ -47,16 +48,16 @@ func (h *Handler) resalePanel(ctx context.Context, userID int64, r market.Reserv
 			row.WithdrawURL = fmt.Sprintf("/resale/%d/withdraw", l.ID)
 		}
 		if l.State == market.ListingSold {
-			credit := "being refunded to your card"
+			credit, state := "being refunded to your card", "being refunded"
 			if l.CreditDone {
-				credit = "refunded to your card"
+				credit, state = "refunded to your card", "refunded"
 			}
 			row.Detail = fmt.Sprintf("Sold on %s for %s: platform fee %s, %s %s.", formatTime(l.SoldAt), l.Price, l.Fee, l.Credit, credit)
 			v.Resold = fmt.Sprintf("Your time from %s was sold; your access ends then. The provider is paid as for your booking.", formatTime(l.From))
 			v.Money = append(v.Money,
 				views.ResaleMoneyRow{Kind: "Resale", What: "Paid by the buyer", Amount: l.Price.String()},
 				views.ResaleMoneyRow{Kind: "Platform fee", What: "Out of the price", Amount: "−" + l.Fee.String()},
-				views.ResaleMoneyRow{Kind: "Refund", What: "Credit to your card (" + credit + ")", Amount: l.Credit.String()})
+				views.ResaleMoneyRow{Kind: "Refund", What: "Your credit, " + state + " to the card you paid with", Amount: l.Credit.String()})
 		}
 		v.Listings = append(v.Listings, row)
 	}
@@ -81,6 +82,25 @@ func (h *Handler) resalePanel(ctx context.Context, userID int64, r market.Reserv
 	}
 	v.SellURL = fmt.Sprintf("/reservations/%d/resale", r.ID)
 	return v, nil
+}
+
+// resaleAdjust fits the reservation page to a reservation a resale ties
+// to another (market.ResaleLocked): it cannot be cancelled or rejected;
+// time bought on resale shows what was paid for it; a reservation sold
+// whole before its start has no machines for its holder.
+func resaleAdjust(r market.Reservation, v *views.ReservationView) {
+	if market.ResaleLocked(r) == nil {
+		return
+	}
+	v.CanCancel, v.Reject = false, views.RejectPanelView{}
+	if r.ResaleOf != 0 && v.Resale.Paid != "" {
+		v.Row.Amount = v.Resale.Paid
+		v.Billing.PaymentStatus = "Paid " + v.Resale.Paid + " on resale with your saved card. The original booking's payment covers the provider."
+		v.Billing.PayURL = ""
+	}
+	if !r.ResoldAt.IsZero() && !r.ResoldAt.After(r.Start()) {
+		v.Access = views.ReservationAccessView{}
+	}
 }
 
 // handleResaleForm shows the seller's form.

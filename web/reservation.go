@@ -184,6 +184,7 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 		return err
 	}
 	v.Reject = rejectPanelView(r, acceptance, now)
+	resaleAdjust(r, &v)
 	return render(c, http.StatusOK, views.Reservation(h.page(c, fmt.Sprintf("Reservation %d", r.ID)), v))
 }
 
