@@ -209,7 +209,8 @@ func ChargeEntries(r Reservation, paymentIntentID string, at time.Time) ([]Ledge
 
 // SettlementEntries records a settlement statement: per provider the credit
 // back to the buyer, the platform fee and the transfer; then the one refund
-// to the buyer. Zero amounts make no entry. StripeRef is empty: the caller
+// to the buyer (less a resale credit, passed on to the holder of the
+// resold hours: resale, Dr buyer, Cr that holder). Zero amounts make no entry. StripeRef is empty: the caller
 // fills it in for the refund and transfers with the ids Stripe returns.
 func SettlementEntries(s Statement, at time.Time) []LedgerEntry {
 	refunds := map[int64]Cents{}
@@ -229,7 +230,13 @@ func SettlementEntries(s Statement, at time.Time) []LedgerEntry {
 		add(EntryCredit, prov, buyer, refunds[pp.ProviderID], pp.ProviderID)
 		add(EntryFee, prov, AccountPlatformFees, pp.Fee, pp.ProviderID)
 	}
-	add(EntryRefund, buyer, AccountPlatformCash, s.Refund, 0)
+	if s.ResaleCredit > 0 {
+		// The resold hours' credits pass to their holder, refunded on
+		// their own payment (ResaleSLARefundEntry).
+		out = append(out, LedgerEntry{ReservationID: s.ReservationID, Kind: EntryResale, Debit: buyer, Credit: BuyerAccount(s.ResaleBuyerID),
+			Amount: s.ResaleCredit, IdempotencyKey: ResaleKey(s.ResaleListingID, "sla_credit"), At: at})
+	}
+	add(EntryRefund, buyer, AccountPlatformCash, s.Refund-s.ResaleCredit, 0)
 	for _, pp := range s.Payouts() {
 		add(EntryTransfer, ProviderAccount(pp.ProviderID), AccountPlatformCash, pp.Payout, pp.ProviderID)
 	}

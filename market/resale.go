@@ -318,3 +318,23 @@ func UnsoldPaymentEntries(l ResaleListing, buyerID int64, paymentIntentID string
 	return []LedgerEntry{{ReservationID: l.ReservationID, Kind: EntryCharge, Debit: AccountPlatformCash, Credit: BuyerAccount(buyerID),
 		Amount: amount, StripeRef: paymentIntentID, IdempotencyKey: key + "_charge", At: at}}
 }
+
+// ResaleSLACredit is what the holder of resold time is owed from the
+// original reservation's settlement: full is the statement with every
+// acknowledged incident, the resold hours' included (reported on the
+// bought pieces, counted on the original's); sellerOnly the statement
+// with the original's own incidents alone. The difference is the credit
+// the resold hours' incidents add under the original terms — funded by
+// the provider as any credit — and it goes to their holder, at most what
+// they paid (price), the most their payment can refund; the seller is
+// refunded the rest of full.Refund.
+func ResaleSLACredit(full, sellerOnly Statement, price Cents) Cents {
+	return min(max(full.Refund-sellerOnly.Refund, 0), price)
+}
+
+// ResaleSLARefundEntry records the resold hours' credit refunded to their
+// holder's payment (refund: Dr the holder's account, Cr cash).
+func ResaleSLARefundEntry(l ResaleListing, amount Cents, refundRef string, at time.Time) LedgerEntry {
+	return LedgerEntry{ReservationID: l.ReservationID, Kind: EntryRefund, Debit: BuyerAccount(l.BuyerID), Credit: AccountPlatformCash,
+		Amount: amount, StripeRef: refundRef, IdempotencyKey: ResaleKey(l.ID, "sla_refund"), At: at}
+}

@@ -22,13 +22,13 @@ const resaleColumns = `l.id, l.reservation_id, l.seller_id, l.from_at, l.price_c
 	COALESCE(l.buyer_id, 0), COALESCE(l.sold_reservation_id, 0), COALESCE(l.sold_at, 0), l.charge_ref, l.fee_cents,
 	l.credit_cents, l.credit_done, l.credit_ref, l.attempts, l.last_error`
 
-func scanResale(s scanner) (market.ResaleListing, error) {
+func scanResale(s scanner, extra ...any) (market.ResaleListing, error) {
 	var l market.ResaleListing
 	var state string
 	var from, price, created, updated, sold, fee, credit int64
-	if err := s.Scan(&l.ID, &l.ReservationID, &l.SellerID, &from, &price, &state, &created, &updated,
+	if err := s.Scan(append([]any{&l.ID, &l.ReservationID, &l.SellerID, &from, &price, &state, &created, &updated,
 		&l.BuyerID, &l.SoldReservationID, &sold, &l.ChargeRef, &fee, &credit, &l.CreditDone, &l.CreditRef,
-		&l.Attempts, &l.LastError); err != nil {
+		&l.Attempts, &l.LastError}, extra...)...); err != nil {
 		return market.ResaleListing{}, err
 	}
 	l.From, l.CreatedAt, l.UpdatedAt = fromUnix(from), fromUnix(created), fromUnix(updated)
@@ -39,6 +39,9 @@ func scanResale(s scanner) (market.ResaleListing, error) {
 	l.State = market.ListingState(state)
 	return l, nil
 }
+
+// scanListingRow scans a row of resaleColumns alone.
+func scanListingRow(s scanner) (market.ResaleListing, error) { return scanResale(s) }
 
 func getResale(ctx context.Context, q querier, id int64) (market.ResaleListing, error) {
 	l, err := scanResale(q.QueryRowContext(ctx, `SELECT `+resaleColumns+` FROM resale_listings l WHERE l.id = ?`, id))
@@ -240,7 +243,7 @@ func (db *DB) ListOpenResaleOffers(ctx context.Context, now time.Time) ([]Resale
 		return nil, fail(op, err, "")
 	}
 	defer tx.Rollback()
-	ls, err := collect(ctx, tx, scanResale, `SELECT `+resaleColumns+` FROM resale_listings l
+	ls, err := collect(ctx, tx, scanListingRow, `SELECT `+resaleColumns+` FROM resale_listings l
 		WHERE l.state = ? AND l.from_at > ? ORDER BY l.from_at, l.id`, string(market.ListingOpen), unix(now))
 	if err != nil {
 		return nil, fail(op, err, "")
@@ -268,7 +271,7 @@ func (db *DB) ListReservationResales(ctx context.Context, reservationID int64) (
 		return nil, fail(op, err, "")
 	}
 	defer tx.Rollback()
-	ls, err := collect(ctx, tx, scanResale, `SELECT `+resaleColumns+` FROM resale_listings l
+	ls, err := collect(ctx, tx, scanListingRow, `SELECT `+resaleColumns+` FROM resale_listings l
 		WHERE l.reservation_id = ? OR l.sold_reservation_id = ? ORDER BY l.id DESC`, reservationID, reservationID)
 	return ls, fail(op, err, "")
 }
@@ -439,22 +442,6 @@ func (db *DB) RecordResaleCredit(ctx context.Context, listingID int64, refundRef
 	return fail(op, tx.Commit(), "")
 }
 
-// RecordResaleCreditFailure records a failed attempt at refunding a
-// seller's credit, to be tried again at next.
-func (db *DB) RecordResaleCreditFailure(ctx context.Context, listingID int64, msg string, next, now time.Time) error {
-	const op = "record resale credit failure"
-	tx, err := db.begin(ctx)
-	if err != nil {
-		return fail(op, err, "")
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `UPDATE resale_listings SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?, updated_at = ?
-		WHERE id = ? AND credit_done = 0`, msg, unix(next), unix(now), listingID); err != nil {
-		return fail(op, err, "")
-	}
-	return fail(op, tx.Commit(), "")
-}
-
 // SettleResoldReservations marks settled every reservation bought on
 // resale that has completed once its original is settled — its money
 // settles in the original's statement — and returns how many.
@@ -594,6 +581,161 @@ func (db *DB) RecordResaleRefundFailure(ctx context.Context, id int64, msg strin
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `UPDATE resale_refunds SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?, updated_at = ?
 		WHERE id = ? AND state = ?`, msg, unix(next), unix(now), id, string(PaymentRefundPending)); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// soldListing returns the sale of reservationID's time, if it was sold.
+func soldListing(ctx context.Context, q querier, reservationID int64) (market.ResaleListing, bool, error) {
+	l, err := scanResale(q.QueryRowContext(ctx, `SELECT `+resaleColumns+` FROM resale_listings l WHERE l.reservation_id = ? AND l.state = ?`,
+		reservationID, string(market.ListingSold)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return market.ResaleListing{}, false, nil
+	}
+	return l, err == nil, err
+}
+
+// settleResale, inside StartSettlement, settles the resold hours of r
+// with it: when r's time was sold, the acknowledged incidents on the
+// bought pieces count on r's pieces at the same positions (st is settled
+// again with them), and the credit they add (market.ResaleSLACredit,
+// against the statement of r's own incidents, in) is marked on st for
+// their holder. It returns the sale (ID 0 when there was none).
+func settleResale(ctx context.Context, tx querier, r market.Reservation, in market.SettlementInput, st *market.Statement) (market.ResaleListing, error) {
+	sale, ok, err := soldListing(ctx, tx, r.ID)
+	if err != nil || !ok {
+		return market.ResaleListing{}, err
+	}
+	n, err := getReservation(ctx, tx, sale.SoldReservationID)
+	if err != nil {
+		return market.ResaleListing{}, err
+	}
+	incs, err := queryIncidents(ctx, tx, `WHERE reservation_id = ?`, n.ID)
+	if err != nil {
+		return market.ResaleListing{}, err
+	}
+	if len(incs) == 0 {
+		return sale, nil
+	}
+	onOriginal := map[int64]int64{}
+	for i, p := range n.Pieces {
+		if i < len(r.Pieces) {
+			onOriginal[p.ID] = r.Pieces[i].ID
+		}
+	}
+	full := in
+	full.Incidents = append([]market.Incident(nil), in.Incidents...)
+	for _, i := range incs {
+		inc := i.Incident
+		id, ok := onOriginal[inc.PieceID]
+		if !ok {
+			return market.ResaleListing{}, fmt.Errorf("incident %d is on no piece of reservation %d", inc.ID, n.ID)
+		}
+		inc.PieceID = id
+		full.Incidents = append(full.Incidents, inc)
+	}
+	withResold, err := market.Settle(full)
+	if err != nil {
+		return market.ResaleListing{}, err
+	}
+	withResold.ResaleCredit = market.ResaleSLACredit(withResold, *st, sale.Price)
+	withResold.ResaleBuyerID, withResold.ResaleListingID = sale.BuyerID, sale.ID
+	*st = withResold
+	return sale, nil
+}
+
+// recordResaleSLACredit marks the sale's SLA credit of st as a step for
+// the retrier (nothing when there is none).
+func recordResaleSLACredit(ctx context.Context, tx *sql.Tx, sale market.ResaleListing, st market.Statement, now time.Time) error {
+	if sale.ID == 0 || st.ResaleCredit <= 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE resale_listings SET sla_credit_cents = ?, sla_credit_done = 0, attempts = 0, next_attempt_at = ?,
+		updated_at = ? WHERE id = ?`, int64(st.ResaleCredit), unix(now), unix(now), sale.ID); err != nil {
+		return err
+	}
+	return insertNotification(ctx, tx, Notification{UserID: sale.BuyerID, Kind: NotifyStatementReady, CreatedAt: now,
+		URL: fmt.Sprintf("/reservations/%d", sale.SoldReservationID),
+		Message: fmt.Sprintf("Reservation #%d, bought on resale, is settled: %s of SLA credits for its incidents comes back to your card.",
+			sale.SoldReservationID, st.ResaleCredit)})
+}
+
+// ResaleSLACreditDue is an SLA credit owed to the holder of resold time:
+// the sale, the amount and the payment it is refunded on (the buyer's).
+type ResaleSLACreditDue struct {
+	Listing market.ResaleListing
+	Amount  market.Cents
+}
+
+// ListDueResaleSLACredits returns the SLA credits of resold time not yet
+// refunded whose next attempt is due at now (any time when now is zero).
+func (db *DB) ListDueResaleSLACredits(ctx context.Context, now time.Time) ([]ResaleSLACreditDue, error) {
+	const op = "list resale sla credits"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	due := int64(1) << 62
+	if !now.IsZero() {
+		due = unix(now)
+	}
+	out, err := collect(ctx, tx, func(s scanner) (ResaleSLACreditDue, error) {
+		var c ResaleSLACreditDue
+		var amount int64
+		var err error
+		c.Listing, err = scanResale(s, &amount)
+		c.Amount = market.Cents(amount)
+		return c, err
+	}, `SELECT `+resaleColumns+`, l.sla_credit_cents FROM resale_listings l WHERE l.state = ? AND l.sla_credit_done = 0 AND l.next_attempt_at <= ? ORDER BY l.id`,
+		string(market.ListingSold), due)
+	return out, fail(op, err, "")
+}
+
+// RecordResaleSLARefund records that the SLA credit of resold time was
+// refunded to its holder (refundRef): the ledger's refund entry and the
+// step done. Recording it again changes nothing.
+func (db *DB) RecordResaleSLARefund(ctx context.Context, listingID int64, refundRef string, now time.Time) error {
+	const op = "record resale sla refund"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	var amount int64
+	var done bool
+	l, err := scanResale(tx.QueryRowContext(ctx, `SELECT `+resaleColumns+`, l.sla_credit_cents, l.sla_credit_done FROM resale_listings l WHERE l.id = ?`, listingID), &amount, &done)
+	if errors.Is(err, sql.ErrNoRows) {
+		return notFound(msgListingNotFound)
+	}
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if done {
+		return nil
+	}
+	if err := insertEntries(ctx, tx, []market.LedgerEntry{market.ResaleSLARefundEntry(l, market.Cents(amount), refundRef, now)}); err != nil {
+		return fail(op, err, "")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE resale_listings SET sla_credit_done = 1, sla_credit_ref = ?, last_error = '', updated_at = ? WHERE id = ?`,
+		refundRef, unix(now), l.ID); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// RecordResaleStepFailure records a failed attempt at a resale refund
+// step (the seller's credit or the SLA credit), to be tried again at next.
+func (db *DB) RecordResaleStepFailure(ctx context.Context, listingID int64, msg string, next, now time.Time) error {
+	const op = "record resale step failure"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE resale_listings SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?, updated_at = ?
+		WHERE id = ?`, msg, unix(next), unix(now), listingID); err != nil {
 		return fail(op, err, "")
 	}
 	return fail(op, tx.Commit(), "")

@@ -133,6 +133,13 @@ func (s *Service) Reconcile(ctx context.Context, opts ReconcileOptions) ([]Diffe
 	for _, c := range credits {
 		add(c.Listing.ReservationID, fmt.Sprintf("resale listing %d: seller's credit not refunded yet", c.Listing.ID), c.Listing.Credit.String(), c.Listing.LastError)
 	}
+	slaCredits, err := db.ListDueResaleSLACredits(ctx, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range slaCredits {
+		add(c.Listing.ReservationID, fmt.Sprintf("resale listing %d: SLA credit of the resold hours not refunded yet", c.Listing.ID), c.Amount.String(), c.Listing.LastError)
+	}
 	unsold, err := db.ListDueResaleRefunds(ctx, time.Time{})
 	if err != nil {
 		return nil, err

@@ -97,7 +97,8 @@ func (s *Service) refundResalePayment(ctx context.Context, f store.ResaleRefund,
 
 // resaleMoneyTick carries out the money steps of resales that are due:
 // each seller's credit, refunded on the payment they booked with (with the
-// listing's idempotency key), each unsold payment refunded in full, and
+// listing's idempotency key), each SLA credit of resold hours refunded on
+// their holder's payment, each unsold payment refunded in full, and
 // reservations bought on resale marked settled once their original is.
 func (s *Service) resaleMoneyTick(ctx context.Context, now time.Time) {
 	credits, err := s.db.ListDueResaleCredits(ctx, now)
@@ -112,12 +113,31 @@ func (s *Service) resaleMoneyTick(ctx context.Context, now time.Time) {
 		}
 		if err != nil {
 			s.log.Error("resale: seller credit failed; will retry", "listing_id", l.ID, "attempt", l.Attempts+1, "err", err)
-			if rerr := s.db.RecordResaleCreditFailure(ctx, l.ID, err.Error(), now.Add(backoff(l.Attempts+1)), now); rerr != nil {
+			if rerr := s.db.RecordResaleStepFailure(ctx, l.ID, err.Error(), now.Add(backoff(l.Attempts+1)), now); rerr != nil {
 				s.log.Error("resale: record credit failure", "listing_id", l.ID, "err", rerr)
 			}
 			continue
 		}
 		s.log.Info("resale: seller credited", "listing_id", l.ID, "refund_id", ref.ID, "amount_cents", int64(l.Credit))
+	}
+	sla, err := s.db.ListDueResaleSLACredits(ctx, now)
+	if err != nil {
+		s.log.Error("background: list resale sla credits", "err", err)
+	}
+	for _, c := range sla {
+		l := c.Listing
+		ref, err := s.pay.Refund(ctx, l.ChargeRef, c.Amount, market.ResaleKey(l.ID, "sla_refund"))
+		if err == nil {
+			err = s.db.RecordResaleSLARefund(ctx, l.ID, ref.ID, now)
+		}
+		if err != nil {
+			s.log.Error("resale: sla credit refund failed; will retry", "listing_id", l.ID, "attempt", l.Attempts+1, "err", err)
+			if rerr := s.db.RecordResaleStepFailure(ctx, l.ID, err.Error(), now.Add(backoff(l.Attempts+1)), now); rerr != nil {
+				s.log.Error("resale: record sla credit failure", "listing_id", l.ID, "err", rerr)
+			}
+			continue
+		}
+		s.log.Info("resale: sla credit refunded to the holder", "listing_id", l.ID, "refund_id", ref.ID, "amount_cents", int64(c.Amount))
 	}
 	refunds, err := s.db.ListDueResaleRefunds(ctx, now)
 	if err != nil {

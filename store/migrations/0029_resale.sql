@@ -31,7 +31,12 @@ CREATE TABLE resale_listings (
     last_error      TEXT    NOT NULL DEFAULT '',
     created_at      INTEGER NOT NULL,
     updated_at      INTEGER NOT NULL,
-    sold_at         INTEGER
+    sold_at         INTEGER,
+    -- SLA credits for incidents in the resold hours, settled with the
+    -- original reservation and refunded to the buyer's payment (charge_ref).
+    sla_credit_cents INTEGER NOT NULL DEFAULT 0,
+    sla_credit_done  INTEGER NOT NULL DEFAULT 1,
+    sla_credit_ref   TEXT    NOT NULL DEFAULT ''
 );
 CREATE INDEX resale_listings_reservation ON resale_listings (reservation_id, state);
 CREATE INDEX resale_listings_state ON resale_listings (state, from_at);
