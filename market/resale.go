@@ -338,3 +338,62 @@ func ResaleSLARefundEntry(l ResaleListing, amount Cents, refundRef string, at ti
 	return LedgerEntry{ReservationID: l.ReservationID, Kind: EntryRefund, Debit: BuyerAccount(l.BuyerID), Credit: AccountPlatformCash,
 		Amount: amount, StripeRef: refundRef, IdempotencyKey: ResaleKey(l.ID, "sla_refund"), At: at}
 }
+
+// ResaleMatches reports whether buying listing l of reservation r (whose
+// pieces' offers are offers, with their providers' reliability in
+// reliabilityBP by provider id) would answer req at now. The listing is
+// bought whole, so req must ask for exactly its devices, in one piece for
+// a gang (training); its price per device-hour (rounded up) and total
+// must be within the request's price limit and budget; and every piece
+// must pass the matcher's own checks of the request's hard constraints —
+// accelerator, memory, interconnect, network, region and residency,
+// reliability, carbon, software versions, and the job fitting the time
+// window — run on the piece's offer as if it were free exactly over the
+// piece's part of the listing (Match on that one candidate).
+func ResaleMatches(l ResaleListing, r Reservation, offers map[int64]Offer, reliabilityBP map[int64]int, req Request, now time.Time) bool {
+	pieces := ResalePieces(r, l.From)
+	devices := 0
+	var deviceSeconds int64
+	for _, p := range pieces {
+		devices += p.Devices
+		deviceSeconds += int64(p.Devices) * int64(p.End.Sub(p.Start)/time.Second)
+	}
+	c := req.Constraints
+	switch {
+	case len(pieces) == 0 || devices != req.Workload.Devices || deviceSeconds <= 0:
+		return false
+	case req.Workload.Kind == WorkTraining && len(pieces) != 1:
+		return false
+	case c.BudgetCents > 0 && l.Price > c.BudgetCents:
+		return false
+	case c.MaxPricePerDeviceHour > 0 && (int64(l.Price)*3600+deviceSeconds-1)/deviceSeconds > int64(c.MaxPricePerDeviceHour):
+		return false
+	}
+	for _, p := range pieces {
+		o, ok := offers[p.OfferID]
+		if !ok || (p.Interruptible && !c.AllowInterruption) {
+			return false
+		}
+		o.Review, o.State = ReviewApproved, OfferActive
+		o.AvailableFrom, o.AvailableUntil = p.Start, p.End
+		o.MinRentalHours, o.MaxRentalHours = 1, MaxRequestHours
+		one := req
+		one.Workload.Devices = p.Devices
+		if one.Workload.MinPieceDevices > p.Devices {
+			one.Workload.MinPieceDevices = p.Devices
+		}
+		one.Constraints.MaxPricePerDeviceHour, one.Constraints.BudgetCents, one.Constraints.OfferIDs = 0, 0, nil
+		if one.Constraints.EarliestStart.Before(p.Start) {
+			one.Constraints.EarliestStart = p.Start
+		}
+		if one.Constraints.Deadline.IsZero() || one.Constraints.Deadline.After(p.End) {
+			one.Constraints.Deadline = p.End
+		}
+		one.Limit = 1
+		res, err := Match([]Candidate{{Offer: o, ReliabilityBP: reliabilityBP[o.ProviderID]}}, nil, one, now)
+		if err != nil || len(res.Quotes) == 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -128,3 +128,43 @@ func TestResaleEntriesBalance(t *testing.T) {
 		t.Fatalf("balances = %v", b)
 	}
 }
+
+// A listing is a quote source only for requests it answers whole: the
+// matcher's checks on its offer (family, residency) and the window, the
+// exact device count, and the price limit against the listing's own price.
+func TestResaleMatches(t *testing.T) {
+	o := plainOffer(11, "nvidia-h100-80gb-sxm", "us-west-or", 8, 249)
+	start := t0.Add(24 * time.Hour)
+	r := Reservation{ID: 7, BuyerID: 3, State: ReservationActive, Pieces: []ReservationPiece{
+		{ID: 1, OfferID: 11, ProviderID: 11, Devices: 8, Start: start, End: start.Add(10 * time.Hour), AmountCents: 19920}}}
+	l := ResaleListing{ID: 4, ReservationID: 7, SellerID: 3, From: start.Add(4 * time.Hour), Price: 9600, State: ListingOpen}
+	offers := map[int64]Offer{11: o}
+	// 9,600¢ for 8 devices × 6 h = 48 device-hours: 200¢ per device-hour.
+	base := func() Request {
+		return Request{Workload: Workload{Kind: WorkTraining, Devices: 8, Hours: 6},
+			Constraints: Constraints{Families: []string{"H100"}, Countries: []string{"US"}, EarliestStart: start}}
+	}
+	now := start.Add(3 * time.Hour)
+	for _, tc := range []struct {
+		name string
+		edit func(*Request)
+		want bool
+	}{
+		{"fits", func(*Request) {}, true},
+		{"shorter job in the window", func(r *Request) { r.Workload.Hours = 2 }, true},
+		{"longer than the time left", func(r *Request) { r.Workload.Hours = 7 }, false},
+		{"other family", func(r *Request) { r.Constraints.Families = []string{"A100"} }, false},
+		{"residency elsewhere", func(r *Request) { r.Constraints.Countries = []string{"DE"} }, false},
+		{"fewer devices", func(r *Request) { r.Workload.Devices = 4 }, false},
+		{"deadline before the end of the job", func(r *Request) { r.Constraints.Deadline = start.Add(9 * time.Hour) }, false},
+		{"price limit at the listing's rate", func(r *Request) { r.Constraints.MaxPricePerDeviceHour = 200 }, true},
+		{"price limit under it", func(r *Request) { r.Constraints.MaxPricePerDeviceHour = 199 }, false},
+		{"budget under the price", func(r *Request) { r.Constraints.BudgetCents = 9599 }, false},
+	} {
+		req := base()
+		tc.edit(&req)
+		if got := ResaleMatches(l, r, offers, nil, req, now); got != tc.want {
+			t.Errorf("%s: matches = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

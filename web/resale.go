@@ -266,17 +266,26 @@ func contractText(p market.ReservationPiece) string {
 // resaleRules is the rule people meet on the resale pages.
 func resaleRules() string { return views.ResaleRules }
 
+// resaleCards are the listings that can be bought now, as cards.
+func (h *Handler) resaleCards(ctx context.Context) ([]views.ResaleCard, error) {
+	ros, err := h.db.ListOpenResaleOffers(ctx, h.now())
+	if err != nil {
+		return nil, err
+	}
+	var out []views.ResaleCard
+	for _, ro := range ros {
+		out = append(out, resaleCard(ro))
+	}
+	return out, nil
+}
+
 // handleResaleList is /resale: the listings that can be bought now.
 func (h *Handler) handleResaleList(c echo.Context) error {
-	ros, err := h.db.ListOpenResaleOffers(c.Request().Context(), h.now())
+	cards, err := h.resaleCards(c.Request().Context())
 	if err != nil {
 		return err
 	}
-	v := views.ResaleListView{Rules: resaleRules()}
-	for _, ro := range ros {
-		v.Cards = append(v.Cards, resaleCard(ro))
-	}
-	return render(c, http.StatusOK, views.ResaleList(h.page(c, "Resale"), v))
+	return render(c, http.StatusOK, views.ResaleList(h.page(c, "Resale"), views.ResaleListView{Rules: resaleRules(), Cards: cards}))
 }
 
 // handleResaleShow is one listing with its contract and the Buy button.
@@ -354,4 +363,18 @@ func (h *Handler) handleResaleBuy(c echo.Context) error {
 	logger(c).Info("resale bought", "listing_id", id, "reservation_id", n.ID)
 	h.setFlash(c, "ok", fmt.Sprintf("Bought. Reservation #%d is yours from %s.", n.ID, formatTime(n.Start())))
 	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/reservations/%d", n.ID))
+}
+
+// resaleSources are the listings that answer req, as cards for the quote
+// results.
+func (h *Handler) resaleSources(ctx context.Context, req market.Request) ([]views.ResaleCard, error) {
+	ros, err := h.wf.ResaleSources(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var out []views.ResaleCard
+	for _, ro := range ros {
+		out = append(out, resaleCard(ro))
+	}
+	return out, nil
 }

@@ -90,6 +90,22 @@ func TestResaleThroughThePages(t *testing.T) {
 		t.Fatalf("another user withdrawing: %d, want 404", got.status)
 	}
 
+	// The listing is a "resale" source for a request it answers whole, in
+	// the catalogue, and not for a request in another family.
+	quotes := other.get("/requests?" + trainingQuery().Encode())
+	mustContain(t, quotes.body, `data-testid="resale-sources"`, listing)
+	q := trainingQuery()
+	q.Set("constraints.families", "A100")
+	if got := other.get("/requests?" + q.Encode()).body; strings.Contains(got, `data-testid="resale-sources"`) {
+		t.Fatal("an H100 listing offered for an A100 request")
+	}
+	q = trainingQuery()
+	q.Set("workload.devices", "4")
+	if got := other.get("/requests?" + q.Encode()).body; strings.Contains(got, `data-testid="resale-sources"`) {
+		t.Fatal("an 8-device listing offered for 4 devices")
+	}
+	mustContain(t, app.client().get("/").body, `data-testid="catalogue-resale"`, listing)
+
 	list := app.client().get("/resale")
 	mustContain(t, list.body, `data-testid="resale-card"`, `data-testid="resale-badge"`, price.String(), listing)
 	show := other.get(listing)

@@ -150,3 +150,25 @@ func (s *Service) resaleMoneyTick(ctx context.Context, now time.Time) {
 		s.log.Error("background: settle resold reservations", "err", err)
 	}
 }
+
+// ResaleSources returns the open listings that answer req at now
+// (market.ResaleMatches, with each provider's reliability as the index
+// scores it): the "resale" source beside the matcher's quotes.
+func (s *Service) ResaleSources(ctx context.Context, req market.Request) ([]store.ResaleOffer, error) {
+	now := s.now()
+	open, err := s.db.ListOpenResaleOffers(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.ResaleOffer
+	for _, ro := range open {
+		rel := map[int64]int{}
+		for _, o := range ro.Offers {
+			rel[o.ProviderID] = s.Reliability(o.ProviderID).BP
+		}
+		if market.ResaleMatches(ro.Listing, ro.Reservation, ro.Offers, rel, req, now) {
+			out = append(out, ro)
+		}
+	}
+	return out, nil
+}
