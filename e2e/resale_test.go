@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net/url"
 	"testing"
 	"time"
 
@@ -28,7 +29,8 @@ func TestResaleOfReservedTime(t *testing.T) {
 	const email = "buyer@demo.gpumarket.test"
 	logIn(t, seller, srv, email, demoPassword(t, srv, email))
 	addTestCard(t, seller, srv, "4242")
-	reserve(t, seller, srv, 2, 12, time.Now().UTC().Add(72*time.Hour).Truncate(time.Hour))
+	start := time.Now().UTC().Add(72 * time.Hour).Truncate(time.Hour)
+	reserve(t, seller, srv, 2, 12, start)
 	resURL := seller.URL()
 	click(t, seller.GetByTestId("pay-saved"), "Pay now with Visa •••• 4242")
 	expectText(t, seller.GetByTestId("reservation-state"), "confirmed", "the state after paying")
@@ -49,6 +51,17 @@ func TestResaleOfReservedTime(t *testing.T) {
 
 	buyer := newPage(t)
 	signUp(t, buyer, srv, "second@example.com", "Second Buyer", "", true, false)
+	// The same request finds the listing as a resale source beside the quotes.
+	q := url.Values{
+		"workload.kind": {"training"}, "workload.devices": {"2"}, "workload.hours": {"12"},
+		"workload.checkpoint_mins": {"60"}, "workload.restart_mins": {"10"}, "constraints.families": {"H100"},
+		"constraints.earliest_start": {start.Format("2006-01-02T15:04")}, "constraints.deadline": {start.Add(48 * time.Hour).Format("2006-01-02T15:04")},
+		"preferences.cost_weight": {"100"},
+	}
+	gotoOK(t, buyer, srv.URL+"/requests?"+q.Encode())
+	expectVisible(t, buyer.GetByTestId("resale-sources"), "the resale source beside the quotes")
+	expectText(t, buyer.GetByTestId("resale-sources").GetByTestId("resale-price"), "$10.00", "the listing's price among the quotes")
+	shot(t, buyer, "quotes-with-resale")
 	gotoOK(t, buyer, srv.URL+"/resale")
 	expectVisible(t, buyer.GetByTestId("resale-badge").First(), "the resale badge")
 	expectText(t, buyer.GetByTestId("resale-price").First(), "$10.00", "the price on the card")
@@ -69,6 +82,9 @@ func TestResaleOfReservedTime(t *testing.T) {
 	gotoOK(t, seller, resURL)
 	expectText(t, seller.GetByTestId("resale-listing-status"), "sold", "the listing sold")
 	expectText(t, seller.GetByTestId("resale-listing-detail"), "platform fee $1.00, $9.00 refunded to your card", "the seller's credit")
+	if err := expect.Locator(seller.GetByTestId("cancel-reservation")).ToHaveCount(0); err != nil {
+		t.Errorf("time sold whole still offers cancelling: %v", err)
+	}
 	shot(t, seller, "sold")
 	srv.reconcile(t)
 }
