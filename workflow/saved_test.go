@@ -84,6 +84,21 @@ func (f *fixture) saveCard(userID int64, number string) market.PaymentMethod {
 	return m
 }
 
+func (f *fixture) countNotified(userID int64, contains string) int {
+	f.t.Helper()
+	ns, err := f.db.ListNotifications(f.ctx, userID, 100)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	n := 0
+	for _, x := range ns {
+		if strings.Contains(x.Message, contains) {
+			n++
+		}
+	}
+	return n
+}
+
 func (f *fixture) state(id int64) market.ReservationState {
 	f.t.Helper()
 	r, err := f.db.FindReservation(f.ctx, id)
@@ -118,8 +133,18 @@ func TestPayWithSavedMethod(t *testing.T) {
 	if es, _ := f.db.ListLedger(f.ctx, r.ID); len(es) != 0 {
 		t.Fatalf("ledger after a decline: %+v", es)
 	}
-	if !f.notified(f.buyer.ID, fmt.Sprintf("The payment for reservation #%d did not go through", r.ID)) {
-		t.Error("the buyer was not told the payment failed")
+	// The failure is kept for the reservation page; the processor's own
+	// event for the declined intent, arriving later, tells the buyer
+	// nothing twice.
+	failed, err := f.db.FindPayment(f.ctx, r.ID)
+	if err != nil || failed.Status != store.PaymentFailed || failed.PaymentIntentID != cl.payments[0] ||
+		!strings.Contains(failed.FailureMessage, "Visa •••• 0002 was declined") {
+		t.Fatalf("payment after the decline %+v, %v (declined intent %s)", failed, err, cl.payments[0])
+	}
+	f.apply([]billing.Event{{ID: "evt_declined_1", Type: billing.EventPaymentFailed, StripeType: "payment_intent.payment_failed",
+		Created: f.now, ReservationID: r.ID, PaymentIntentID: cl.payments[0], FailureMessage: "Your card was declined."}}, nil)
+	if n := f.countNotified(f.buyer.ID, fmt.Sprintf("The payment for reservation #%d did not go through", r.ID)); n != 1 {
+		t.Errorf("the buyer was told %d times that the payment failed, want once", n)
 	}
 
 	// Another buyer's reservation is not found, whatever their cards.
