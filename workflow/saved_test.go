@@ -303,3 +303,46 @@ func TestChargeSavedMethod(t *testing.T) {
 		t.Fatalf("charge %+v, again %+v, %v", p, again, err)
 	}
 }
+
+// The processor's setup-completed event saves the card when the buyer never
+// comes back to the return page; the return page then finds it saved, and
+// a replay after the buyer removed it does not bring it back.
+func TestSetupCompletedEventSavesCard(t *testing.T) {
+	f := newFixture(t, nil)
+	co, err := f.proc.CreateSetupCheckout(f.ctx, billing.SetupInput{UserID: f.buyer.ID, SuccessURL: "/back", CancelURL: "/account"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	event := func(id string) billing.Event {
+		return billing.Event{ID: id, Type: billing.EventSetupCompleted, StripeType: "checkout.session.completed", Created: f.now,
+			CheckoutID: co.ID, UserID: f.buyer.ID, PaymentStatus: "no_payment_required"}
+	}
+	// Before the card is chosen the setup is not complete: nothing saved,
+	// no error (the event is not retried for it).
+	f.apply([]billing.Event{event("evt_early")}, nil)
+	if _, err := f.db.DefaultPaymentMethod(f.ctx, f.buyer.ID); market.ErrorCode(err) != market.CodeNotFound {
+		t.Fatalf("card saved from an incomplete setup: %v", err)
+	}
+	if _, err := f.local.CompleteSetup(co.ID, "5555 5555 5555 4444"); err != nil {
+		t.Fatal(err)
+	}
+	f.apply([]billing.Event{event("evt_setup"), event("evt_setup")}, nil)
+	ms, err := f.db.ListPaymentMethods(f.ctx, f.buyer.ID)
+	if err != nil || len(ms) != 1 || ms[0].Label != "Mastercard •••• 4444" || ms[0].UserID != f.buyer.ID {
+		t.Fatalf("cards after the event %+v, %v", ms, err)
+	}
+	// The buyer's return: the same card; another user's: not found.
+	if m, err := f.wf.SaveSetupCard(f.ctx, f.buyer.ID, co.ID); err != nil || m != ms[0] {
+		t.Fatalf("return after the event %+v, %v; want %+v", m, err, ms[0])
+	}
+	if _, err := f.wf.SaveSetupCard(f.ctx, f.admin.ID, co.ID); market.ErrorCode(err) != market.CodeNotFound {
+		t.Fatalf("another user's return: %v", err)
+	}
+	if err := f.db.RemovePaymentMethod(f.ctx, f.buyer.ID, ms[0].ID, f.now); err != nil {
+		t.Fatal(err)
+	}
+	f.apply([]billing.Event{event("evt_setup_late")}, nil)
+	if _, err := f.db.DefaultPaymentMethod(f.ctx, f.buyer.ID); market.ErrorCode(err) != market.CodeNotFound {
+		t.Fatalf("a late event brought back the removed card: %v", err)
+	}
+}
