@@ -43,6 +43,7 @@ func TestSavedCardPaysAtOnce(t *testing.T) {
 	click(t, page.GetByTestId("pay-saved"), "Pay now with Visa •••• 0002")
 	expectText(t, page.GetByTestId("flash"), "Visa •••• 0002 was declined by the bank. Nothing was charged.", "the decline")
 	expectText(t, page.GetByTestId("reservation-state"), "held", "the state after a decline")
+	expectText(t, page.GetByTestId("payment-failure"), "Visa •••• 0002 was declined by the bank", "the failure on the page")
 	shot(t, page, "declined")
 
 	addCard("4242")

@@ -70,13 +70,18 @@ func TestPaymentMethods(t *testing.T) {
 	if c, err := db.FindPaymentCustomer(ctx, ada.ID); err != nil || c != "cus_a" {
 		t.Fatalf("customer after removing every card %q, %v", c, err)
 	}
-	// A removed card saved again is back, as the newest.
-	back, err := db.SavePaymentMethod(ctx, ada.ID, market.PaymentMethod{Customer: "cus_a", ProcessorMethodID: "pm_mc", Label: "Mastercard •••• 4444"}, t0.Add(4*time.Hour))
-	if err != nil || back.ID != mc.ID || !back.CreatedAt.Equal(t0.Add(4*time.Hour)) {
-		t.Fatalf("saved again after removal %+v, %v", back, err)
+	// A removed card is not saved again (a late event for its setup).
+	_, err = db.SavePaymentMethod(ctx, ada.ID, market.PaymentMethod{Customer: "cus_a", ProcessorMethodID: "pm_mc", Label: "Mastercard •••• 4444"}, t0.Add(4*time.Hour))
+	wantCode(t, err, market.CodeConflict)
+	_, err = db.DefaultPaymentMethod(ctx, ada.ID)
+	wantCode(t, err, market.CodeNotFound)
+	// A new card is.
+	amex, err := db.SavePaymentMethod(ctx, ada.ID, market.PaymentMethod{Customer: "cus_a", ProcessorMethodID: "pm_amex", Label: "American Express •••• 8431"}, t0.Add(4*time.Hour))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if def, err := db.DefaultPaymentMethod(ctx, ada.ID); err != nil || def != back {
-		t.Fatalf("default %+v, %v; want %+v", def, err, back)
+	if def, err := db.DefaultPaymentMethod(ctx, ada.ID); err != nil || def != amex {
+		t.Fatalf("default %+v, %v; want %+v", def, err, amex)
 	}
 	if ms, _ := db.ListPaymentMethods(ctx, bob.ID); len(ms) != 1 || ms[0].Customer != "cus_b" {
 		t.Fatalf("Bob's cards %+v", ms)

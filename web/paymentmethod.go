@@ -59,8 +59,9 @@ func (h *Handler) handlePaymentMethodAdd(c echo.Context) error {
 }
 
 // handlePaymentMethodReturn is where the processor sends the buyer with
-// the card saved: the card is read from the processor and kept. Following
-// the link again keeps it once; another user's setup is not found.
+// the card saved: the card is read from the processor and kept
+// (workflow.SaveSetupCard). Following the link again keeps it once;
+// another user's setup is not found.
 func (h *Handler) handlePaymentMethodReturn(c echo.Context) error {
 	ctx := c.Request().Context()
 	u := currentUser(c)
@@ -68,24 +69,18 @@ func (h *Handler) handlePaymentMethodReturn(c echo.Context) error {
 	if id == "" {
 		return c.Redirect(http.StatusSeeOther, paymentMethodsAnchor)
 	}
-	sm, err := h.pay.RetrieveSetup(ctx, id)
-	if market.ErrorCode(err) == market.CodeConflict {
+	m, err := h.wf.SaveSetupCard(ctx, u.ID, id)
+	switch code := market.ErrorCode(err); {
+	case code == market.CodeConflict || code == market.CodeInvalid:
 		h.setFlash(c, "error", market.ErrorMessage(err))
 		return c.Redirect(http.StatusSeeOther, paymentMethodsAnchor)
-	}
-	if err != nil || sm.UserID != u.ID {
-		if err != nil {
-			logger(c).Warn("card setup not read", "checkout_id", id, "err", err)
-		}
-		return market.Errorf(market.CodeNotFound, "That card setup could not be found. Choose “Add a card” to try again.")
-	}
-	m, err := h.db.SavePaymentMethod(ctx, u.ID, market.PaymentMethod{Customer: sm.Customer, ProcessorMethodID: sm.PaymentMethodID, Label: sm.Label}, h.now())
-	if market.ErrorCode(err) == market.CodeInvalid {
-		h.setFlash(c, "error", market.ErrorMessage(err))
-		return c.Redirect(http.StatusSeeOther, paymentMethodsAnchor)
-	}
-	if err != nil {
+	case code == market.CodeNotFound:
 		return err
+	case err != nil:
+		// A processor error about an id from the address bar: logged,
+		// shown as not found.
+		logger(c).Warn("card setup not read", "checkout_id", id, "err", err)
+		return market.Errorf(market.CodeNotFound, "That card setup could not be found. Choose “Add a card” to try again.")
 	}
 	h.setFlash(c, "ok", fmt.Sprintf("%s saved: held reservations can now be paid with it in one step.", m.Label))
 	return c.Redirect(http.StatusSeeOther, paymentMethodsAnchor)

@@ -180,10 +180,17 @@ func TestPaySavedMethod(t *testing.T) {
 	if res := buyer.post(resPath, resPath+"/pay-saved", url.Values{}); res.status != http.StatusSeeOther || res.location != resPath {
 		t.Fatalf("pay-saved declined: %d → %q", res.status, res.location)
 	}
-	flash := testidText(buyer.get(resPath).body, "flash")
+	page = buyer.get(resPath).body
+	flash := testidText(page, "flash")
 	if !strings.Contains(flash, "Visa •••• 0002 was declined by the bank. Nothing was charged.") || !strings.Contains(flash, "stays held") {
 		t.Errorf("decline message %q", flash)
 	}
+	// The page keeps saying so after the flash, with both ways to pay.
+	page = buyer.get(resPath).body
+	if got := testidText(page, "payment-failure"); !strings.Contains(got, "Visa •••• 0002 was declined by the bank") {
+		t.Errorf("payment failure on the page %q", got)
+	}
+	mustContain(t, page, `data-testid="pay-saved"`, `data-testid="pay"`)
 	if got, _ := app.db.FindReservation(ctx, r.ID); got.State != market.ReservationHeld {
 		t.Fatalf("after a decline the reservation is %s, want held", got.State)
 	}

@@ -84,6 +84,21 @@ func (f *fixture) saveCard(userID int64, number string) market.PaymentMethod {
 	return m
 }
 
+func (f *fixture) countNotified(userID int64, contains string) int {
+	f.t.Helper()
+	ns, err := f.db.ListNotifications(f.ctx, userID, 100)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	n := 0
+	for _, x := range ns {
+		if strings.Contains(x.Message, contains) {
+			n++
+		}
+	}
+	return n
+}
+
 func (f *fixture) state(id int64) market.ReservationState {
 	f.t.Helper()
 	r, err := f.db.FindReservation(f.ctx, id)
@@ -118,8 +133,18 @@ func TestPayWithSavedMethod(t *testing.T) {
 	if es, _ := f.db.ListLedger(f.ctx, r.ID); len(es) != 0 {
 		t.Fatalf("ledger after a decline: %+v", es)
 	}
-	if !f.notified(f.buyer.ID, fmt.Sprintf("The payment for reservation #%d did not go through", r.ID)) {
-		t.Error("the buyer was not told the payment failed")
+	// The failure is kept for the reservation page; the processor's own
+	// event for the declined intent, arriving later, tells the buyer
+	// nothing twice.
+	failed, err := f.db.FindPayment(f.ctx, r.ID)
+	if err != nil || failed.Status != store.PaymentFailed || failed.PaymentIntentID != cl.payments[0] ||
+		!strings.Contains(failed.FailureMessage, "Visa •••• 0002 was declined") {
+		t.Fatalf("payment after the decline %+v, %v (declined intent %s)", failed, err, cl.payments[0])
+	}
+	f.apply([]billing.Event{{ID: "evt_declined_1", Type: billing.EventPaymentFailed, StripeType: "payment_intent.payment_failed",
+		Created: f.now, ReservationID: r.ID, PaymentIntentID: cl.payments[0], FailureMessage: "Your card was declined."}}, nil)
+	if n := f.countNotified(f.buyer.ID, fmt.Sprintf("The payment for reservation #%d did not go through", r.ID)); n != 1 {
+		t.Errorf("the buyer was told %d times that the payment failed, want once", n)
 	}
 
 	// Another buyer's reservation is not found, whatever their cards.
@@ -276,5 +301,48 @@ func TestChargeSavedMethod(t *testing.T) {
 	again, err := f.wf.ChargeSavedMethod(f.ctx, f.buyer.ID, 500, "Resale", "resale_2")
 	if err != nil || again.ID != p.ID || !p.Succeeded || p.AmountReceived != 500 || p.ReservationID != 0 || p.TransferGroup != "" {
 		t.Fatalf("charge %+v, again %+v, %v", p, again, err)
+	}
+}
+
+// The processor's setup-completed event saves the card when the buyer never
+// comes back to the return page; the return page then finds it saved, and
+// a replay after the buyer removed it does not bring it back.
+func TestSetupCompletedEventSavesCard(t *testing.T) {
+	f := newFixture(t, nil)
+	co, err := f.proc.CreateSetupCheckout(f.ctx, billing.SetupInput{UserID: f.buyer.ID, SuccessURL: "/back", CancelURL: "/account"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	event := func(id string) billing.Event {
+		return billing.Event{ID: id, Type: billing.EventSetupCompleted, StripeType: "checkout.session.completed", Created: f.now,
+			CheckoutID: co.ID, UserID: f.buyer.ID, PaymentStatus: "no_payment_required"}
+	}
+	// Before the card is chosen the setup is not complete: nothing saved,
+	// no error (the event is not retried for it).
+	f.apply([]billing.Event{event("evt_early")}, nil)
+	if _, err := f.db.DefaultPaymentMethod(f.ctx, f.buyer.ID); market.ErrorCode(err) != market.CodeNotFound {
+		t.Fatalf("card saved from an incomplete setup: %v", err)
+	}
+	if _, err := f.local.CompleteSetup(co.ID, "5555 5555 5555 4444"); err != nil {
+		t.Fatal(err)
+	}
+	f.apply([]billing.Event{event("evt_setup"), event("evt_setup")}, nil)
+	ms, err := f.db.ListPaymentMethods(f.ctx, f.buyer.ID)
+	if err != nil || len(ms) != 1 || ms[0].Label != "Mastercard •••• 4444" || ms[0].UserID != f.buyer.ID {
+		t.Fatalf("cards after the event %+v, %v", ms, err)
+	}
+	// The buyer's return: the same card; another user's: not found.
+	if m, err := f.wf.SaveSetupCard(f.ctx, f.buyer.ID, co.ID); err != nil || m != ms[0] {
+		t.Fatalf("return after the event %+v, %v; want %+v", m, err, ms[0])
+	}
+	if _, err := f.wf.SaveSetupCard(f.ctx, f.admin.ID, co.ID); market.ErrorCode(err) != market.CodeNotFound {
+		t.Fatalf("another user's return: %v", err)
+	}
+	if err := f.db.RemovePaymentMethod(f.ctx, f.buyer.ID, ms[0].ID, f.now); err != nil {
+		t.Fatal(err)
+	}
+	f.apply([]billing.Event{event("evt_setup_late")}, nil)
+	if _, err := f.db.DefaultPaymentMethod(f.ctx, f.buyer.ID); market.ErrorCode(err) != market.CodeNotFound {
+		t.Fatalf("a late event brought back the removed card: %v", err)
 	}
 }
