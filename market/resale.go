@@ -56,6 +56,11 @@ type ResaleListing struct {
 	CreditRef         string // the processor's refund of the credit
 	Attempts          int
 	LastError         string
+	// SLACredit is what the original's settlement owes the buyer for
+	// incidents in the resold hours (ResaleSLACredit), refunded to their
+	// payment; SLACreditDone once refunded (or when there is none).
+	SLACredit     Cents
+	SLACreditDone bool
 }
 
 // Live reports whether the listing can be bought at now, given its

@@ -20,22 +20,22 @@ const (
 
 const resaleColumns = `l.id, l.reservation_id, l.seller_id, l.from_at, l.price_cents, l.state, l.created_at, l.updated_at,
 	COALESCE(l.buyer_id, 0), COALESCE(l.sold_reservation_id, 0), COALESCE(l.sold_at, 0), l.charge_ref, l.fee_cents,
-	l.credit_cents, l.credit_done, l.credit_ref, l.attempts, l.last_error`
+	l.credit_cents, l.credit_done, l.credit_ref, l.attempts, l.last_error, l.sla_credit_cents, l.sla_credit_done`
 
 func scanResale(s scanner, extra ...any) (market.ResaleListing, error) {
 	var l market.ResaleListing
 	var state string
-	var from, price, created, updated, sold, fee, credit int64
+	var from, price, created, updated, sold, fee, credit, sla int64
 	if err := s.Scan(append([]any{&l.ID, &l.ReservationID, &l.SellerID, &from, &price, &state, &created, &updated,
 		&l.BuyerID, &l.SoldReservationID, &sold, &l.ChargeRef, &fee, &credit, &l.CreditDone, &l.CreditRef,
-		&l.Attempts, &l.LastError}, extra...)...); err != nil {
+		&l.Attempts, &l.LastError, &sla, &l.SLACreditDone}, extra...)...); err != nil {
 		return market.ResaleListing{}, err
 	}
 	l.From, l.CreatedAt, l.UpdatedAt = fromUnix(from), fromUnix(created), fromUnix(updated)
 	if sold != 0 {
 		l.SoldAt = fromUnix(sold)
 	}
-	l.Price, l.Fee, l.Credit = market.Cents(price), market.Cents(fee), market.Cents(credit)
+	l.Price, l.Fee, l.Credit, l.SLACredit = market.Cents(price), market.Cents(fee), market.Cents(credit), market.Cents(sla)
 	l.State = market.ListingState(state)
 	return l, nil
 }
@@ -682,13 +682,9 @@ func (db *DB) ListDueResaleSLACredits(ctx context.Context, now time.Time) ([]Res
 		due = unix(now)
 	}
 	out, err := collect(ctx, tx, func(s scanner) (ResaleSLACreditDue, error) {
-		var c ResaleSLACreditDue
-		var amount int64
-		var err error
-		c.Listing, err = scanResale(s, &amount)
-		c.Amount = market.Cents(amount)
-		return c, err
-	}, `SELECT `+resaleColumns+`, l.sla_credit_cents FROM resale_listings l WHERE l.state = ? AND l.sla_credit_done = 0 AND l.next_attempt_at <= ? ORDER BY l.id`,
+		l, err := scanResale(s)
+		return ResaleSLACreditDue{Listing: l, Amount: l.SLACredit}, err
+	}, `SELECT `+resaleColumns+` FROM resale_listings l WHERE l.state = ? AND l.sla_credit_done = 0 AND l.next_attempt_at <= ? ORDER BY l.id`,
 		string(market.ListingSold), due)
 	return out, fail(op, err, "")
 }
@@ -703,19 +699,14 @@ func (db *DB) RecordResaleSLARefund(ctx context.Context, listingID int64, refund
 		return fail(op, err, "")
 	}
 	defer tx.Rollback()
-	var amount int64
-	var done bool
-	l, err := scanResale(tx.QueryRowContext(ctx, `SELECT `+resaleColumns+`, l.sla_credit_cents, l.sla_credit_done FROM resale_listings l WHERE l.id = ?`, listingID), &amount, &done)
-	if errors.Is(err, sql.ErrNoRows) {
-		return notFound(msgListingNotFound)
-	}
+	l, err := getResale(ctx, tx, listingID)
 	if err != nil {
 		return fail(op, err, "")
 	}
-	if done {
+	if l.SLACreditDone {
 		return nil
 	}
-	if err := insertEntries(ctx, tx, []market.LedgerEntry{market.ResaleSLARefundEntry(l, market.Cents(amount), refundRef, now)}); err != nil {
+	if err := insertEntries(ctx, tx, []market.LedgerEntry{market.ResaleSLARefundEntry(l, l.SLACredit, refundRef, now)}); err != nil {
 		return fail(op, err, "")
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE resale_listings SET sla_credit_done = 1, sla_credit_ref = ?, last_error = '', updated_at = ? WHERE id = ?`,

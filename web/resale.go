@@ -35,6 +35,13 @@ func (h *Handler) resalePanel(ctx context.Context, userID int64, r market.Reserv
 			v.BoughtFrom = fmt.Sprintf("You bought this time on resale for %s on %s (listing #%d). It runs under the original booking's contract; the provider's SLA applies as booked.",
 				l.Price, formatTime(l.SoldAt), l.ID)
 			v.Money = append(v.Money, views.ResaleMoneyRow{Kind: "Payment", What: "Charged to your saved card", Amount: l.Price.String()})
+			if l.SLACredit > 0 {
+				state := "being refunded"
+				if l.SLACreditDone {
+					state = "refunded"
+				}
+				v.Money = append(v.Money, views.ResaleMoneyRow{Kind: "Refund", What: "SLA credits for incidents in your hours, " + state + " to your card", Amount: l.SLACredit.String()})
+			}
 			v.Paid = l.Price.String()
 			continue
 		}
@@ -54,6 +61,9 @@ func (h *Handler) resalePanel(ctx context.Context, userID int64, r market.Reserv
 			}
 			row.Detail = fmt.Sprintf("Sold on %s for %s: platform fee %s, %s %s.", formatTime(l.SoldAt), l.Price, l.Fee, l.Credit, credit)
 			v.Resold = fmt.Sprintf("Your time from %s was sold; your access ends then. The provider is paid as for your booking.", formatTime(l.From))
+			if l.SLACredit > 0 {
+				v.Resold += fmt.Sprintf(" %s of SLA credits for incidents in the hours you sold went to the buyer.", l.SLACredit)
+			}
 			v.Money = append(v.Money,
 				views.ResaleMoneyRow{Kind: "Resale", What: "Paid by the buyer", Amount: l.Price.String()},
 				views.ResaleMoneyRow{Kind: "Platform fee", What: "Out of the price", Amount: "−" + l.Fee.String()},

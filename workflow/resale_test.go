@@ -293,6 +293,10 @@ func TestResaleSLACreditGoesToTheNewHolder(t *testing.T) {
 	if toSecond != 5478 || toSeller != 8999 {
 		t.Fatalf("refunds: %s to the new holder, %s to the seller; want 54.78 and the 89.99 credit", toSecond, toSeller)
 	}
+	ls, err := f.db.ListReservationResales(f.ctx, n.ID)
+	if err != nil || len(ls) != 1 || ls[0].SLACredit != 5478 || !ls[0].SLACreditDone {
+		t.Fatalf("the sale's SLA credit = %+v, %v; want 54.78 refunded", ls, err)
+	}
 	if !f.notified(second.ID, "$54.78 of SLA credits") {
 		t.Fatal("new holder not told of the credit")
 	}
