@@ -149,11 +149,20 @@ func TestResaleMoneyAndSettlement(t *testing.T) {
 	f.requireReconciled()
 }
 
-// flakyRefunds fails every refund while down is set.
+// flakyRefunds fails every refund while down is set, and holds each
+// charge of a saved card until `barrier` charges have arrived, so racing
+// buyers both pass the listing's check before either is sold it.
 type flakyRefunds struct {
 	billing.Processor
-	mu   sync.Mutex
-	down bool
+	mu      sync.Mutex
+	down    bool
+	barrier sync.WaitGroup
+}
+
+func (p *flakyRefunds) ChargeSaved(ctx context.Context, in billing.ChargeInput) (billing.Payment, error) {
+	p.barrier.Done()
+	p.barrier.Wait()
+	return p.Processor.ChargeSaved(ctx, in)
 }
 
 func (p *flakyRefunds) Refund(ctx context.Context, pi string, amount market.Cents, key string) (billing.Refund, error) {
@@ -173,6 +182,7 @@ func TestResaleRaceRefundsTheLoser(t *testing.T) {
 	var proc *flakyRefunds
 	f := newFixture(t, func(l *billing.Local) billing.Processor {
 		proc = &flakyRefunds{Processor: l, down: true}
+		proc.barrier.Add(2)
 		return proc
 	})
 	start := t0.Add(48 * time.Hour)
