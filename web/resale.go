@@ -388,3 +388,8 @@ func (h *Handler) resaleSources(ctx context.Context, req market.Request) ([]view
 	}
 	return out, nil
 }
+
+// joinSentences joins two sentences with a space, either may be empty.
+func joinSentences(a, b string) string {
+	return strings.TrimSpace(a + " " + b)
+}
