@@ -216,6 +216,11 @@ func TestResaleSaleIsAtomicAndOnce(t *testing.T) {
 	}
 	_, err = db.CreateReservation(ctx, a.ID, []market.ReservationPiece{piece(o, 1, start.Add(2*time.Hour), 1)}, `{"version":1}`, t0.Add(time.Minute), hold)
 	wantCode(t, err, market.CodeConflict)
+	// One trade for the price index: the bought time is not a second one.
+	trades, err := db.ListTrades(ctx, t0.Add(-time.Hour), t0.Add(time.Hour))
+	if err != nil || len(trades) != 1 || trades[0].Devices != 16 {
+		t.Fatalf("trades = %+v, %v; want the original booking only", trades, err)
+	}
 	// The resold reservation cannot be cancelled under the buyer.
 	_, err = db.CancelReservation(ctx, seller.ID, r.ID, 1000, t0.Add(time.Minute))
 	wantCode(t, err, market.CodeConflict)
