@@ -194,14 +194,13 @@ func (h *Handler) resaleForm(c echo.Context, id int64, fromText, priceText strin
 		if terms.Err != nil {
 			v.Message = market.ErrorMessage(terms.Err)
 		}
-	case code == market.CodeInvalid && len(v.Errors) > 0:
+	case code == market.CodeInvalid:
 		status = http.StatusUnprocessableEntity
-	case code == market.CodeInvalid || code == market.CodeConflict:
-		status = http.StatusConflict
-		if code == market.CodeInvalid {
-			status = http.StatusUnprocessableEntity
+		if len(v.Errors) == 0 {
+			v.Message = market.ErrorMessage(err)
 		}
-		v.Message = market.ErrorMessage(err)
+	case code == market.CodeConflict:
+		status, v.Message = http.StatusConflict, market.ErrorMessage(err)
 	default:
 		return err
 	}
