@@ -786,6 +786,9 @@ func (db *DB) AdvanceReservations(ctx context.Context, now time.Time) ([]market.
 		return nil, fail(op, err, "")
 	}
 	for _, r := range active {
+		if !r.ResoldAt.IsZero() && !r.ResoldAt.After(r.Start()) {
+			continue // sold whole before it started: nothing to connect to
+		}
 		if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyReservationStarting, CreatedAt: now,
 			URL: fmt.Sprintf("/reservations/%d", r.ID),
 			Message: fmt.Sprintf("Reservation #%d has started (%s). Its connection details — the hosts and how to reach them with your SSH key — are on the reservation's page.",
