@@ -234,6 +234,14 @@ func TestResaleRaceRefundsTheLoser(t *testing.T) {
 	if err != nil || len(cs) != 1 || cs[0].OfferID != f.offer.ID {
 		t.Fatalf("commitments = %+v, %v; want the original's one piece", cs, err)
 	}
+	winner := a
+	if loser.ID == a.ID {
+		winner = b
+	}
+	f.tick(start.Add(time.Minute))
+	if f.notified(f.buyer.ID, "has started") || !f.notified(winner.ID, "has started") {
+		t.Fatal("the start should be announced to the buyer of the time only")
+	}
 	f.requireReconciled()
 }
 
