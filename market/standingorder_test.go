@@ -31,7 +31,10 @@ func TestValidateStandingOrder(t *testing.T) {
 		{"no fill-by", func(o *StandingOrder) { o.FillBy = time.Time{} }, "fill_by"},
 		{"fill-by in the past", func(o *StandingOrder) { o.FillBy = now.Add(-time.Hour) }, "fill_by"},
 		{"fill-by too soon", func(o *StandingOrder) { o.FillBy = now.Add(59 * time.Minute) }, "fill_by"},
-		{"fill-by exactly 60 days", func(o *StandingOrder) { o.FillBy = now.Add(60 * 24 * time.Hour); o.Request.Constraints.Deadline = time.Time{} }, ""},
+		{"fill-by exactly 60 days", func(o *StandingOrder) {
+			o.FillBy = now.Add(60 * 24 * time.Hour)
+			o.Request.Constraints.Deadline = time.Time{}
+		}, ""},
 		{"fill-by past 60 days", func(o *StandingOrder) { o.FillBy = now.Add(60*24*time.Hour + time.Second) }, "fill_by"},
 		{"fill-by at the deadline", func(o *StandingOrder) { o.FillBy = o.Request.Constraints.Deadline }, "fill_by"},
 		{"no on-fill", func(o *StandingOrder) { o.OnFill = "later" }, "on_fill"},
