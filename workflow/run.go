@@ -110,6 +110,7 @@ func (s *Service) Tick(ctx context.Context, now time.Time) {
 	if _, err := s.db.AdvanceReservations(ctx, now); err != nil {
 		s.log.Error("background: advance reservations", "err", err)
 	}
+	s.expireOrders(ctx, now)
 	s.measureTick(ctx, now)
 	s.settleTick(ctx, now)
 	s.mailTick(ctx, now)
