@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
@@ -354,4 +355,81 @@ func TestStandingOrdersAndABookingRaceForTheLastDevices(t *testing.T) {
 		t.Fatalf("%d commitments over %d rounds, want one per round", len(cs[f.offer.ID]), rounds)
 	}
 	t.Logf("winners over %d rounds: %v", rounds, won)
+}
+
+// saveCard saves one of the local processor's test cards as the buyer's
+// default payment method, as the setup page and its return do.
+func (f *fixture) saveCard(userID int64, number string) {
+	f.t.Helper()
+	co, err := f.local.CreateSetupCheckout(f.ctx, billing.SetupInput{UserID: userID, SuccessURL: "http://localhost/ok", CancelURL: "http://localhost/no"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	m, err := f.local.CompleteSetup(co.ID, number)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.db.SavePaymentMethod(f.ctx, userID, market.PaymentMethod{Customer: m.Customer, ProcessorMethodID: m.PaymentMethodID,
+		Label: m.Label}, f.now); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// An order that pays at once needs a saved card when placed; when it
+// fills (here on a cancellation, with no tick) the card is charged the
+// reservation's amount: the reservation is confirmed and the charge in the
+// ledger, and the ledger reconciles with the processor. A declined card
+// leaves the fill held, and the order and a notification say so.
+func TestStandingOrderPaysAtOnceWithTheSavedCard(t *testing.T) {
+	f := newFixture(t, nil)
+	start := t0.Add(48 * time.Hour)
+	_, err := f.wf.PlaceStandingOrder(f.ctx, market.StandingOrder{BuyerID: f.buyer.ID, Request: gangRequest(start, 8, 10),
+		LimitKind: market.LimitPerRefDeviceHour, LimitCents: 100_000, FillBy: f.now.Add(47 * time.Hour), OnFill: market.FillPay})
+	if market.FieldErrors(err)["on_fill"] == "" {
+		t.Fatalf("pay at once without a saved card: %v, want a message on on_fill", err)
+	}
+	other := f.user("other@example.com")
+	taken, err := f.wf.Book(f.ctx, other.ID, []market.ReservationPiece{{OfferID: f.offer.ID, Devices: 8, Start: start,
+		End: start.Add(10 * time.Hour), PriceCents: 249, AmountCents: 19920}}, `{"version":1}`, 30*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.saveCard(f.buyer.ID, "4242 4242 4242 4242")
+	o := f.place(f.buyer.ID, gangRequest(start, 8, 10), 100_000, market.FillPay)
+	decliner := f.user("decline@example.com")
+	f.saveCard(decliner.ID, "4000 0000 0000 0002")
+	late := start.Add(24 * time.Hour)
+	d := f.place(decliner.ID, gangRequest(late, 8, 10), 100_000, market.FillPay) // its slot is free: fills at once
+	f.matchInBackground()
+
+	if _, err := f.wf.Cancel(f.ctx, other.ID, taken.ID); err != nil {
+		t.Fatal(err)
+	}
+	got := f.waitOrder(f.buyer.ID, o.ID)
+	if got.State != market.OrderFilled {
+		t.Fatalf("order: %s", got.State)
+	}
+	var r market.Reservation
+	for range 200 { // the charge follows the fill
+		if r, err = f.db.FindBuyerReservation(f.ctx, f.buyer.ID, got.ReservationID); err != nil || r.State != market.ReservationHeld {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r.State != market.ReservationConfirmed || r.AmountCents != 19920 {
+		t.Fatalf("paid-at-once fill: %s %d¢, want confirmed 19920¢", r.State, r.AmountCents)
+	}
+	if paid := f.ledgerSum(r.ID, market.EntryCharge); paid != 19920 {
+		t.Errorf("ledger charge %d, want 19920", paid)
+	}
+
+	dd, err := f.db.FindStandingOrder(f.ctx, decliner.ID, d.ID)
+	if err != nil || dd.State != market.OrderFilled || dd.ReservationState != market.ReservationHeld || dd.Note == "" {
+		t.Fatalf("declined order: %+v %v", dd, err)
+	}
+	if !f.notified(decliner.ID, fmt.Sprintf("Standing order #%d: ", d.ID)) {
+		t.Error("the decline was not notified")
+	}
+	f.waitIdle()
+	f.requireReconciled()
 }
