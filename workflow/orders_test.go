@@ -96,10 +96,12 @@ func TestStandingOrderFillsWhenACancellationFreesCapacity(t *testing.T) {
 	}
 	f.matchInBackground()
 
+	cancelled := time.Now()
 	if _, err := f.wf.Cancel(f.ctx, other.ID, taken.ID); err != nil {
 		t.Fatal(err)
 	}
 	got := f.waitOrder(f.buyer.ID, o.ID)
+	t.Logf("filled %s after the cancellation began", time.Since(cancelled).Round(time.Millisecond))
 	if got.State != market.OrderFilled || got.ReservationID == 0 {
 		t.Fatalf("order after the cancellation: %s reservation %d, want filled", got.State, got.ReservationID)
 	}
