@@ -230,7 +230,11 @@ const (
 	EventDisputeCreated    EventType = "dispute_created"
 	EventDisputeClosed     EventType = "dispute_closed"
 	EventAccountUpdated    EventType = "account_updated"
-	EventIgnored           EventType = "ignored"
+	// EventSetupCompleted: a checkout in setup mode saved a buyer's card
+	// (UserID, CheckoutID); the card is kept even if the buyer never comes
+	// back to the return page.
+	EventSetupCompleted EventType = "setup_completed"
+	EventIgnored        EventType = "ignored"
 )
 
 // Event is a verified webhook event, reduced to what the marketplace acts on.
@@ -254,6 +258,8 @@ type Event struct {
 	DisputeStatus  string // dispute_closed: the bank's decision, "won" or "lost"
 	PaymentStatus  string // checkout_completed: "paid" or "unpaid" (delayed methods)
 	FailureMessage string // payment_failed
+
+	UserID int64 // setup_completed: the buyer who started the setup
 
 	AccountID        string // account_updated
 	DetailsSubmitted bool

@@ -3,6 +3,7 @@ package billing
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/stripe/stripe-go/v76"
@@ -76,6 +77,14 @@ func parseWebhook(payload []byte, header, secret string) (Event, error) {
 		ev.ReservationID = reservationIDFrom(cs.Metadata, cs.ClientReferenceID, "")
 		if cs.PaymentIntent != nil {
 			ev.PaymentIntentID = cs.PaymentIntent.ID
+		}
+		if cs.Mode == stripe.CheckoutSessionModeSetup {
+			// A saved card, not a payment: no reservation, no money.
+			ev.Type, ev.ReservationID, ev.PaymentIntentID = EventIgnored, 0, ""
+			if se.Type == "checkout.session.completed" {
+				ev.Type = EventSetupCompleted
+				ev.UserID, _ = strconv.ParseInt(cs.Metadata[MetadataUserID], 10, 64)
+			}
 		}
 	case "charge.refunded":
 		var ch stripe.Charge

@@ -15,6 +15,7 @@ const (
 	msgPaymentMethodNotFound = "That card could not be found among your saved cards."
 	msgNoPaymentMethod       = "You have no saved card. Add one on your account page first."
 	msgNoPaymentCustomer     = "You have not saved a card with the payment processor yet."
+	msgPaymentMethodRemoved  = "You removed this card, so it is not saved again. Choose “Add a card” to add it anew."
 )
 
 const paymentMethodColumns = `id, user_id, customer_id, processor_method_id, label, created_at`
@@ -31,8 +32,9 @@ func scanPaymentMethod(s scanner) (market.PaymentMethod, error) {
 
 // SavePaymentMethod keeps a card the user saved with the processor; it
 // becomes the user's default (the most recent). Saving the same card again
-// (a repeated return from the processor, or a card removed before) keeps
-// one row and returns it, saved again if it had been removed. More than
+// (the return page followed twice, the processor's event after it) keeps
+// one row and returns it; a card the user has removed is not saved again
+// (a late event must not bring it back): a conflict. More than
 // market.MaxPaymentMethods saved cards is invalid.
 func (db *DB) SavePaymentMethod(ctx context.Context, userID int64, m market.PaymentMethod, now time.Time) (market.PaymentMethod, error) {
 	const op = "save payment method"
@@ -50,11 +52,16 @@ func (db *DB) SavePaymentMethod(ctx context.Context, userID int64, m market.Paym
 		return market.PaymentMethod{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
-	old, err := scanPaymentMethod(tx.QueryRowContext(ctx, `SELECT `+paymentMethodColumns+` FROM payment_methods
-		WHERE user_id = ? AND processor_method_id = ? AND removed_at IS NULL`, userID, m.ProcessorMethodID))
+	var id int64
+	var removed sql.NullInt64
+	err = tx.QueryRowContext(ctx, `SELECT id, removed_at FROM payment_methods WHERE user_id = ? AND processor_method_id = ?`,
+		userID, m.ProcessorMethodID).Scan(&id, &removed)
 	switch {
-	case err == nil:
-		return old, nil // the same return handled twice
+	case err == nil && removed.Valid:
+		return market.PaymentMethod{}, conflict(msgPaymentMethodRemoved)
+	case err == nil: // the same card saved twice
+		old, err := scanPaymentMethod(tx.QueryRowContext(ctx, `SELECT `+paymentMethodColumns+` FROM payment_methods WHERE id = ?`, id))
+		return old, fail(op, err, "")
 	case !errors.Is(err, sql.ErrNoRows):
 		return market.PaymentMethod{}, fail(op, err, "")
 	}
@@ -67,10 +74,7 @@ func (db *DB) SavePaymentMethod(ctx context.Context, userID int64, m market.Paym
 	}
 	m.UserID, m.CreatedAt = userID, truncate(now)
 	err = tx.QueryRowContext(ctx, `INSERT INTO payment_methods (user_id, customer_id, processor_method_id, label, created_at)
-		VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (user_id, processor_method_id) DO UPDATE SET customer_id = excluded.customer_id, label = excluded.label,
-			created_at = excluded.created_at, removed_at = NULL
-		RETURNING id`, userID, m.Customer, m.ProcessorMethodID, m.Label, unix(now)).Scan(&m.ID)
+		VALUES (?, ?, ?, ?, ?) RETURNING id`, userID, m.Customer, m.ProcessorMethodID, m.Label, unix(now)).Scan(&m.ID)
 	if err != nil {
 		return market.PaymentMethod{}, fail(op, err, "")
 	}

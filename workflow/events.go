@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumarket/gpumarket/billing"
+	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
 
@@ -66,6 +67,20 @@ func (s *Service) ApplyEvent(ctx context.Context, log *slog.Logger, ev billing.E
 			log.Info("payouts released after onboarding", "account_id", ev.AccountID, "released", released)
 			s.runDueSettlements(ctx, now)
 		}
+	case billing.EventSetupCompleted:
+		// The buyer's return page saves the card too; whichever comes
+		// first saves it, the other (or a replay) finds it saved.
+		m, err := s.SaveSetupCard(ctx, 0, ev.CheckoutID)
+		switch code := market.ErrorCode(err); {
+		case code == market.CodeConflict || code == market.CodeInvalid || code == market.CodeNotFound:
+			log.Info("card setup not saved", "checkout_id", ev.CheckoutID, "reason", market.ErrorMessage(err))
+		case err != nil:
+			return err
+		default:
+			log.Info("card saved", "checkout_id", ev.CheckoutID, "user_id", m.UserID, "payment_method_id", m.ID)
+		}
+		_, err = s.db.MarkEventProcessed(ctx, ev.ID, ev.StripeType, now)
+		return err
 	default:
 		_, err := s.db.MarkEventProcessed(ctx, ev.ID, ev.StripeType, now)
 		return err

@@ -14,6 +14,7 @@ const (
 	msgNoSavedMethod  = "Add a payment method on your account page first."
 	msgChargePending  = "The card payment is still being processed; the reservation is confirmed as soon as it goes through."
 	msgPaidOnCheckout = "This reservation has already been paid on the payment page; it is confirmed in a moment."
+	msgSetupNotFound  = "That card setup could not be found. Choose “Add a card” to try again."
 )
 
 // savedEventType names an off-session charge of a saved card where a
@@ -37,7 +38,11 @@ func (s *Service) PayWithSavedMethod(ctx context.Context, buyerID, reservationID
 		return market.Reservation{}, err
 	}
 	now := s.now()
-	if p, err := s.db.FindPayment(ctx, r.ID); err == nil && p.Status == store.PaymentPaid {
+	p, err := s.db.FindPayment(ctx, r.ID)
+	switch {
+	case err != nil && market.ErrorCode(err) != market.CodeNotFound:
+		return market.Reservation{}, err
+	case err == nil && p.Status == store.PaymentPaid:
 		return r, nil // a repeated press: paid once, by whichever way
 	}
 	if err := market.Payable(r, now); err != nil {
@@ -49,7 +54,7 @@ func (s *Service) PayWithSavedMethod(ctx context.Context, buyerID, reservationID
 	}
 	// A checkout the buyer already paid, whose event has not arrived yet,
 	// must not be charged a second time by the saved card.
-	if p, err := s.db.FindPayment(ctx, r.ID); err == nil && p.CheckoutID != "" {
+	if p.CheckoutID != "" {
 		co, err := s.pay.RetrieveCheckout(ctx, p.CheckoutID)
 		if err != nil {
 			return market.Reservation{}, err
@@ -57,8 +62,6 @@ func (s *Service) PayWithSavedMethod(ctx context.Context, buyerID, reservationID
 		if co.Paid {
 			return market.Reservation{}, market.Errorf(market.CodeConflict, msgPaidOnCheckout)
 		}
-	} else if err != nil && market.ErrorCode(err) != market.CodeNotFound {
-		return market.Reservation{}, err
 	}
 	log := s.log.With("reservation_id", r.ID, "payment_method_id", m.ID)
 	pay, err := s.pay.ChargeSaved(ctx, billing.ChargeInput{
@@ -125,6 +128,23 @@ func (s *Service) ChargeSavedMethod(ctx context.Context, buyerID int64, amount m
 		return billing.Payment{}, market.Errorf(market.CodeConflict, msgChargePending)
 	}
 	return pay, nil
+}
+
+// SaveSetupCard keeps the card a completed setup checkout saved (read back
+// from the processor) for the buyer who started it. userID is the buyer
+// returning from the processor's page, whose setup it must be (another's
+// is not found); the processor's setup-completed event passes 0 and the
+// setup's own buyer is taken. Saving it again changes nothing, and a card
+// the buyer has removed since is not brought back (a conflict).
+func (s *Service) SaveSetupCard(ctx context.Context, userID int64, checkoutID string) (market.PaymentMethod, error) {
+	sm, err := s.pay.RetrieveSetup(ctx, checkoutID)
+	if err != nil {
+		return market.PaymentMethod{}, err
+	}
+	if sm.UserID <= 0 || (userID != 0 && sm.UserID != userID) {
+		return market.PaymentMethod{}, market.Errorf(market.CodeNotFound, msgSetupNotFound)
+	}
+	return s.db.SavePaymentMethod(ctx, sm.UserID, market.PaymentMethod{Customer: sm.Customer, ProcessorMethodID: sm.PaymentMethodID, Label: sm.Label}, s.now())
 }
 
 // defaultMethod is the buyer's default saved card, or the invalid error
