@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
@@ -357,24 +356,6 @@ func TestStandingOrdersAndABookingRaceForTheLastDevices(t *testing.T) {
 		t.Fatalf("%d commitments over %d rounds, want one per round", len(cs[f.offer.ID]), rounds)
 	}
 	t.Logf("winners over %d rounds: %v", rounds, won)
-}
-
-// saveCard saves one of the local processor's test cards as the buyer's
-// default payment method, as the setup page and its return do.
-func (f *fixture) saveCard(userID int64, number string) {
-	f.t.Helper()
-	co, err := f.local.CreateSetupCheckout(f.ctx, billing.SetupInput{UserID: userID, SuccessURL: "http://localhost/ok", CancelURL: "http://localhost/no"})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	m, err := f.local.CompleteSetup(co.ID, number)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if _, err := f.db.SavePaymentMethod(f.ctx, userID, market.PaymentMethod{Customer: m.Customer, ProcessorMethodID: m.PaymentMethodID,
-		Label: m.Label}, f.now); err != nil {
-		f.t.Fatal(err)
-	}
 }
 
 // An order that pays at once needs a saved card when placed; when it
