@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/store/pgtest"
 )
 
 // gangRequest asks for devices H100s as one gang for hours from start,
@@ -415,4 +416,55 @@ func TestStandingOrderPaysAtOnceWithTheSavedCard(t *testing.T) {
 	}
 	f.waitIdle()
 	f.requireReconciled()
+}
+
+// TestStandingOrderFillsOnAnotherReplicasChange runs on PostgreSQL in
+// every run: replica b follows the change feed and runs the order
+// matcher; replica a, which runs no matcher, holds the only slot, takes a
+// standing order for it, then cancels the hold. Replica b hears the
+// cancellation through the feed and fills the order — no tick, no call.
+func TestStandingOrderFillsOnAnotherReplicasChange(t *testing.T) {
+	dsn := pgtest.Database(t)
+	f := newFixtureAt(t, dsn, nil)
+	dbB, err := store.Open(f.ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbB.Close()
+	b, err := New(f.ctx, Config{Billing: f.proc, PlatformFeeBP: feeBP, Now: func() time.Time { return t0 }, Replica: "b"}, dbB,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); b.Follow(ctx) }()
+	go func() { defer wg.Done(); b.MatchOrders(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+
+	start := t0.Add(48 * time.Hour)
+	other := f.user("other@example.com")
+	taken, err := f.wf.Book(f.ctx, other.ID, []market.ReservationPiece{{OfferID: f.offer.ID, Devices: 8, Start: start,
+		End: start.Add(10 * time.Hour), PriceCents: 249, AmountCents: 19920}}, `{"version":1}`, 30*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := f.place(f.buyer.ID, gangRequest(start, 8, 10), 100_000, market.FillHold)
+	if o.State != market.OrderOpen {
+		t.Fatalf("placed behind the hold: %s", o.State)
+	}
+	began := time.Now()
+	if _, err := f.wf.Cancel(f.ctx, other.ID, taken.ID); err != nil {
+		t.Fatal(err)
+	}
+	got := f.waitOrder(f.buyer.ID, o.ID)
+	if got.State != market.OrderFilled {
+		t.Fatalf("after a's cancellation: %s, want filled by b", got.State)
+	}
+	t.Logf("b filled the order %s after a's cancellation", time.Since(began).Round(time.Millisecond))
+	r, err := f.db.FindBuyerReservation(f.ctx, f.buyer.ID, got.ReservationID)
+	if err != nil || r.AmountCents != 19920 || r.State != market.ReservationHeld {
+		t.Fatalf("b's fill: %+v %v", r, err)
+	}
 }
