@@ -38,6 +38,9 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.POST("/provider/offers", h.handleAPIOfferCreate, requireScope(scopeWrite), h.requireVerified)
 	api.PUT("/provider/offers/:id", h.handleAPIOfferUpdate, requireScope(scopeWrite))
 	api.POST("/provider/offers/:id/state", h.handleAPIOfferState, requireScope(scopeWrite))
+	api.GET("/orders", h.handleAPIOrders) // standing orders (issue 15)
+	api.POST("/orders", h.handleAPIOrderCreate, requireScope(scopeWrite), h.requireVerified)
+	api.POST("/orders/:id/cancel", h.handleAPIOrderCancel, requireScope(scopeWrite))
 
 	// The provider agent (docs/agent.md): host tokens per node, no cookies,
 	// so no CSRF; rate limited per token.
@@ -107,6 +110,12 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/reservations/:id/reject", h.handleReservationReject, requireUser)
 	b.GET("/reservations/:id/extend", h.handleExtendConfirm, requireUser)
 	b.POST("/reservations/:id/extend", h.handleExtend, requireUser)
+
+	// Standing orders (issue 15): a request left standing until a quote
+	// within its limit appears; a buyer sees and cancels only their own.
+	b.POST("/orders", h.handleOrderCreate, requireUser, h.requireVerified)
+	b.GET("/orders", h.handleOrders, requireUser)
+	b.POST("/orders/:id/cancel", h.handleOrderCancel, requireUser)
 
 	// Any signed-in user. (Per route, not a group: a group with an empty
 	// prefix would catch every unknown path and send it to log in.)

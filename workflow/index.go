@@ -110,6 +110,7 @@ func (s *Service) refreshOffer(ctx context.Context, offerID int64) {
 	if s.reloads > 0 {
 		s.replay = append(s.replay, offerID)
 	}
+	defer s.orders.note(offerID) // standing orders re-match on the change
 	l, err := s.db.FindOfferByID(ctx, offerID)
 	if err != nil {
 		s.log.Warn("index: offer not refreshed", "offer_id", offerID, "err", err)
@@ -199,4 +200,5 @@ func (s *Service) followCommitments(ctx context.Context, offerID int64) {
 		return
 	}
 	s.Index().SetCommitments(offerID, cs[offerID])
+	s.orders.note(offerID) // capacity freed (or taken): standing orders re-match
 }

@@ -94,8 +94,8 @@ func (s *Service) releaseLease() {
 }
 
 // Tick is one round of the periodic work at now: unpaid holds expire
-// (freeing their capacity in the index), reservations move through their
-// lifecycle, the agents' heartbeats are measured (measureTick), and the
+// (freeing their capacity in the index), standing orders past their
+// fill-by date expire, reservations move through their lifecycle, the agents' heartbeats are measured (measureTick), and the
 // money workflow advances (settleTick), and due mail is sent (mailTick).
 func (s *Service) Tick(ctx context.Context, now time.Time) {
 	expired, err := s.db.ExpireHolds(ctx, now)
@@ -110,6 +110,7 @@ func (s *Service) Tick(ctx context.Context, now time.Time) {
 	if _, err := s.db.AdvanceReservations(ctx, now); err != nil {
 		s.log.Error("background: advance reservations", "err", err)
 	}
+	s.expireOrders(ctx, now)
 	s.measureTick(ctx, now)
 	s.settleTick(ctx, now)
 	s.mailTick(ctx, now)
