@@ -175,11 +175,11 @@ func TestSpotCapacity(t *testing.T) {
 		{"empty", nil, 8},
 		{"whole hour on node 0", []Commitment{c(0, 3, 0, time.Hour)}, 5},
 		{"ends at the hour's start", []Commitment{c(0, 4, -time.Hour, 0)}, 8},
-		{"starts at the hour's end", []Commitment{c(1, 4, time.Hour, 2 * time.Hour)}, 8},
-		{"two halves on one node do not add", []Commitment{c(0, 2, 0, 30 * time.Minute), c(0, 3, 30 * time.Minute, time.Hour)}, 5},
-		{"overlap on one node adds", []Commitment{c(0, 2, 0, 40 * time.Minute), c(0, 1, 20 * time.Minute, time.Hour)}, 5},
+		{"starts at the hour's end", []Commitment{c(1, 4, time.Hour, 2*time.Hour)}, 8},
+		{"two halves on one node do not add", []Commitment{c(0, 2, 0, 30*time.Minute), c(0, 3, 30*time.Minute, time.Hour)}, 5},
+		{"overlap on one node adds", []Commitment{c(0, 2, 0, 40*time.Minute), c(0, 1, 20*time.Minute, time.Hour)}, 5},
 		{"another offer", []Commitment{{OfferID: 8, Devices: 4, Start: h, End: h.Add(time.Hour), Nodes: []NodeShare{{Node: 0, Devices: 4}}}}, 8},
-		{"both nodes partly", []Commitment{c(0, 4, 50 * time.Minute, 3 * time.Hour), c(1, 1, -time.Hour, 5 * time.Minute)}, 3},
+		{"both nodes partly", []Commitment{c(0, 4, 50*time.Minute, 3*time.Hour), c(1, 1, -time.Hour, 5*time.Minute)}, 3},
 	}
 	for _, tc := range tests {
 		if got := SpotCapacity(o, tc.cs, h); got != tc.want {
