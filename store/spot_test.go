@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -152,28 +153,49 @@ func TestSpotNeverOverbooks(t *testing.T) {
 
 	// Race: on-demand bookings of 2 devices and spot clearings of later hours, all wanting the same devices.
 	var wg sync.WaitGroup
-	for i := 0; i < 6; i++ {
-		h := hour.Add(time.Duration(4+i) * time.Hour)
+	var mu sync.Mutex
+	booked, sold := 0, 0
+	// Each hour: 4 devices on demand for 4 hours from it, or a 5-device
+	// spot bid for it: one of the two fits, never both.
+	const races = 8
+	for i := 0; i < races; i++ {
+		h := hour.Add(time.Duration(4+4*i) * time.Hour)
 		placeBid(t, db, bidder.ID, o.ID, 5, 300, h, h, t0)
+		racer := createUser(t, db, fmt.Sprintf("racer%d@example.com", i), false)
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			db.CreateReservation(ctx, buyer.ID, []market.ReservationPiece{piece(o, 4, h.Add(-time.Hour), 4)}, "{}", t0, hold)
+			// Held for long enough to still hold capacity when the hour clears.
+			_, err := db.CreateReservation(ctx, racer.ID, []market.ReservationPiece{piece(o, 4, h, 4)}, "{}", t0, 72*time.Hour)
+			if err == nil {
+				mu.Lock()
+				booked++
+				mu.Unlock()
+			} else if market.ErrorCode(err) != market.CodeConflict {
+				t.Errorf("CreateReservation: %v", err)
+			}
 		}()
 		go func() {
 			defer wg.Done()
-			if _, err := db.ClearSpotHour(ctx, o.ID, h, h.Add(-30*time.Minute), time.Hour); err != nil {
+			res, err := db.ClearSpotHour(ctx, o.ID, h, h.Add(-30*time.Minute), time.Hour)
+			if err != nil {
 				t.Errorf("ClearSpotHour: %v", err)
 			}
+			mu.Lock()
+			sold += len(res.Awards)
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
+	if booked+sold != races {
+		t.Fatalf("the race booked %d on demand and sold %d spot hours; want one of the two in each of %d hours", booked, sold, races)
+	}
 	all, err := db.ListAllCommitments(ctx, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Brute force: devices committed at every minute of the horizon.
-	for m := t0; m.Before(hour.Add(16 * time.Hour)); m = m.Add(time.Minute) {
+	for m := t0; m.Before(hour.Add(48 * time.Hour)); m = m.Add(time.Minute) {
 		used := 0
 		for _, c := range all {
 			if c.OfferID == o.ID && !m.Before(c.Start) && m.Before(c.End) {
