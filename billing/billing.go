@@ -41,6 +41,20 @@ type Processor interface {
 	// RetrievePayment returns a payment intent's current state.
 	RetrievePayment(ctx context.Context, paymentIntentID string) (Payment, error)
 
+	// CreateSetupCheckout starts saving a buyer's card for later payments
+	// (a hosted checkout in setup mode; no money moves) and returns where
+	// to send the buyer. The buyer comes back to SuccessURL with the
+	// checkout's id in the query parameter "setup".
+	CreateSetupCheckout(ctx context.Context, in SetupInput) (Checkout, error)
+	// RetrieveSetup returns the card a completed setup checkout saved; a
+	// market CodeConflict error while it is not complete.
+	RetrieveSetup(ctx context.Context, checkoutID string) (SavedMethod, error)
+	// ChargeSaved charges a saved card off-session (the buyer is not at the
+	// card: a PaymentIntent confirmed at once). A card the bank refuses
+	// is a *Decline error; a retried call with the same idempotency key
+	// returns the first call's payment (or decline) and charges once.
+	ChargeSaved(ctx context.Context, in ChargeInput) (Payment, error)
+
 	// Refund returns amount of a payment to the buyer.
 	Refund(ctx context.Context, paymentIntentID string, amount market.Cents, idempotencyKey string) (Refund, error)
 	// RetrieveRefund returns a refund, for reconciliation.
@@ -87,6 +101,80 @@ type Checkout struct {
 	Status          string // open, complete or expired
 	Paid            bool
 	PaymentIntentID string // known once the buyer has paid (Stripe may create it only then)
+}
+
+// SetupInput is a buyer saving a card for later payments.
+type SetupInput struct {
+	UserID int64
+	// Customer is the processor's customer of the buyer, from an earlier
+	// saved card; empty means create one (idempotently, per user).
+	Customer   string
+	BuyerEmail string // optional, prefills the page and names a new customer
+	SuccessURL string // where the buyer returns with the card saved; "?setup=<id>" is added
+	CancelURL  string // where the buyer returns after giving up
+}
+
+// SavedMethod is a card saved by a setup checkout.
+type SavedMethod struct {
+	CheckoutID      string
+	UserID          int64
+	Customer        string // the processor's customer the card is attached to
+	PaymentMethodID string
+	Brand, Last4    string // "visa", "4242"
+	Label           string // market.PaymentMethodLabel(Brand, Last4)
+}
+
+// ChargeInput is an off-session charge of a saved card.
+type ChargeInput struct {
+	// ReservationID is the reservation paid, if any: it goes in the payment
+	// intent's metadata and its transfer group is "res_<id>", as a
+	// checkout's, so payouts and webhooks find it. Zero for a payment that
+	// is not a reservation's.
+	ReservationID   int64
+	Customer        string
+	PaymentMethodID string
+	Amount          market.Cents
+	Description     string
+	IdempotencyKey  string
+}
+
+// Decline is a saved card's charge refused by the bank (or needing the
+// buyer's authentication, which an off-session charge cannot ask for). No
+// money moved; the buyer may pay another way.
+type Decline struct {
+	PaymentIntentID string // the failed payment intent, when the processor made one
+	Code            string // e.g. "card_declined", "authentication_required"
+	DeclineCode     string // the bank's reason, e.g. "generic_decline", "insufficient_funds"
+	Err             error  // the processor's error, for logs
+}
+
+// Error describes the decline for logs.
+func (d *Decline) Error() string {
+	s := "billing: card declined"
+	if d.Code != "" {
+		s += " (" + d.Code
+		if d.DeclineCode != "" {
+			s += ", " + d.DeclineCode
+		}
+		s += ")"
+	}
+	if d.PaymentIntentID != "" {
+		s += " in " + d.PaymentIntentID
+	}
+	if d.Err != nil {
+		s += ": " + d.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns the processor's error.
+func (d *Decline) Unwrap() error { return d.Err }
+
+// AsDecline returns the *Decline in err's chain, if any.
+func AsDecline(err error) (*Decline, bool) {
+	var d *Decline
+	ok := errors.As(err, &d)
+	return d, ok
 }
 
 // Payment is the state of a payment intent.
@@ -176,6 +264,26 @@ type Event struct {
 // MetadataReservationID is the metadata key carrying the reservation id on
 // checkouts and payment intents.
 const MetadataReservationID = "reservation_id"
+
+// MetadataUserID is the metadata key carrying the marketplace's user id on
+// customers and setup checkouts.
+const MetadataUserID = "user_id"
+
+// CustomerKey is the idempotency key of creating a user's customer at the
+// processor, so a retried first setup creates one customer.
+func CustomerKey(userID int64) string { return "user_" + strconv.FormatInt(userID, 10) + "_customer" }
+
+// errSetupIncomplete is RetrieveSetup's answer for a setup checkout the
+// buyer has not finished.
+var errSetupIncomplete = market.Errorf(market.CodeConflict, "The card was not saved: the card page was not completed. Choose “Add a card” to try again.")
+
+// withQuery adds a query parameter (already encoded) to a URL.
+func withQuery(u, param string) string {
+	if strings.Contains(u, "?") {
+		return u + "&" + param
+	}
+	return u + "?" + param
+}
 
 // reservationIDFrom reads a reservation id from metadata, a client
 // reference or a transfer group ("res_<id>").

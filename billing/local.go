@@ -2,6 +2,7 @@ package billing
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -47,6 +48,8 @@ const (
 	localRefund   = "refund"
 	localTransfer = "transfer"
 	localAccount  = "account"
+	localSetup    = "setup"  // a setup checkout: a card being saved
+	localMethod   = "method" // a saved test card
 )
 
 // LocalConfig configures the local test processor.
@@ -61,6 +64,10 @@ type LocalConfig struct {
 	// OnboardPath is the web layer's page that simulates Express
 	// onboarding; the account id is appended. Empty means "/connect/local/".
 	OnboardPath string
+	// SetupPath is the web layer's page that simulates the hosted page
+	// saving a card (a setup checkout); the checkout id is appended. Empty
+	// means "/setup/local/".
+	SetupPath string
 }
 
 // Local is the local test processor, used when no Stripe key is configured.
@@ -91,6 +98,9 @@ func NewLocal(cfg LocalConfig) *Local {
 	}
 	if cfg.OnboardPath == "" {
 		cfg.OnboardPath = "/connect/local/"
+	}
+	if cfg.SetupPath == "" {
+		cfg.SetupPath = "/setup/local/"
 	}
 	st := cfg.Store
 	if st == nil {
@@ -140,6 +150,26 @@ type (
 		Status         string       `json:"status"`
 		TransferGroup  string       `json:"transfer_group"`
 		ChargeID       string       `json:"charge_id"`
+		// Off-session charges of a saved card (ChargeSaved).
+		PaymentMethodID string `json:"payment_method_id,omitempty"`
+		Customer        string `json:"customer,omitempty"`
+		DeclineCode     string `json:"decline_code,omitempty"`
+	}
+	setupRecord struct {
+		UserID          int64  `json:"user_id"`
+		Customer        string `json:"customer"`
+		BuyerEmail      string `json:"buyer_email"`
+		SuccessURL      string `json:"success_url"`
+		CancelURL       string `json:"cancel_url"`
+		Status          string `json:"status"` // open or complete
+		PaymentMethodID string `json:"payment_method_id"`
+	}
+	methodRecord struct {
+		UserID   int64  `json:"user_id"`
+		Customer string `json:"customer"`
+		Brand    string `json:"brand"`
+		Last4    string `json:"last4"`
+		Declines bool   `json:"declines"`
 	}
 	refundRecord struct {
 		PaymentIntentID string       `json:"payment_intent_id"`
@@ -550,6 +580,170 @@ func (l *Local) RetrieveAccount(ctx context.Context, accountID string) (Account,
 		return Account{}, err
 	}
 	return a.account(accountID), nil
+}
+
+// LocalTestCard is a card the local processor's setup page offers: no real
+// card is ever entered in test mode.
+type LocalTestCard struct {
+	Number   string // as printed, e.g. "4242 4242 4242 4242"
+	Brand    string // "visa", "mastercard"
+	Last4    string
+	Declines bool   // every charge of it is declined, to try the decline path
+	Outcome  string // what charging it does, in words
+}
+
+// LocalTestCards are the cards the local setup page offers, the same
+// numbers Stripe's test mode uses for the same outcomes.
+func LocalTestCards() []LocalTestCard {
+	return []LocalTestCard{
+		{Number: "4242 4242 4242 4242", Brand: "visa", Last4: "4242", Outcome: "charges succeed"},
+		{Number: "5555 5555 5555 4444", Brand: "mastercard", Last4: "4444", Outcome: "charges succeed"},
+		{Number: "4000 0000 0000 0002", Brand: "visa", Last4: "0002", Declines: true, Outcome: "charges are declined"},
+	}
+}
+
+// CreateSetupCheckout records a simulated setup checkout whose URL is
+// SetupPath + id. The buyer's customer is derived from the user id when
+// the buyer has none yet, so it is the same however often it is created.
+func (l *Local) CreateSetupCheckout(ctx context.Context, in SetupInput) (Checkout, error) {
+	if in.UserID <= 0 || in.SuccessURL == "" || in.CancelURL == "" {
+		return Checkout{}, fmt.Errorf("billing: setup checkout needs a user and return URLs")
+	}
+	customer := in.Customer
+	if customer == "" {
+		customer = localID("cus", CustomerKey(in.UserID))
+	}
+	var nonce [16]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return Checkout{}, fmt.Errorf("billing: local setup: %w", err)
+	}
+	key := "setup_" + hex.EncodeToString(nonce[:])
+	id := localID("cs_setup", key)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := createObject(ctx, l, localSetup, id, key, customer, 0, setupRecord{UserID: in.UserID, Customer: customer,
+		BuyerEmail: in.BuyerEmail, SuccessURL: in.SuccessURL, CancelURL: in.CancelURL, Status: "open"}); err != nil {
+		return Checkout{}, err
+	}
+	return Checkout{ID: id, URL: l.cfg.SetupPath + url.PathEscape(id), Status: "open"}, nil
+}
+
+// SetupInput returns what a simulated setup checkout was created with, for
+// the simulated page to check whose it is and where to return.
+func (l *Local) SetupInput(checkoutID string) (SetupInput, error) {
+	st, err := findObject[setupRecord](context.Background(), l, localSetup, checkoutID)
+	if err != nil {
+		return SetupInput{}, err
+	}
+	return SetupInput{UserID: st.UserID, Customer: st.Customer, BuyerEmail: st.BuyerEmail, SuccessURL: st.SuccessURL, CancelURL: st.CancelURL}, nil
+}
+
+// SetupReturnURL is where the simulated setup page sends the buyer once
+// the card is saved: SuccessURL with the checkout's id as "setup", as
+// Stripe does.
+func (l *Local) SetupReturnURL(in SetupInput, checkoutID string) string {
+	return withQuery(in.SuccessURL, "setup="+url.QueryEscape(checkoutID))
+}
+
+// CompleteSetup is the buyer choosing one of LocalTestCards (by its number)
+// on the simulated page: the card is saved to the buyer's customer.
+// Completing a completed setup again returns the card saved the first
+// time.
+func (l *Local) CompleteSetup(checkoutID, cardNumber string) (SavedMethod, error) {
+	ctx := context.Background()
+	var card LocalTestCard
+	for _, c := range LocalTestCards() {
+		if strings.ReplaceAll(c.Number, " ", "") == strings.ReplaceAll(cardNumber, " ", "") {
+			card = c
+		}
+	}
+	if card.Number == "" {
+		return SavedMethod{}, market.Errorf(market.CodeInvalid, "Choose one of the test cards listed.")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, err := findObject[setupRecord](ctx, l, localSetup, checkoutID)
+	if err != nil {
+		return SavedMethod{}, err
+	}
+	if st.Status == "complete" {
+		return l.savedMethod(ctx, checkoutID, st)
+	}
+	pmID := localID("pm", checkoutID)
+	if _, err := createObject(ctx, l, localMethod, pmID, checkoutID, st.Customer, 0, methodRecord{UserID: st.UserID,
+		Customer: st.Customer, Brand: card.Brand, Last4: card.Last4, Declines: card.Declines}); err != nil {
+		return SavedMethod{}, err
+	}
+	st.Status, st.PaymentMethodID = "complete", pmID
+	if err := updateObject(ctx, l, localSetup, checkoutID, st); err != nil {
+		return SavedMethod{}, err
+	}
+	return l.savedMethod(ctx, checkoutID, st)
+}
+
+// RetrieveSetup returns the card a completed simulated setup saved.
+func (l *Local) RetrieveSetup(ctx context.Context, checkoutID string) (SavedMethod, error) {
+	st, err := findObject[setupRecord](ctx, l, localSetup, checkoutID)
+	if err != nil {
+		return SavedMethod{}, err
+	}
+	if st.Status != "complete" {
+		return SavedMethod{}, errSetupIncomplete
+	}
+	return l.savedMethod(ctx, checkoutID, st)
+}
+
+func (l *Local) savedMethod(ctx context.Context, checkoutID string, st setupRecord) (SavedMethod, error) {
+	m, err := findObject[methodRecord](ctx, l, localMethod, st.PaymentMethodID)
+	if err != nil {
+		return SavedMethod{}, err
+	}
+	return SavedMethod{CheckoutID: checkoutID, UserID: st.UserID, Customer: m.Customer, PaymentMethodID: st.PaymentMethodID,
+		Brand: m.Brand, Last4: m.Last4, Label: market.PaymentMethodLabel(m.Brand, m.Last4)}, nil
+}
+
+// ChargeSaved charges a saved test card: a card that declines leaves a
+// failed payment and returns a *Decline, any other succeeds at once. The
+// payment's id derives from the idempotency key, so a retried call returns
+// the first outcome, succeeded or declined, and charges once.
+func (l *Local) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, error) {
+	if err := checkMutation("charge", in.Amount, in.IdempotencyKey); err != nil {
+		return Payment{}, err
+	}
+	if in.Customer == "" || in.PaymentMethodID == "" {
+		return Payment{}, fmt.Errorf("billing: charge of a saved card needs its customer and payment method")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m, err := findObject[methodRecord](ctx, l, localMethod, in.PaymentMethodID)
+	if err != nil {
+		return Payment{}, err
+	}
+	if m.Customer != in.Customer {
+		return Payment{}, market.Errorf(market.CodeInvalid, "That saved card belongs to another customer.")
+	}
+	id := localID("pi", in.IdempotencyKey)
+	rec := paymentRecord{ReservationID: in.ReservationID, Amount: in.Amount, PaymentMethodID: in.PaymentMethodID, Customer: in.Customer}
+	if in.ReservationID > 0 {
+		rec.TransferGroup = market.TransferGroup(in.ReservationID)
+	}
+	if m.Declines {
+		rec.Status, rec.DeclineCode = "requires_payment_method", "generic_decline"
+	} else {
+		rec.Status, rec.AmountReceived, rec.ChargeID = "succeeded", in.Amount, localID("ch", in.IdempotencyKey)
+	}
+	stored, err := createObject(ctx, l, localPayment, id, in.IdempotencyKey, in.PaymentMethodID, in.Amount, rec)
+	if err != nil {
+		return Payment{}, err
+	}
+	if stored.ReservationID != rec.ReservationID || stored.Amount != rec.Amount || stored.PaymentMethodID != rec.PaymentMethodID {
+		return Payment{}, reusedKey(in.IdempotencyKey)
+	}
+	if stored.Status != "succeeded" {
+		return Payment{}, &Decline{PaymentIntentID: id, Code: "card_declined", DeclineCode: stored.DeclineCode,
+			Err: errors.New("simulated decline (test card " + m.Last4 + ")")}
+	}
+	return stored.payment(id), nil
 }
 
 // ErrLocalWebhook is what ParseWebhook of the local processor returns for

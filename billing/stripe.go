@@ -164,6 +164,10 @@ func (s *Stripe) RetrievePayment(ctx context.Context, paymentIntentID string) (P
 	if err != nil {
 		return Payment{}, wrap("retrieve payment "+paymentIntentID, err)
 	}
+	return paymentFrom(pi), nil
+}
+
+func paymentFrom(pi *stripe.PaymentIntent) Payment {
 	pay := Payment{
 		ID: pi.ID, Amount: market.Cents(pi.Amount), AmountReceived: market.Cents(pi.AmountReceived),
 		Status: string(pi.Status), Succeeded: pi.Status == stripe.PaymentIntentStatusSucceeded,
@@ -172,7 +176,111 @@ func (s *Stripe) RetrievePayment(ctx context.Context, paymentIntentID string) (P
 	if pi.LatestCharge != nil {
 		pay.ChargeID = pi.LatestCharge.ID
 	}
-	return pay, nil
+	return pay
+}
+
+// CreateSetupCheckout creates a Checkout Session in setup mode for the
+// buyer's customer, created first (idempotently, per user) when the buyer
+// has none. The session's id comes back to SuccessURL as "setup".
+func (s *Stripe) CreateSetupCheckout(ctx context.Context, in SetupInput) (Checkout, error) {
+	if in.UserID <= 0 || in.SuccessURL == "" || in.CancelURL == "" {
+		return Checkout{}, fmt.Errorf("billing: setup checkout needs a user and return URLs")
+	}
+	uid := strconv.FormatInt(in.UserID, 10)
+	customer := in.Customer
+	if customer == "" {
+		cp := &stripe.CustomerParams{Metadata: map[string]string{MetadataUserID: uid}}
+		if in.BuyerEmail != "" {
+			cp.Email = stripe.String(in.BuyerEmail)
+		}
+		cp.Context = ctx
+		cp.SetIdempotencyKey(CustomerKey(in.UserID))
+		c, err := s.api.Customers.New(cp)
+		if err != nil {
+			return Checkout{}, wrap("create customer for user "+uid, err)
+		}
+		customer = c.ID
+	}
+	meta := map[string]string{MetadataUserID: uid}
+	p := &stripe.CheckoutSessionParams{
+		Mode:               stripe.String(string(stripe.CheckoutSessionModeSetup)),
+		Customer:           stripe.String(customer),
+		PaymentMethodTypes: stripe.StringSlice([]string{"card"}),
+		SuccessURL:         stripe.String(withQuery(in.SuccessURL, "setup={CHECKOUT_SESSION_ID}")),
+		CancelURL:          stripe.String(in.CancelURL),
+		Metadata:           meta,
+		SetupIntentData:    &stripe.CheckoutSessionSetupIntentDataParams{Metadata: meta},
+	}
+	p.Context = ctx
+	cs, err := s.api.CheckoutSessions.New(p)
+	if err != nil {
+		return Checkout{}, wrap("create setup checkout for user "+uid, err)
+	}
+	return checkoutFrom(cs), nil
+}
+
+// RetrieveSetup reads a completed setup Checkout Session with its
+// SetupIntent's payment method, for the card's brand and last digits.
+func (s *Stripe) RetrieveSetup(ctx context.Context, checkoutID string) (SavedMethod, error) {
+	p := &stripe.CheckoutSessionParams{}
+	p.AddExpand("setup_intent.payment_method")
+	p.Context = ctx
+	cs, err := s.api.CheckoutSessions.Get(checkoutID, p)
+	if err != nil {
+		return SavedMethod{}, wrap("retrieve setup checkout "+checkoutID, err)
+	}
+	if cs.Mode != stripe.CheckoutSessionModeSetup || cs.Status != stripe.CheckoutSessionStatusComplete || cs.SetupIntent == nil ||
+		cs.SetupIntent.PaymentMethod == nil || cs.Customer == nil {
+		return SavedMethod{}, errSetupIncomplete
+	}
+	pm := cs.SetupIntent.PaymentMethod
+	sm := SavedMethod{CheckoutID: cs.ID, Customer: cs.Customer.ID, PaymentMethodID: pm.ID}
+	sm.UserID, _ = strconv.ParseInt(cs.Metadata[MetadataUserID], 10, 64)
+	if pm.Card != nil {
+		sm.Brand, sm.Last4 = string(pm.Card.Brand), pm.Card.Last4
+	}
+	sm.Label = market.PaymentMethodLabel(sm.Brand, sm.Last4)
+	return sm, nil
+}
+
+// ChargeSaved creates and confirms a PaymentIntent off-session on the
+// customer's saved card. A card error (declined, or authentication
+// required) is a *Decline carrying the failed intent.
+func (s *Stripe) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, error) {
+	if err := checkMutation("charge", in.Amount, in.IdempotencyKey); err != nil {
+		return Payment{}, err
+	}
+	if in.Customer == "" || in.PaymentMethodID == "" {
+		return Payment{}, fmt.Errorf("billing: charge of a saved card needs its customer and payment method")
+	}
+	p := &stripe.PaymentIntentParams{
+		Amount: stripe.Int64(int64(in.Amount)), Currency: stripe.String(market.Currency),
+		Customer: stripe.String(in.Customer), PaymentMethod: stripe.String(in.PaymentMethodID),
+		PaymentMethodTypes: stripe.StringSlice([]string{"card"}),
+		OffSession:         stripe.Bool(true), Confirm: stripe.Bool(true),
+	}
+	if in.Description != "" {
+		p.Description = stripe.String(in.Description)
+	}
+	if in.ReservationID > 0 {
+		p.Metadata = map[string]string{MetadataReservationID: strconv.FormatInt(in.ReservationID, 10)}
+		p.TransferGroup = stripe.String(market.TransferGroup(in.ReservationID))
+	}
+	p.Context = ctx
+	p.SetIdempotencyKey(in.IdempotencyKey)
+	pi, err := s.api.PaymentIntents.New(p)
+	if err != nil {
+		var se *stripe.Error
+		if errors.As(err, &se) && se.Type == stripe.ErrorTypeCard {
+			d := &Decline{Code: string(se.Code), DeclineCode: string(se.DeclineCode), Err: err}
+			if se.PaymentIntent != nil {
+				d.PaymentIntentID = se.PaymentIntent.ID
+			}
+			return Payment{}, d
+		}
+		return Payment{}, wrap(fmt.Sprintf("charge %d to saved card %s", in.Amount, in.PaymentMethodID), err)
+	}
+	return paymentFrom(pi), nil
 }
 
 // Refund makes a (partial) refund of a PaymentIntent.

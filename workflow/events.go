@@ -23,20 +23,11 @@ func (s *Service) ApplyEvent(ctx context.Context, log *slog.Logger, ev billing.E
 			_, err := s.db.MarkEventProcessed(ctx, ev.ID, ev.StripeType, now)
 			return err
 		}
-		outcome, err := s.db.RecordPayment(ctx, store.PaymentEvent{
+		if _, err := s.recordPayment(ctx, log, store.PaymentEvent{
 			EventID: ev.ID, EventType: ev.StripeType, ReservationID: ev.ReservationID, CheckoutID: ev.CheckoutID,
 			PaymentIntentID: ev.PaymentIntentID, ChargeID: ev.ChargeID, Amount: ev.AmountCents, Currency: ev.Currency,
-		}, now)
-		if err != nil {
+		}, now); err != nil {
 			return err
-		}
-		log.Info("payment event", "outcome", outcome, "amount_cents", int64(ev.AmountCents), "currency", ev.Currency)
-		switch outcome {
-		case store.PaymentLate:
-			s.refundLatePayments(ctx, now)
-		case store.PaymentMismatched:
-			log.Warn("payment does not match its checkout: refunded in full, reservation not confirmed by it", "payment_intent_id", ev.PaymentIntentID)
-			s.refundPaymentExceptions(ctx, now)
 		}
 	case billing.EventPaymentFailed:
 		if _, err := s.db.RecordPaymentFailed(ctx, ev.ID, ev.StripeType, ev.ReservationID, ev.PaymentIntentID, ev.FailureMessage, now); err != nil {
@@ -80,6 +71,26 @@ func (s *Service) ApplyEvent(ctx context.Context, log *slog.Logger, ev billing.E
 		return err
 	}
 	return nil
+}
+
+// recordPayment records that a reservation was paid — a payment event, or
+// an off-session charge of a saved card (PayWithSavedMethod), the one path
+// for both — and refunds at once what cannot be taken as its payment (a
+// late payment, a mismatched one).
+func (s *Service) recordPayment(ctx context.Context, log *slog.Logger, ev store.PaymentEvent, now time.Time) (store.PaymentOutcome, error) {
+	outcome, err := s.db.RecordPayment(ctx, ev, now)
+	if err != nil {
+		return "", err
+	}
+	log.Info("payment recorded", "outcome", outcome, "amount_cents", int64(ev.Amount), "currency", ev.Currency, "payment_intent_id", ev.PaymentIntentID)
+	switch outcome {
+	case store.PaymentLate:
+		s.refundLatePayments(ctx, now)
+	case store.PaymentMismatched:
+		log.Warn("payment does not match its checkout: refunded in full, reservation not confirmed by it", "payment_intent_id", ev.PaymentIntentID)
+		s.refundPaymentExceptions(ctx, now)
+	}
+	return outcome, nil
 }
 
 // runDueSettlements runs every settlement step due now.
