@@ -168,13 +168,15 @@ func (db *DB) PlaceSpotBid(ctx context.Context, b market.SpotBid, now time.Time)
 // clearing. Hours it already won stay booked (and paid). Another buyer's
 // bid is not found; a bid no longer live is a conflict.
 func (db *DB) CancelSpotBid(ctx context.Context, buyerID, bidID int64, now time.Time) (market.SpotBid, error) {
-	return db.endSpotBid(ctx, "cancel spot bid", buyerID, bidID, "Cancelled by you.", now)
+	return db.endSpotBid(ctx, "cancel spot bid", buyerID, bidID, "Cancelled by you.", false, now)
 }
 
-// StopSpotBidDeclined stops a live bid of the buyer whose won hour could
-// not be paid, with the reason, and tells the buyer.
+// StopSpotBidDeclined stops a bid of the buyer whose won hour could not be
+// paid, with the reason, and tells the buyer; a bid whose window ended
+// with that hour (finished in the clearing) is marked cancelled too, so
+// its record says why its last hour was not run.
 func (db *DB) StopSpotBidDeclined(ctx context.Context, buyerID, bidID int64, reason string, now time.Time) (market.SpotBid, error) {
-	b, err := db.endSpotBid(ctx, "stop spot bid", buyerID, bidID, "Stopped: "+reason, now)
+	b, err := db.endSpotBid(ctx, "stop spot bid", buyerID, bidID, "Stopped: "+reason+".", true, now)
 	if err != nil {
 		return b, err
 	}
@@ -182,7 +184,7 @@ func (db *DB) StopSpotBidDeclined(ctx context.Context, buyerID, bidID int64, rea
 		Message: fmt.Sprintf("Spot bid #%d stopped: the payment for a won hour was declined (%s). Its devices went back on the market.", bidID, reason)})
 }
 
-func (db *DB) endSpotBid(ctx context.Context, op string, buyerID, bidID int64, note string, now time.Time) (market.SpotBid, error) {
+func (db *DB) endSpotBid(ctx context.Context, op string, buyerID, bidID int64, note string, finishedToo bool, now time.Time) (market.SpotBid, error) {
 	tx, err := db.begin(ctx)
 	if err != nil {
 		return market.SpotBid{}, fail(op, err, "")
@@ -195,7 +197,7 @@ func (db *DB) endSpotBid(ctx context.Context, op string, buyerID, bidID int64, n
 	if err != nil {
 		return market.SpotBid{}, fail(op, err, "")
 	}
-	if b.State != market.SpotBidLive {
+	if b.State != market.SpotBidLive && !(finishedToo && b.State == market.SpotBidFinished) {
 		return market.SpotBid{}, conflict(fmt.Sprintf("This bid is already %s.", b.State.Label()))
 	}
 	b.State, b.EndNote = market.SpotBidCancelled, note
