@@ -108,6 +108,12 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/reservations/:id/extend", h.handleExtendConfirm, requireUser)
 	b.POST("/reservations/:id/extend", h.handleExtend, requireUser)
 
+	// Spot market (issue 15): bids for interruptible capacity on an
+	// offer's page; the buyer's own bids (the store checks whose).
+	b.POST("/offers/:id/spot-bids", h.handleSpotBid, requireUser, h.requireVerified)
+	b.GET("/spot", h.handleSpotBids, requireUser)
+	b.POST("/spot/bids/:id/cancel", h.handleSpotBidCancel, requireUser)
+
 	// Any signed-in user. (Per route, not a group: a group with an empty
 	// prefix would catch every unknown path and send it to log in.)
 	b.GET("/account", h.handleAccount, requireUser)
