@@ -44,17 +44,11 @@ type SpotBidRecord struct {
 	Hours      []SpotHourWon
 }
 
-// SpotClearingRow is one offer-hour's published clearing.
+// SpotClearingRow is one offer-hour's published clearing, with when it
+// cleared.
 type SpotClearingRow struct {
-	OfferID       int64
-	Hour          time.Time
-	AcceleratorID string
-	FloorCents    market.Cents
-	PriceCents    market.Cents
-	Capacity      int
-	DevicesBid    int
-	DevicesSold   int
-	ClearedAt     time.Time
+	market.SpotHourClearing
+	ClearedAt time.Time
 }
 
 // SpotBookSummary is an offer's spot book in brief: live bids and the last
@@ -440,8 +434,9 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 	}
 	floor := full.InterruptibleCentsPerDH
 	c := market.ClearSpot(floor, capacity, bids)
-	res := SpotResult{Cleared: true, Clearing: SpotClearingRow{OfferID: offerID, Hour: hour, AcceleratorID: full.AcceleratorID,
-		FloorCents: floor, PriceCents: c.PriceCents, Capacity: c.Capacity, DevicesBid: c.DevicesBid, DevicesSold: c.DevicesSold, ClearedAt: truncate(now)}}
+	res := SpotResult{Cleared: true, Clearing: SpotClearingRow{SpotHourClearing: market.SpotHourClearing{OfferID: offerID, Hour: hour,
+		AcceleratorID: full.AcceleratorID, FloorCents: floor, PriceCents: c.PriceCents, Capacity: c.Capacity, DevicesBid: c.DevicesBid,
+		DevicesSold: c.DevicesSold}, ClearedAt: truncate(now)}}
 	var clearingID int64
 	if err := tx.QueryRowContext(ctx, `INSERT INTO spot_clearings (offer_id, hour, accelerator_id, floor_cents, price_cents, capacity,
 		devices_bid, devices_sold, cleared_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,

@@ -85,6 +85,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/market/index.csv", h.handleMarketCSV)
 	b.GET("/market/forward.json", h.handleForwardJSON)
 	b.GET("/market/forward.csv", h.handleForwardCSV)
+	b.GET("/market/spot.json", h.handleSpotJSON) // spot market (issue 15)
+	b.GET("/market/spot.csv", h.handleSpotCSV)
 	b.GET("/market/methodology", h.handleMethodology)
 	b.POST("/reservations/:id/work", h.handleWorkReport, requireUser)
 	b.GET("/provider/offers/:id/carbon", h.handleCarbonProfileForm, requireUser, requireProvider)

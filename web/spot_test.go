@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -113,6 +114,35 @@ func TestSpotBidFlow(t *testing.T) {
 	}
 	mustContain(t, spot, formatSpan(first, first.Add(time.Hour)), "1 hour, $2.40 in all; 0 preemptions")
 	mustContain(t, buyer.get(offerPath).body, "$1.20 per device-hour for "+formatSpan(first, first.Add(time.Hour)))
+
+	// The clearing is published: the market page's spot section, JSON and CSV.
+	mkt := anon.get("/market").body
+	mustContain(t, mkt, `data-testid="spot-market-row" data-class="nvidia-h100-80gb-sxm"`)
+	if v := testidValue(t, mkt, "spot-latest"); v != "$1.20" {
+		t.Fatalf("market page latest spot price %q", v)
+	}
+	csvBody := anon.get("/market/spot.csv").body
+	wantRow := fmt.Sprintf("%s,%d,nvidia-h100-80gb-sxm,120,120,8,2,2", first.Format(time.RFC3339), o.ID)
+	if !strings.Contains(csvBody, wantRow) {
+		t.Fatalf("spot CSV lacks %q:\n%s", wantRow, csvBody)
+	}
+	var js struct {
+		Classes []struct {
+			Accelerator string `json:"accelerator"`
+			LatestCents int64  `json:"latest_cents"`
+			Days        []struct {
+				VWAPCents   int64 `json:"vwap_cents"`
+				DeviceHours int64 `json:"device_hours"`
+			} `json:"days"`
+		} `json:"classes"`
+	}
+	if err := json.Unmarshal([]byte(anon.get("/market/spot.json").body), &js); err != nil {
+		t.Fatal(err)
+	}
+	if len(js.Classes) != 1 || js.Classes[0].LatestCents != 120 || len(js.Classes[0].Days) != 1 || js.Classes[0].Days[0].DeviceHours != 2 {
+		t.Fatalf("spot JSON %+v", js)
+	}
+	mustContain(t, anon.get("/market/methodology").body, `id="spot"`, "the lowest winning bid pays exactly its own maximum")
 
 	// Only the owner cancels.
 	recs, err := app.db.ListBuyerSpotBids(context.Background(), buyer.userID())
