@@ -638,13 +638,6 @@ func (l *Local) SetupInput(checkoutID string) (SetupInput, error) {
 	return SetupInput{UserID: st.UserID, Customer: st.Customer, BuyerEmail: st.BuyerEmail, SuccessURL: st.SuccessURL, CancelURL: st.CancelURL}, nil
 }
 
-// SetupReturnURL is where the simulated setup page sends the buyer once
-// the card is saved: SuccessURL with the checkout's id as "setup", as
-// Stripe does.
-func (l *Local) SetupReturnURL(in SetupInput, checkoutID string) string {
-	return withQuery(in.SuccessURL, "setup="+url.QueryEscape(checkoutID))
-}
-
 // CompleteSetup is the buyer choosing one of LocalTestCards (by its number)
 // on the simulated page: the card is saved to the buyer's customer.
 // Completing a completed setup again returns the card saved the first

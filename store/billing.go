@@ -362,17 +362,35 @@ func (db *DB) RecordPaymentFailed(ctx context.Context, eventID, eventType string
 	if message == "" {
 		message = "The payment did not go through."
 	}
+	// The same intent's failure told twice — a saved card's decline
+	// recorded at once (workflow.PayWithSavedMethod), then the processor's
+	// event for it — notifies the buyer once.
+	var before, beforeIntent string
+	noPayment := false
+	err = tx.QueryRowContext(ctx, `SELECT status, payment_intent_id FROM payments WHERE reservation_id = ?`, reservationID).Scan(&before, &beforeIntent)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		noPayment = true
+	case err != nil:
+		return false, fail(op, err, "")
+	}
+	told := paymentIntentID != "" && PaymentStatus(before) == PaymentFailed && beforeIntent == paymentIntentID
 	if _, err := tx.ExecContext(ctx, `UPDATE payments SET status = ?, failure_message = ?,
 		payment_intent_id = CASE WHEN payment_intent_id = '' THEN ? ELSE payment_intent_id END, updated_at = ?
 		WHERE reservation_id = ? AND status IN (?, ?)`,
 		string(PaymentFailed), message, paymentIntentID, unix(now), reservationID, string(PaymentOpen), string(PaymentFailed)); err != nil {
 		return false, fail(op, err, "")
 	}
-	var buyer int64
-	var holdEnds int64
-	err = tx.QueryRowContext(ctx, `SELECT buyer_id, hold_expires_at FROM reservations WHERE id = ? AND state = ?`,
-		reservationID, string(market.ReservationHeld)).Scan(&buyer, &holdEnds)
-	if err == nil {
+	var buyer, holdEnds, amount int64
+	err = tx.QueryRowContext(ctx, `SELECT buyer_id, hold_expires_at, amount_cents FROM reservations WHERE id = ? AND state = ?`,
+		reservationID, string(market.ReservationHeld)).Scan(&buyer, &holdEnds, &amount)
+	if err == nil && noPayment {
+		// A failure without a checkout (a saved card declined) is kept
+		// all the same, for the reservation page to show.
+		_, err = tx.ExecContext(ctx, `INSERT INTO payments (reservation_id, payment_intent_id, amount_cents, status, failure_message, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, reservationID, paymentIntentID, amount, string(PaymentFailed), message, unix(now), unix(now))
+	}
+	if err == nil && !told {
 		err = insertNotification(ctx, tx, Notification{UserID: buyer, Kind: NotifyPaymentFailed, CreatedAt: now,
 			URL: fmt.Sprintf("/reservations/%d", reservationID),
 			Message: fmt.Sprintf("The payment for reservation #%d did not go through (%s). You can try again until its hold ends at %s.",

@@ -189,6 +189,9 @@ func (h *Handler) accountView(c echo.Context, errs map[string]string) (views.Acc
 	if v.SSH, err = h.sshKeysView(c, "", ""); err != nil {
 		return v, err
 	}
+	if v.Payment, err = h.paymentMethodsView(c); err != nil {
+		return v, err
+	}
 	if v.TwoFactor, err = h.twoFactorSummary(c); err != nil {
 		return v, err
 	}

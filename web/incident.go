@@ -360,6 +360,13 @@ func (h *Handler) reservationBilling(ctx context.Context, r market.Reservation) 
 	}
 	if r.State == market.ReservationHeld && now.Before(r.HoldExpiresAt) && (err != nil || p.Status == store.PaymentOpen || p.Status == store.PaymentFailed) {
 		v.PayURL = base + "/pay"
+		m, err := h.db.DefaultPaymentMethod(ctx, r.BuyerID)
+		switch {
+		case err == nil:
+			v.PaySavedURL, v.SavedLabel = base+"/pay-saved", m.Label
+		case market.ErrorCode(err) != market.CodeNotFound:
+			return v, err
+		}
 	}
 	incs, err := h.db.ListIncidents(ctx, r.ID)
 	if err != nil {

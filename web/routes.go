@@ -202,6 +202,15 @@ func (h *Handler) routes(e *echo.Echo) {
 	p.POST("/bookings/:id/incidents/:incident/notes", h.handleIncidentNote)
 	a.GET("/reconciliation", h.handleAdminReconciliation)
 	a.POST("/settlements/:id/retry", h.handleAdminSettlementRetry)
+	// Saved payment methods (issue 15): cards saved through the processor's
+	// setup page, removed by their owner only; a held reservation paid at
+	// once with the default card; the local processor's card page.
+	b.POST("/account/payment-methods", h.handlePaymentMethodAdd, requireUser)
+	b.GET("/account/payment-methods/return", h.handlePaymentMethodReturn, requireUser)
+	b.POST("/account/payment-methods/:id/remove", h.handlePaymentMethodRemove, requireUser)
+	b.POST("/reservations/:id/pay-saved", h.handlePaySaved, requireUser)
+	b.GET("/setup/local/:id", h.handleLocalSetupPage, requireUser)
+	b.POST("/setup/local/:id", h.handleLocalSetup, requireUser)
 }
 
 // cacheForever marks versioned static assets as immutable.

@@ -37,7 +37,11 @@ func (s *Service) PayWithSavedMethod(ctx context.Context, buyerID, reservationID
 		return market.Reservation{}, err
 	}
 	now := s.now()
-	if p, err := s.db.FindPayment(ctx, r.ID); err == nil && p.Status == store.PaymentPaid {
+	p, err := s.db.FindPayment(ctx, r.ID)
+	switch {
+	case err != nil && market.ErrorCode(err) != market.CodeNotFound:
+		return market.Reservation{}, err
+	case err == nil && p.Status == store.PaymentPaid:
 		return r, nil // a repeated press: paid once, by whichever way
 	}
 	if err := market.Payable(r, now); err != nil {
@@ -49,7 +53,7 @@ func (s *Service) PayWithSavedMethod(ctx context.Context, buyerID, reservationID
 	}
 	// A checkout the buyer already paid, whose event has not arrived yet,
 	// must not be charged a second time by the saved card.
-	if p, err := s.db.FindPayment(ctx, r.ID); err == nil && p.CheckoutID != "" {
+	if p.CheckoutID != "" {
 		co, err := s.pay.RetrieveCheckout(ctx, p.CheckoutID)
 		if err != nil {
 			return market.Reservation{}, err
@@ -57,8 +61,6 @@ func (s *Service) PayWithSavedMethod(ctx context.Context, buyerID, reservationID
 		if co.Paid {
 			return market.Reservation{}, market.Errorf(market.CodeConflict, msgPaidOnCheckout)
 		}
-	} else if err != nil && market.ErrorCode(err) != market.CodeNotFound {
-		return market.Reservation{}, err
 	}
 	log := s.log.With("reservation_id", r.ID, "payment_method_id", m.ID)
 	pay, err := s.pay.ChargeSaved(ctx, billing.ChargeInput{
