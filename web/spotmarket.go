@@ -69,9 +69,17 @@ func (h *Handler) spotData(c echo.Context, q marketQuery) ([]spotClass, []market
 	for _, s := range series {
 		w, ok := week1[s.AcceleratorID]
 		out = append(out, spotClass{series: s, onDemand: lastIndex[s.AcceleratorID], forward: w, hasForward: ok,
-			acceleratorLabel: market.PriceClass{AcceleratorID: s.AcceleratorID}.Label()})
+			acceleratorLabel: spotLabel(s.AcceleratorID)})
 	}
 	return out, clearings, nil
+}
+
+// spotLabel names an accelerator's spot series, e.g. "H100 80GB SXM, spot".
+func spotLabel(acceleratorID string) string {
+	if a, ok := market.FindAccelerator(acceleratorID); ok {
+		return a.Name + ", spot"
+	}
+	return acceleratorID + ", spot"
 }
 
 // spotMarketView formats the spot section of the market page.
@@ -80,14 +88,14 @@ func spotMarketView(classes []spotClass, q marketQuery) views.SpotMarketView {
 	for _, c := range classes {
 		s := c.series
 		r := views.SpotMarketRow{Class: c.acceleratorLabel, ClassID: s.AcceleratorID,
-			Latest: s.LatestCents.String(), LatestHour: formatSpan(s.LatestHour, s.LatestHour.Add(time.Hour)),
+			Latest: s.LatestCents.String(), LatestHour: s.LatestHour.Format("2 Jan 15:04") + " UTC",
 			DayVWAP: "—", Day: "—", DeviceHours: "—", OnDemand: "—", OnDemandDay: "—", Forward: "—"}
 		if n := len(s.Days); n > 0 {
 			d := s.Days[n-1]
-			r.DayVWAP, r.Day, r.DeviceHours = d.VWAPCents.String(), formatDate(d.Day), groupInt(d.DeviceHours)
+			r.DayVWAP, r.Day, r.DeviceHours = d.VWAPCents.String(), d.Day.Format("2 Jan"), groupInt(d.DeviceHours)
 		}
 		if !c.onDemand.Day.IsZero() {
-			r.OnDemand, r.OnDemandDay = c.onDemand.IndexCents.String(), formatDate(c.onDemand.Day)
+			r.OnDemand, r.OnDemandDay = c.onDemand.IndexCents.String(), c.onDemand.Day.Format("2 Jan")
 		}
 		if c.hasForward {
 			switch {
