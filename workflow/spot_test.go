@@ -5,28 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
-
-// saveCard saves one of the local processor's test cards as the user's
-// default payment method, as the account page's setup flow does.
-func (f *fixture) saveCard(u market.User, number string) {
-	f.t.Helper()
-	co, err := f.local.CreateSetupCheckout(f.ctx, billing.SetupInput{UserID: u.ID, BuyerEmail: u.Email,
-		SuccessURL: "http://localhost/ok", CancelURL: "http://localhost/cancel"})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	m, err := f.local.CompleteSetup(co.ID, number)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if _, err := f.db.SavePaymentMethod(f.ctx, u.ID, market.PaymentMethod{Customer: m.Customer, ProcessorMethodID: m.PaymentMethodID, Label: m.Label}, f.now); err != nil {
-		f.t.Fatal(err)
-	}
-}
 
 func (f *fixture) user(email string) market.User {
 	f.t.Helper()
@@ -92,7 +73,7 @@ func TestSpotMarketRun(t *testing.T) {
 	o := f.spotOffer()
 	a, b, c, d := f.buyer, f.user("b@example.com"), f.user("c@example.com"), f.user("d@example.com")
 	for _, u := range []market.User{a, b, c} {
-		f.saveCard(u, "4242 4242 4242 4242")
+		f.saveCard(u.ID, "4242 4242 4242 4242")
 	}
 	h1 := t0.Add(2 * time.Hour) // 11:00
 	h2, h3, h4 := h1.Add(time.Hour), h1.Add(2*time.Hour), h1.Add(3*time.Hour)
@@ -101,7 +82,7 @@ func TestSpotMarketRun(t *testing.T) {
 	if _, err := f.wf.PlaceSpotBid(f.ctx, market.SpotBid{BuyerID: d.ID, OfferID: o.ID, Devices: 1, MaxCents: 500, FirstHour: h4, LastHour: h4}); market.ErrorCode(err) != market.CodeInvalid {
 		t.Fatalf("bid without a saved card: %v", err)
 	}
-	f.saveCard(d, "4000 0000 0000 0002") // declines every charge
+	f.saveCard(d.ID, "4000 0000 0000 0002") // declines every charge
 
 	bidA := f.bid(a, o, 2, 150, h1, h3)
 	bidB := f.bid(b, o, 2, 120, h1, h4)
