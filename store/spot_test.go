@@ -302,3 +302,45 @@ func TestPlaceSpotBidRefusals(t *testing.T) {
 	}
 	wantCode(t, bid(buyer.ID, o.ID, 200), market.CodeConflict)
 }
+
+// TestSpotInterruptionRates: the observed rate counts the spot hours run
+// (paid, ended, in the last 30 days) and the preemptions among them; under
+// 24 hours run it is unknown (absent).
+func TestSpotInterruptionRates(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	prov := createUser(t, db, "prov@example.com", true)
+	a := createUser(t, db, "a@example.com", false)
+	b := createUser(t, db, "b@example.com", false)
+	o := spotOffer(t, db, prov.ID, 1, 1)
+	h0 := t0.Add(2 * time.Hour)
+	placeBid(t, db, a.ID, o.ID, 1, 150, h0, h0.Add(29*time.Hour), t0)
+	for _, k := range []int{5, 10, 15} { // b outbids a for these hours: a is preempted after hours 4, 9 and 14
+		h := h0.Add(time.Duration(k) * time.Hour)
+		placeBid(t, db, b.ID, o.ID, 1, 300, h, h, t0)
+	}
+	for k := 0; k < 30; k++ {
+		h := h0.Add(time.Duration(k) * time.Hour)
+		res, err := db.ClearSpotHour(ctx, o.ID, h, h.Add(-30*time.Minute), time.Hour)
+		if err != nil || len(res.Awards) != 1 {
+			t.Fatalf("hour %d: %+v, %v", k, res, err)
+		}
+		confirmed(t, db, res.Awards[0].Reservation)
+	}
+	if _, err := db.AdvanceReservations(ctx, h0.Add(30*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// 20 hours run by h0+20h: unknown.
+	if got, err := db.SpotInterruptionRates(ctx, h0.Add(20*time.Hour)); err != nil || len(got) != 0 {
+		t.Fatalf("rates after 20 hours: %v, %v", got, err)
+	}
+	// 30 hours run, 3 preemptions: 3/30 per hour = 100,000 ppm.
+	got, err := db.SpotInterruptionRate(ctx, o.ID, h0.Add(30*time.Hour))
+	if err != nil || got != 100_000 {
+		t.Fatalf("rate after 30 hours: %d, %v", got, err)
+	}
+	// 31 days later nothing is in the window.
+	if got, _ := db.SpotInterruptionRate(ctx, o.ID, h0.Add(31*24*time.Hour)); got != 0 {
+		t.Fatalf("rate a month later: %d", got)
+	}
+}
