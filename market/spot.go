@@ -106,7 +106,7 @@ func ValidateSpotBid(b *SpotBid, o Offer, now time.Time) error {
 		p.Add("first_hour", "Bids are for whole hours (HH:00 UTC).")
 	case SpotClearsAt(b.FirstHour, o.PreemptNoticeMins).Before(now):
 		p.Add("first_hour", fmt.Sprintf("Bidding for %s has closed; choose a later hour.", FormatTime(b.FirstHour)))
-	case b.FirstHour.Before(o.AvailableFrom) || !b.FirstHour.Add(time.Hour).Before(o.AvailableUntil.Add(time.Second)):
+	case b.FirstHour.Before(o.AvailableFrom) || b.FirstHour.Add(time.Hour).After(o.AvailableUntil):
 		p.Add("first_hour", "The offer is not available then.")
 	}
 	switch {

@@ -175,7 +175,7 @@ func (db *DB) StopSpotBidDeclined(ctx context.Context, buyerID, bidID int64, rea
 		return b, err
 	}
 	return b, db.Notify(ctx, Notification{UserID: buyerID, Kind: NotifySpotCancelled, CreatedAt: now, URL: "/spot",
-		Message: fmt.Sprintf("Spot bid #%d stopped: the payment for a won hour was declined (%s). Its devices went back on the market.", bidID, reason)})
+		Message: fmt.Sprintf("Spot bid #%d stopped: the payment for a won hour did not go through (%s). The bid wins no further hours; the hour stays held for a few minutes for you to pay it another way, then its devices go back on the market.", bidID, reason)})
 }
 
 func (db *DB) endSpotBid(ctx context.Context, op string, buyerID, bidID int64, note string, finishedToo bool, now time.Time) (market.SpotBid, error) {

@@ -9,8 +9,9 @@ import (
 )
 
 // spotHold is how long a won spot hour is held for its payment, which is
-// made at once with the buyer's saved card; it only matters when the
-// process stops between the clearing and the charge.
+// made at once with the buyer's saved card: a declined hour stays held this
+// long for the buyer to pay it another way (the payment page), as the
+// decline's notification says, then lapses like any unpaid hold.
 const spotHold = 10 * time.Minute
 
 // PlaceSpotBid places a buyer's bid for interruptible capacity. It needs a
@@ -55,8 +56,9 @@ func (s *Service) spotTick(ctx context.Context, now time.Time) {
 // reservation, and pays each at once with its buyer's saved card
 // (PayWithSavedMethod, at the clearing price, never above the bid's
 // maximum). A won hour that cannot be paid (declined, or no saved card
-// any more) stops its bid, with a notification, and its held reservation
-// is cancelled so the devices go back on the market.
+// any more) stops its bid, with a notification; the hour stays held for
+// spotHold, payable on the payment page, then lapses and its devices go
+// back on the market.
 func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.Time) (store.SpotResult, error) {
 	res, err := s.db.ClearSpotHour(ctx, offerID, hour, now, spotHold)
 	if err != nil || !res.Cleared {
@@ -84,9 +86,6 @@ func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.T
 			s.log.Info("spot hour declined; bid stopped", "reservation_id", r.ID, "bid_id", a.BidID)
 			if _, err := s.db.StopSpotBidDeclined(ctx, r.BuyerID, a.BidID, reason, s.now()); err != nil && market.ErrorCode(err) != market.CodeConflict {
 				s.log.Error("spot bid not stopped", "bid_id", a.BidID, "err", err)
-			}
-			if _, err := s.Cancel(ctx, r.BuyerID, r.ID); err != nil {
-				s.log.Warn("declined spot hour not cancelled; its hold expires", "reservation_id", r.ID, "err", err)
 			}
 		}
 	}

@@ -133,13 +133,14 @@ func TestSpotMarketRun(t *testing.T) {
 		t.Fatalf("13:00: a %+v b %+v", hsA, hsB)
 	}
 	// 14:00: D bids all 4 devices at 500¢ and wins alone (price 500¢, its own
-	// maximum, since B lost); its card declines: the bid stops, the hour is
-	// cancelled, B is preempted. A's window ended with 13:00: not preempted.
+	// maximum, since B lost); its card declines: the bid stops, the hour stays
+	// held (payable another way) and lapses unpaid; B is preempted. A's window
+	// ended with 13:00: not preempted.
 	bidD := f.bid(d, o, 4, 500, h4, h4)
 	f.tick(h4.Add(-30 * time.Minute))
 	rsD, err := f.db.ListBuyerSpotBids(f.ctx, d.ID)
 	if err != nil || len(rsD) != 1 || rsD[0].Bid.State != market.SpotBidCancelled || len(rsD[0].Hours) != 1 ||
-		rsD[0].Hours[0].State != market.ReservationCancelled || rsD[0].Bid.ID != bidD.ID {
+		rsD[0].Hours[0].State != market.ReservationHeld || rsD[0].Bid.ID != bidD.ID {
 		t.Fatalf("d's bids %+v, %v", rsD, err)
 	}
 	if !f.notified(d.ID, fmt.Sprintf("Spot bid #%d stopped", bidD.ID)) {
@@ -150,9 +151,12 @@ func TestSpotMarketRun(t *testing.T) {
 		t.Fatalf("14:00 preemptions: a %+v b %+v", hsA, hsB)
 	}
 
-	// Run to the end and settle everything.
+	// Run to the end and settle everything; D's unpaid hour lapses.
 	for at := h4.Add(-29 * time.Minute); at.Before(h4.Add(3 * time.Hour)); at = at.Add(10 * time.Minute) {
 		f.tick(at)
+	}
+	if r, err := f.db.FindReservation(f.ctx, rsD[0].Hours[0].ReservationID); err != nil || r.State != market.ReservationExpired {
+		t.Fatalf("d's declined hour: %+v, %v", r.State, err)
 	}
 	// The preempted 11:00 hour of B: charged in full, no SLA credit, no refund;
 	// payout 200 less the 10% fee.
