@@ -187,3 +187,64 @@ func TestSpotMarketRun(t *testing.T) {
 	}
 	f.requireReconciled()
 }
+
+// TestSpotObservedRateInQuotes: once an offer has run 24 spot hours, quotes
+// for its interruptible capacity price in its own preemption record (here
+// 3 preemptions in 30 hours, 10% per hour, ten times the default), after a
+// full reload of the index and after a refresh of the one offer alike.
+func TestSpotObservedRateInQuotes(t *testing.T) {
+	f := newFixture(t, nil)
+	o := f.spotOffer()
+	a, b := f.buyer, f.user("b@example.com")
+	start := t0.Add(60 * time.Hour)
+	req := market.Request{Workload: market.Workload{Kind: market.WorkTraining, Devices: 4, Hours: 10, CheckpointMins: 60, RestartMins: 10},
+		Constraints: market.Constraints{EarliestStart: start, Deadline: start.Add(10 * time.Hour), OfferIDs: []int64{o.ID}, AllowInterruption: true}}
+	failedWork := func() market.Cents {
+		t.Helper()
+		res, err := f.wf.Index().Match(req, f.now)
+		if err != nil || len(res.Quotes) != 1 || !res.Quotes[0].Pieces[0].Interruptible {
+			t.Fatalf("quotes %+v, %v", res.Quotes, err)
+		}
+		return res.Quotes[0].Cost.FailedWork
+	}
+	before := failedWork()
+
+	h0 := t0.Add(2 * time.Hour)
+	bid := func(u market.User, max market.Cents, first, last time.Time) {
+		t.Helper()
+		if _, err := f.db.PlaceSpotBid(f.ctx, market.SpotBid{BuyerID: u.ID, OfferID: o.ID, Devices: 4, MaxCents: max, FirstHour: first, LastHour: last}, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bid(a, 150, h0, h0.Add(29*time.Hour))
+	for _, k := range []int{5, 10, 15} {
+		h := h0.Add(time.Duration(k) * time.Hour)
+		bid(b, 300, h, h)
+	}
+	for k := 0; k < 30; k++ {
+		h := h0.Add(time.Duration(k) * time.Hour)
+		res, err := f.db.ClearSpotHour(f.ctx, o.ID, h, h.Add(-30*time.Minute), time.Hour)
+		if err != nil || len(res.Awards) != 1 {
+			t.Fatalf("hour %d: %+v, %v", k, res, err)
+		}
+		if _, err := f.db.ConfirmReservation(f.ctx, res.Awards[0].Reservation.ID, h.Add(-30*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.now = h0.Add(30 * time.Hour)
+	if _, err := f.db.AdvanceReservations(f.ctx, f.now); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.wf.ReloadIndex(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	reloaded := failedWork()
+	if reloaded <= before {
+		t.Fatalf("expected failed work %s with a 10%% record, %s with the 1%% default: want more", reloaded, before)
+	}
+	f.wf.RefreshOffer(f.ctx, o.ID)
+	if got := failedWork(); got != reloaded {
+		t.Fatalf("after a refresh the failed work is %s, after a reload %s", got, reloaded)
+	}
+	t.Logf("expected failed work of 4 devices × 10 h: %s at the default rate, %s at the offer's observed rate", before, reloaded)
+}
