@@ -335,6 +335,14 @@ func reserveOnOffer(ctx context.Context, tx querier, offerID int64, pieces []mar
 	if !o.Listed() || suspended {
 		return conflict(msgOfferUnavailable)
 	}
+	return placeOnOffer(ctx, tx, o, pieces, idx, now)
+}
+
+// placeOnOffer is reserveOnOffer once the offer o (its bookable fields) is
+// loaded and found listed: the booking's capacity check and placement,
+// shared by every path that books (a quote's booking, a spot clearing).
+func placeOnOffer(ctx context.Context, tx querier, o market.Offer, pieces []market.ReservationPiece, idx []int, now time.Time) error {
+	offerID := o.ID
 	add := make([]market.Commitment, len(idx))
 	from, to := pieces[idx[0]].Start, pieces[idx[0]].End
 	for k, i := range idx {

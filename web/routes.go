@@ -88,6 +88,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/market/index.csv", h.handleMarketCSV)
 	b.GET("/market/forward.json", h.handleForwardJSON)
 	b.GET("/market/forward.csv", h.handleForwardCSV)
+	b.GET("/market/spot.json", h.handleSpotJSON) // spot market (issue 15)
+	b.GET("/market/spot.csv", h.handleSpotCSV)
 	b.GET("/market/methodology", h.handleMethodology)
 	b.POST("/reservations/:id/work", h.handleWorkReport, requireUser)
 	b.GET("/provider/offers/:id/carbon", h.handleCarbonProfileForm, requireUser, requireProvider)
@@ -116,6 +118,11 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/orders", h.handleOrderCreate, requireUser, h.requireVerified)
 	b.GET("/orders", h.handleOrders, requireUser)
 	b.POST("/orders/:id/cancel", h.handleOrderCancel, requireUser)
+	// Spot market (issue 15): bids for interruptible capacity on an
+	// offer's page; the buyer's own bids (the store checks whose).
+	b.POST("/offers/:id/spot-bids", h.handleSpotBid, requireUser, h.requireVerified)
+	b.GET("/spot", h.handleSpotBids, requireUser)
+	b.POST("/spot/bids/:id/cancel", h.handleSpotBidCancel, requireUser)
 
 	// Any signed-in user. (Per route, not a group: a group with an empty
 	// prefix would catch every unknown path and send it to log in.)

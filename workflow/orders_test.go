@@ -23,15 +23,6 @@ func gangRequest(start time.Time, devices, hours int) market.Request {
 			Deadline: start.Add(time.Duration(hours) * time.Hour)}}
 }
 
-func (f *fixture) user(email string) market.User {
-	f.t.Helper()
-	u, err := f.db.CreateUser(f.ctx, market.User{Email: email, DisplayName: email, IsBuyer: true}, []byte("x"), t0)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return u
-}
-
 // place places a standing order for buyerID with a limit per reference
 // device-hour, to fill within two days.
 func (f *fixture) place(buyerID int64, req market.Request, limit market.Cents, onFill market.OnFill) market.StandingOrder {
