@@ -197,7 +197,7 @@ func TestProviderListsOfferAdminApprovesVisitorFinds(t *testing.T) {
 	expectText(t, contract, "4 per node × 1 node(s) = 4", "contract devices")
 	expectText(t, contract, "Canada East (Québec), Montréal", "contract region")
 	expectText(t, contract, "$3.17 per device-hour", "contract price")
-	expectText(t, contract, "$1.59 per device-hour, 15 minutes' notice", "contract interruptible price")
+	expectText(t, contract, "floor $1.59 per device-hour, 15 minutes' notice", "contract interruptible price")
 	expectText(t, contract, "Hydro-Québec, 100% hydro", "contract power note")
 	expectText(t, contract, "31 gCO2/kWh", "contract carbon")
 	if n, _ := contract.Locator(".badge-guaranteed").Count(); n < 5 {
@@ -423,10 +423,10 @@ func fillOffer(t *testing.T, page playwright.Page, o newOffer) {
 	fill(t, field(page, "Grid carbon intensity (gCO2/kWh)"), o.Carbon)
 	fill(t, field(page, "Power source note (optional)"), o.PowerNote)
 	fill(t, field(page, "On-demand price per device-hour"), o.Price)
-	if err := page.GetByLabel("Allow interruptible (preemptible) bookings at a lower price").Check(); err != nil {
+	if err := page.GetByLabel("Sell interruptible (preemptible) capacity on the spot market").Check(); err != nil {
 		t.Fatalf("tick interruptible: %v", err)
 	}
-	fill(t, field(page, "Interruptible price per device-hour"), o.InterruptPrice)
+	fill(t, field(page, "Spot floor price per device-hour"), o.InterruptPrice)
 	fill(t, field(page, "Notice before preemption (minutes)"), o.PreemptNotice)
 	fill(t, field(page, "BF16 throughput per device value"), o.BF16Value)
 	selectOption(t, field(page, "BF16 throughput per device basis"), "guaranteed")
@@ -449,7 +449,7 @@ func expectOfferKept(t *testing.T, page playwright.Page, o newOffer) {
 		{"Grid carbon intensity (gCO2/kWh)", o.Carbon},
 		{"Power source note (optional)", o.PowerNote},
 		{"On-demand price per device-hour", o.Price},
-		{"Interruptible price per device-hour", o.InterruptPrice},
+		{"Spot floor price per device-hour", o.InterruptPrice},
 		{"Notice before preemption (minutes)", o.PreemptNotice},
 		{"BF16 throughput per device value", o.BF16Value},
 		{"BF16 throughput per device basis", "guaranteed"},
@@ -462,7 +462,7 @@ func expectOfferKept(t *testing.T, page playwright.Page, o newOffer) {
 			t.Errorf("after the failed submit, %q lost its value: %v", w.label, err)
 		}
 	}
-	if err := expect.Locator(page.GetByLabel("Allow interruptible (preemptible) bookings at a lower price")).ToBeChecked(); err != nil {
+	if err := expect.Locator(page.GetByLabel("Sell interruptible (preemptible) capacity on the spot market")).ToBeChecked(); err != nil {
 		t.Errorf("after the failed submit, interruptible is unticked: %v", err)
 	}
 }

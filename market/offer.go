@@ -399,9 +399,9 @@ func ValidateOffer(o *Offer, now time.Time) error {
 	if o.Interruptible {
 		switch {
 		case o.InterruptibleCentsPerDH < 1:
-			p.Add("interruptible_price", "Enter the interruptible price, or untick interruptible.")
+			p.Add("interruptible_price", "Enter the spot floor price, or untick interruptible.")
 		case o.InterruptibleCentsPerDH > o.PriceCentsPerDeviceHour:
-			p.Add("interruptible_price", "The interruptible price cannot exceed the on-demand price.")
+			p.Add("interruptible_price", "The spot floor price cannot exceed the on-demand price.")
 		}
 		if o.PreemptNoticeMins < 0 || o.PreemptNoticeMins > 24*60 {
 			p.Add("preempt_notice_mins", "Preemption notice must be between 0 and 1,440 minutes.")

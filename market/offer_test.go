@@ -62,7 +62,7 @@ func TestValidateOffer(t *testing.T) {
 			o.Figures = []Figure{{Kind: FigureAllReduce, Value: 370, Basis: FigureEstimated, Method: "nccl \xff"}}
 		}, "figure_allreduce_busbw", "not valid UTF-8"},
 		{"free price", func(o *Offer) { o.PriceCentsPerDeviceHour = 0 }, "price", "between $0.01"},
-		{"interruptible without price", func(o *Offer) { o.Interruptible = true }, "interruptible_price", "Enter the interruptible price"},
+		{"interruptible without price", func(o *Offer) { o.Interruptible = true }, "interruptible_price", "Enter the spot floor price"},
 		{"interruptible dearer than on-demand", func(o *Offer) { o.Interruptible, o.InterruptibleCentsPerDH = true, 300 }, "interruptible_price", "cannot exceed"},
 		{"unknown billing basis", func(o *Offer) { o.BillingBasis = "vibes" }, "billing_basis", "Choose a billing basis"},
 		{"uptime below 90%", func(o *Offer) { o.UptimeBP = 8000 }, "uptime", "between 90.00%"},

@@ -161,13 +161,20 @@ func ValidateIncident(inc *Incident, piece ReservationPiece) error {
 	if inc.Kind == IncidentPreemption && inc.End.IsZero() {
 		inc.End = piece.End.UTC().Truncate(time.Second)
 	}
+	// A preemption may also be marked at the piece's very end, zero long:
+	// the capacity was not renewed after it (a spot bid that did not win
+	// the next hour, market/spot.go); the piece ran in full and nothing of
+	// it goes uncharged.
+	atEnd := inc.Kind == IncidentPreemption && inc.Start.Equal(piece.End.UTC().Truncate(time.Second)) && inc.End.Equal(inc.Start)
 	switch {
+	case atEnd:
 	case inc.Start.IsZero():
 		p.Add("start", "Enter when the incident started.")
 	case inc.Start.Before(piece.Start) || !inc.Start.Before(piece.End):
 		p.Add("start", "The incident must start within the booking.")
 	}
 	switch {
+	case atEnd:
 	case inc.End.IsZero():
 		p.Add("end", "Enter when the incident ended.")
 	case !inc.Start.IsZero() && !inc.End.After(inc.Start):

@@ -304,6 +304,9 @@ func TestValidateIncident(t *testing.T) {
 		{"NUL in the note", p, func(i *Incident) { i.Note = "host down\x00" }, []string{"note"}},
 		{"note on several lines", p, func(i *Incident) { i.Note = "host down\r\n\tsee ticket 42" }, nil},
 		{"preemption without end", ip, func(i *Incident) { i.Kind, i.End = IncidentPreemption, time.Time{} }, nil},
+		{"preemption marked at the end (spot)", ip, func(i *Incident) { i.Kind, i.Start, i.End = IncidentPreemption, slaHour(10), slaHour(10) }, nil},
+		{"outage marked at the end", ip, func(i *Incident) { i.Start, i.End = slaHour(10), slaHour(10) }, []string{"start", "end"}},
+		{"preemption after the end", ip, func(i *Incident) { i.Kind, i.Start, i.End = IncidentPreemption, slaHour(11), slaHour(11) }, []string{"start", "end"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

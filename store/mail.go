@@ -78,6 +78,11 @@ var notificationSubjects = map[string]string{
 	NotifyStatementReady:       "Your statement is ready",
 	NotifyPayoutHeld:           "A payout is held",
 	NotifyIncidentAcknowledged: "An incident was acknowledged",
+
+	NotifyOrderFilled:    "Your standing order filled",
+	NotifyOrderExpired:   "Your standing order expired",
+	NotifyOrderCancelled: "Your standing order was cancelled",
+	NotifyOrderNote:      "Your standing order needs you",
 }
 
 // MailedNotificationKinds lists the notification kinds that are mailed, in
@@ -89,6 +94,7 @@ func MailedNotificationKinds() []string {
 		NotifyIncidentReported, NotifyIncidentAcknowledged, NotifyDisputeOpened, NotifyDisputeAnswered, NotifyDisputeDecided,
 		NotifyListingApproved, NotifyListingRejected, NotifyListingChanges,
 		NotifyAccountSuspended, NotifyAccountReinstated,
+		NotifyOrderFilled, NotifyOrderNote, NotifyOrderExpired, NotifyOrderCancelled,
 	}
 }
 

@@ -289,31 +289,40 @@ func (db *DB) CreateReservation(ctx context.Context, buyerID int64, pieces []mar
 	// inside its own savepoint (see groupcommit.go); it returns after the
 	// commit, so r is stored when err is nil.
 	err := db.book(ctx, func(ctx context.Context, tx preparedTx) error {
-		held, err := countHeld(ctx, tx, buyerID, now)
-		if err != nil {
-			return err
-		}
-		if held >= market.MaxUnpaidHolds {
-			return conflict(fmt.Sprintf(
-				"You already have %d unpaid reservations. Pay for or cancel one before booking more.", held))
-		}
-		for _, offerID := range offerIDs {
-			if err := reserveOnOffer(ctx, tx, offerID, r.Pieces, byOffer[offerID], now); err != nil {
-				return err
-			}
-		}
-		if r.ID, err = insertReservation(ctx, tx, r); err != nil {
-			return err
-		}
-		return insertNotification(ctx, tx, Notification{UserID: buyerID, Kind: NotifyBookingHeld, CreatedAt: now,
-			URL: fmt.Sprintf("/reservations/%d", r.ID),
-			Message: fmt.Sprintf("Reservation #%d (%s) is held for you until %s. Pay for it before then to confirm it; unpaid, the hold ends and the devices go back on the market.",
-				r.ID, market.FormatSpan(r.Start(), r.End()), market.FormatTime(r.HoldExpiresAt))})
+		return holdReservation(ctx, tx, &r, offerIDs, byOffer, now)
 	})
 	if err != nil {
 		return market.Reservation{}, fail(op, err, "")
 	}
 	return r, nil
+}
+
+// holdReservation is the booking inside the caller's booking transaction
+// (db.book): the buyer's unpaid holds are counted, each offer's pieces are
+// checked and placed (reserveOnOffer), the reservation r (from newHold) is
+// inserted, its id set, and the buyer notified. CreateReservation and a
+// standing order's fill (FillStandingOrder) both book through it.
+func holdReservation(ctx context.Context, tx querier, r *market.Reservation, offerIDs []int64, byOffer map[int64][]int, now time.Time) error {
+	held, err := countHeld(ctx, tx, r.BuyerID, now)
+	if err != nil {
+		return err
+	}
+	if held >= market.MaxUnpaidHolds {
+		return conflict(fmt.Sprintf(
+			"You already have %d unpaid reservations. Pay for or cancel one before booking more.", held))
+	}
+	for _, offerID := range offerIDs {
+		if err := reserveOnOffer(ctx, tx, offerID, r.Pieces, byOffer[offerID], now); err != nil {
+			return err
+		}
+	}
+	if r.ID, err = insertReservation(ctx, tx, *r); err != nil {
+		return err
+	}
+	return insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyBookingHeld, CreatedAt: now,
+		URL: fmt.Sprintf("/reservations/%d", r.ID),
+		Message: fmt.Sprintf("Reservation #%d (%s) is held for you until %s. Pay for it before then to confirm it; unpaid, the hold ends and the devices go back on the market.",
+			r.ID, market.FormatSpan(r.Start(), r.End()), market.FormatTime(r.HoldExpiresAt))})
 }
 
 // reserveOnOffer checks, inside the booking transaction, that the pieces
@@ -332,6 +341,14 @@ func reserveOnOffer(ctx context.Context, tx querier, offerID int64, pieces []mar
 	if !o.Listed() || suspended {
 		return conflict(msgOfferUnavailable)
 	}
+	return placeOnOffer(ctx, tx, o, pieces, idx, now)
+}
+
+// placeOnOffer is reserveOnOffer once the offer o (its bookable fields) is
+// loaded and found listed: the booking's capacity check and placement,
+// shared by every path that books (a quote's booking, a spot clearing).
+func placeOnOffer(ctx context.Context, tx querier, o market.Offer, pieces []market.ReservationPiece, idx []int, now time.Time) error {
+	offerID := o.ID
 	add := make([]market.Commitment, len(idx))
 	from, to := pieces[idx[0]].Start, pieces[idx[0]].End
 	for k, i := range idx {

@@ -352,7 +352,7 @@ func OfferForm(p Page, v OfferFormView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = Checkbox("interruptible", "Allow interruptible (preemptible) bookings at a lower price", v.Values.Interruptible, "", "").Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = Checkbox("interruptible", "Sell interruptible (preemptible) capacity on the spot market", v.Values.Interruptible, "", "").Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -360,7 +360,7 @@ func OfferForm(p Page, v OfferFormView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = Input(Field{Name: "interruptible_price", Label: "Interruptible price per device-hour", Type: "text", Value: v.Values.InterruptPrice, Help: "Only with interruptible bookings.", Error: v.Errors["interruptible_price"], Attrs: templ.Attributes{"inputmode": "decimal"}}).Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = Input(Field{Name: "interruptible_price", Label: "Spot floor price per device-hour", Type: "text", Value: v.Values.InterruptPrice, Help: "With interruptible capacity: the least the hourly spot auctions sell at, and the price of interruptible bookings from quotes.", Error: v.Errors["interruptible_price"], Attrs: templ.Attributes{"inputmode": "decimal"}}).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

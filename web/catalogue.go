@@ -278,6 +278,12 @@ func (h *Handler) handleOfferShow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	return h.renderOfferShow(c, id, http.StatusOK, spotBidForm{}, nil, "")
+}
+
+// renderOfferShow renders the offer page with status, and the spot bid
+// form as typed with its errors (web/spot.go).
+func (h *Handler) renderOfferShow(c echo.Context, id int64, status int, spot spotBidForm, spotErrs map[string]string, spotErr string) error {
 	l, err := h.db.FindOfferByID(c.Request().Context(), id)
 	if err != nil {
 		return err
@@ -318,7 +324,10 @@ func (h *Handler) handleOfferShow(c echo.Context) error {
 		v.Availability = calendarView(o, cs, now)
 		v.Quote = quoteOfferLink(o, u != nil, now)
 	}
-	return render(c, http.StatusOK, views.OfferDetail(h.page(c, o.Title), v))
+	if v.Spot, err = h.spotPanel(c.Request().Context(), o, u, listed, spot, spotErrs, spotErr); err != nil {
+		return err
+	}
+	return render(c, status, views.OfferDetail(h.page(c, o.Title), v))
 }
 
 func offerDetail(l store.OfferListing) views.OfferDetailView {
@@ -392,7 +401,7 @@ func pricesRows(o market.Offer) []views.Row {
 	g := string(market.FigureGuaranteed)
 	rows := []views.Row{{Label: "On-demand", Value: o.PriceCentsPerDeviceHour.String() + " per device-hour", Basis: g}}
 	if o.Interruptible {
-		rows = append(rows, views.Row{Label: "Interruptible", Value: fmt.Sprintf("%s per device-hour, %d minutes' notice before preemption", o.InterruptibleCentsPerDH, o.PreemptNoticeMins), Basis: g})
+		rows = append(rows, views.Row{Label: "Interruptible (spot)", Value: fmt.Sprintf("floor %s per device-hour, %d minutes' notice before preemption", o.InterruptibleCentsPerDH, o.PreemptNoticeMins), Basis: g})
 	} else {
 		rows = append(rows, views.Row{Label: "Interruptible", Value: "Not offered"})
 	}

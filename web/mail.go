@@ -40,6 +40,10 @@ var mailKindLabels = map[string]string{
 	store.NotifyListingChanges:       "Changes are requested on an offer",
 	store.NotifyAccountSuspended:     "My account is suspended",
 	store.NotifyAccountReinstated:    "My account is reinstated",
+	store.NotifyOrderFilled:          "A standing order of mine fills",
+	store.NotifyOrderNote:            "A filled standing order needs me (a declined payment)",
+	store.NotifyOrderExpired:         "A standing order of mine expires unfilled",
+	store.NotifyOrderCancelled:       "I cancel a standing order",
 }
 
 var securityMailLabels = []string{"address verification", "password reset", "address change", "sign-up with your address", "sign-in method changes"}

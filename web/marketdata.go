@@ -112,7 +112,11 @@ func (h *Handler) handleMarket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v := views.MarketView{Forward: forwardViews(curves, q.hasClass), ForwardFrom: formatDate(market.WeekStart(h.now())),
+	spot, _, err := h.spotData(c, q)
+	if err != nil {
+		return err
+	}
+	v := views.MarketView{Spot: spotMarketView(spot, q), Forward: forwardViews(curves, q.hasClass), ForwardFrom: formatDate(market.WeekStart(h.now())),
 		ForwardJSONURL: forwardURL("/market/forward.json", q), ForwardCSVURL: forwardURL("/market/forward.csv", q),
 		Days: strconv.Itoa(q.days), Region: q.group, From: formatDate(from), To: formatDate(h.now()),
 		JSONURL: "/market/index.json?" + marketLinkQuery(q), CSVURL: "/market/index.csv?" + marketLinkQuery(q), Threshold: indexThreshold()}

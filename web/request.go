@@ -115,6 +115,17 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 	v := views.QuotesView{Searched: true, Total: res.Total, SignedIn: currentUser(c) != nil,
 		LoginURL: "/login?next=" + url.QueryEscape("/requests?"+requestQuery(requestValues(req))), CSRF: h.csrfToken(c),
 		Cut: res.Explanation.Cut.Message()}
+	if v.SignedIn { // the request can be left standing (standingorder.go)
+		var best *market.Quote
+		if len(res.Quotes) > 0 {
+			best = &res.Quotes[0]
+		}
+		of, err := h.orderFormView(c, req, orderInput{}, best, nil, "")
+		if err != nil {
+			return v, err
+		}
+		v.Order = &of
+	}
 	if len(res.Quotes) == 0 {
 		v.Summary = res.Explanation.Summary()
 		v.Shortfall = res.Explanation.Shortfall

@@ -10,27 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 )
-
-// saveTestCard saves a local test card as the user's default payment
-// method, as the account page's setup flow does.
-func (a *billingApp) saveTestCard(userID int64, number string) {
-	a.t.Helper()
-	ctx := context.Background()
-	co, err := a.pay.CreateSetupCheckout(ctx, billing.SetupInput{UserID: userID, SuccessURL: "http://127.0.0.1/account", CancelURL: "http://127.0.0.1/account"})
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	m, err := a.pay.CompleteSetup(co.ID, number)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	if _, err := a.db.SavePaymentMethod(ctx, userID, market.PaymentMethod{Customer: m.Customer, ProcessorMethodID: m.PaymentMethodID, Label: m.Label}, a.clock.now()); err != nil {
-		a.t.Fatal(err)
-	}
-}
 
 // TestResaleThroughThePages: the holder of a paid reservation lists its
 // time (422 with the message by the field over the cap; nobody else can

@@ -38,6 +38,9 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.POST("/provider/offers", h.handleAPIOfferCreate, requireScope(scopeWrite), h.requireVerified)
 	api.PUT("/provider/offers/:id", h.handleAPIOfferUpdate, requireScope(scopeWrite))
 	api.POST("/provider/offers/:id/state", h.handleAPIOfferState, requireScope(scopeWrite))
+	api.GET("/orders", h.handleAPIOrders) // standing orders (issue 15)
+	api.POST("/orders", h.handleAPIOrderCreate, requireScope(scopeWrite), h.requireVerified)
+	api.POST("/orders/:id/cancel", h.handleAPIOrderCancel, requireScope(scopeWrite))
 
 	// The provider agent (docs/agent.md): host tokens per node, no cookies,
 	// so no CSRF; rate limited per token.
@@ -85,6 +88,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/market/index.csv", h.handleMarketCSV)
 	b.GET("/market/forward.json", h.handleForwardJSON)
 	b.GET("/market/forward.csv", h.handleForwardCSV)
+	b.GET("/market/spot.json", h.handleSpotJSON) // spot market (issue 15)
+	b.GET("/market/spot.csv", h.handleSpotCSV)
 	b.GET("/market/methodology", h.handleMethodology)
 	b.POST("/reservations/:id/work", h.handleWorkReport, requireUser)
 	b.GET("/provider/offers/:id/carbon", h.handleCarbonProfileForm, requireUser, requireProvider)
@@ -108,6 +113,16 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/reservations/:id/extend", h.handleExtendConfirm, requireUser)
 	b.POST("/reservations/:id/extend", h.handleExtend, requireUser)
 
+	// Standing orders (issue 15): a request left standing until a quote
+	// within its limit appears; a buyer sees and cancels only their own.
+	b.POST("/orders", h.handleOrderCreate, requireUser, h.requireVerified)
+	b.GET("/orders", h.handleOrders, requireUser)
+	b.POST("/orders/:id/cancel", h.handleOrderCancel, requireUser)
+	// Spot market (issue 15): bids for interruptible capacity on an
+	// offer's page; the buyer's own bids (the store checks whose).
+	b.POST("/offers/:id/spot-bids", h.handleSpotBid, requireUser, h.requireVerified)
+	b.GET("/spot", h.handleSpotBids, requireUser)
+	b.POST("/spot/bids/:id/cancel", h.handleSpotBidCancel, requireUser)
 	// Resale of reserved time (issue 15): listing and withdrawing need the
 	// reservation's holder (the store checks whose it is); the list and a
 	// listing are public; buying needs a confirmed address and a saved card.

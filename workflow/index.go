@@ -46,13 +46,17 @@ func (s *Service) ReloadIndex(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	rates, err := s.db.SpotInterruptionRates(ctx, now)
+	if err != nil {
+		return err
+	}
 	scores := make(map[int64]market.Reliability, len(records))
 	for id, r := range records {
 		scores[id] = market.ReliabilityOf(r)
 	}
 	cands := make([]market.Candidate, 0, len(listings))
 	for _, l := range listings {
-		cands = append(cands, candidate(l.Offer, records[l.Offer.ProviderID]))
+		cands = append(cands, candidate(l.Offer, records[l.Offer.ProviderID], rates[l.Offer.ID]))
 	}
 	idx := market.NewIndex()
 	if err := idx.Load(cands, commitments); err != nil {
@@ -91,9 +95,10 @@ func (s *Service) Reliability(providerID int64) market.Reliability {
 }
 
 // candidate is an offer as the matcher sees it, with its provider's
-// reliability score from their record.
-func candidate(o market.Offer, rec market.ProviderRecord) market.Candidate {
-	return market.Candidate{Offer: o, ReliabilityBP: market.ReliabilityBP(rec)}
+// reliability score from their record and the offer's observed spot
+// preemption rate (store.SpotInterruptionRates; 0 for unknown).
+func candidate(o market.Offer, rec market.ProviderRecord, interruptionPPM int) market.Candidate {
+	return market.Candidate{Offer: o, ReliabilityBP: market.ReliabilityBP(rec), InterruptionPPMPerHour: interruptionPPM}
 }
 
 // RefreshOffer makes the index follow a change to one offer (created,
@@ -110,6 +115,7 @@ func (s *Service) refreshOffer(ctx context.Context, offerID int64) {
 	if s.reloads > 0 {
 		s.replay = append(s.replay, offerID)
 	}
+	defer s.orders.note(offerID) // standing orders re-match on the change
 	l, err := s.db.FindOfferByID(ctx, offerID)
 	if err != nil {
 		s.log.Warn("index: offer not refreshed", "offer_id", offerID, "err", err)
@@ -124,7 +130,11 @@ func (s *Service) refreshOffer(ctx context.Context, offerID int64) {
 	if err != nil {
 		s.log.Warn("index: provider record", "offer_id", offerID, "err", err)
 	}
-	if err := s.Index().Upsert(candidate(l.Offer, rec)); err != nil {
+	ppm, err := s.db.SpotInterruptionRate(ctx, offerID, s.now())
+	if err != nil {
+		s.log.Warn("index: spot preemption rate", "offer_id", offerID, "err", err)
+	}
+	if err := s.Index().Upsert(candidate(l.Offer, rec, ppm)); err != nil {
 		s.log.Warn("index: offer not indexed", "offer_id", offerID, "err", err)
 	}
 }
@@ -199,4 +209,5 @@ func (s *Service) followCommitments(ctx context.Context, offerID int64) {
 		return
 	}
 	s.Index().SetCommitments(offerID, cs[offerID])
+	s.orders.note(offerID) // capacity freed (or taken): standing orders re-match
 }

@@ -12,15 +12,6 @@ import (
 	"github.com/gpumarket/gpumarket/store"
 )
 
-func (f *fixture) user(email string) market.User {
-	f.t.Helper()
-	u, err := f.db.CreateUser(f.ctx, market.User{Email: email, DisplayName: email, IsBuyer: true}, []byte("x"), f.now)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return u
-}
-
 // A running reservation's last six hours are resold; both reservations
 // settle. Figures by hand from the terms: the seller booked 8 devices ×
 // 10 h × 249¢ = 19,920¢. At 3 h 10 min in, the first whole hour at least

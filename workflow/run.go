@@ -94,9 +94,11 @@ func (s *Service) releaseLease() {
 }
 
 // Tick is one round of the periodic work at now: unpaid holds expire
-// (freeing their capacity in the index), reservations move through their
-// lifecycle, the agents' heartbeats are measured (measureTick), and the
-// money workflow advances (settleTick), and due mail is sent (mailTick).
+// (freeing their capacity in the index), standing orders past their
+// fill-by date expire, reservations move through their lifecycle, the
+// agents' heartbeats are measured (measureTick), the spot market clears
+// the offer-hours due (spotTick), the money workflow advances
+// (settleTick), and due mail is sent (mailTick).
 func (s *Service) Tick(ctx context.Context, now time.Time) {
 	expired, err := s.db.ExpireHolds(ctx, now)
 	if err != nil {
@@ -110,7 +112,9 @@ func (s *Service) Tick(ctx context.Context, now time.Time) {
 	if _, err := s.db.AdvanceReservations(ctx, now); err != nil {
 		s.log.Error("background: advance reservations", "err", err)
 	}
+	s.expireOrders(ctx, now)
 	s.measureTick(ctx, now)
+	s.spotTick(ctx, now) // spot market: clear the offer-hours due (workflow/spot.go)
 	s.settleTick(ctx, now)
 	s.resaleMoneyTick(ctx, now) // resale: sellers' credits, unsold payments' refunds
 	s.mailTick(ctx, now)

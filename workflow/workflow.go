@@ -103,6 +103,10 @@ type Service struct {
 
 	mail    *mail.Sender
 	compose mail.Composer
+
+	// orders queues the offers changed since the standing orders were
+	// last matched (orders.go).
+	orders *orderQueue
 }
 
 // New builds the service and loads the matcher index from the database.
@@ -121,7 +125,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 	}
 	s := &Service{db: db, pay: cfg.Billing, log: log, feeBP: cfg.PlatformFeeBP, now: func() time.Time { return cfg.Now().UTC() },
 		metrics: cfg.Metrics, holder: fmt.Sprintf("%s/%d/%08x", cfg.Replica, os.Getpid(), rand.Uint32()),
-		mail: cfg.Mail, compose: mail.Composer{BaseURL: cfg.BaseURL}}
+		mail: cfg.Mail, compose: mail.Composer{BaseURL: cfg.BaseURL}, orders: newOrderQueue()}
 	if err := s.ReloadIndex(ctx); err != nil {
 		return nil, err
 	}

@@ -89,6 +89,16 @@ func newFixtureAt(t *testing.T, dsn string, wrap func(*billing.Local) billing.Pr
 }
 
 // book reserves 8 devices for 10 hours from start: 8 × 10 × 249¢ = 19,920¢.
+// user signs up a buyer.
+func (f *fixture) user(email string) market.User {
+	f.t.Helper()
+	u, err := f.db.CreateUser(f.ctx, market.User{Email: email, DisplayName: email, IsBuyer: true}, []byte("x"), t0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return u
+}
+
 func (f *fixture) book(start time.Time) market.Reservation {
 	f.t.Helper()
 	p := market.ReservationPiece{OfferID: f.offer.ID, Devices: 8, Start: start, End: start.Add(10 * time.Hour), PriceCents: 249, AmountCents: 19920}

@@ -215,10 +215,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// above, so it runs after this): its step under way finishes first.
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	var background sync.WaitGroup
-	background.Add(2)
+	background.Add(3)
 	go func() {
 		defer background.Done()
 		wf.Run(bgCtx, *tick)
+	}()
+	go func() {
+		defer background.Done()
+		wf.MatchOrders(bgCtx) // standing orders, on every change the index follows
 	}()
 	go func() {
 		defer background.Done()

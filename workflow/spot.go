@@ -1,0 +1,93 @@
+package workflow
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+)
+
+// spotHold is how long a won spot hour is held for its payment, which is
+// made at once with the buyer's saved card: a declined hour stays held this
+// long for the buyer to pay it another way (the payment page), as the
+// decline's notification says, then lapses like any unpaid hold.
+const spotHold = 10 * time.Minute
+
+// PlaceSpotBid places a buyer's bid for interruptible capacity. It needs a
+// saved payment method (each won hour is charged to it at once): without
+// one it is a market CodeInvalid error asking for one.
+func (s *Service) PlaceSpotBid(ctx context.Context, b market.SpotBid) (market.SpotBid, error) {
+	if _, err := s.defaultMethod(ctx, b.BuyerID); err != nil {
+		return market.SpotBid{}, err
+	}
+	b, err := s.db.PlaceSpotBid(ctx, b, s.now())
+	if err != nil {
+		return market.SpotBid{}, err
+	}
+	s.log.Info("spot bid placed", "bid_id", b.ID, "offer_id", b.OfferID, "buyer_id", b.BuyerID, "devices", b.Devices, "max_cents", int64(b.MaxCents))
+	return b, nil
+}
+
+// CancelSpotBid stops a buyer's live bid; hours it already won stay booked.
+func (s *Service) CancelSpotBid(ctx context.Context, buyerID, bidID int64) (market.SpotBid, error) {
+	return s.db.CancelSpotBid(ctx, buyerID, bidID, s.now())
+}
+
+// spotTick clears every offer-hour whose clearing time has passed
+// (ClearSpot) and finishes the bids whose window has ended.
+func (s *Service) spotTick(ctx context.Context, now time.Time) {
+	due, err := s.db.SpotHoursDue(ctx, now)
+	if err != nil {
+		s.log.Error("background: spot hours due", "err", err)
+	}
+	for _, d := range due {
+		if _, err := s.ClearSpot(ctx, d.OfferID, d.Hour, now); err != nil {
+			s.log.Error("background: clear spot hour", "offer_id", d.OfferID, "hour", d.Hour, "err", err)
+		}
+	}
+	if _, err := s.db.FinishSpotBids(ctx, now); err != nil {
+		s.log.Error("background: finish spot bids", "err", err)
+	}
+}
+
+// ClearSpot clears one offer-hour at now (store.ClearSpotHour: at most
+// once, whoever calls it), makes the index follow each won hour's
+// reservation, and pays each at once with its buyer's saved card
+// (PayWithSavedMethod, at the clearing price, never above the bid's
+// maximum). A won hour that cannot be paid (declined, or no saved card
+// any more) stops its bid, with a notification; the hour stays held for
+// spotHold, payable on the payment page, then lapses and its devices go
+// back on the market.
+func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.Time) (store.SpotResult, error) {
+	res, err := s.db.ClearSpotHour(ctx, offerID, hour, now, spotHold)
+	if err != nil || !res.Cleared {
+		return res, err
+	}
+	c := res.Clearing
+	s.log.Info("spot hour cleared", "offer_id", offerID, "hour", c.Hour, "price_cents", int64(c.PriceCents),
+		"capacity", c.Capacity, "devices_bid", c.DevicesBid, "devices_sold", c.DevicesSold, "preempted", len(res.Preempted))
+	for _, a := range res.Awards {
+		s.holdCommitments(a.Reservation)
+	}
+	for _, a := range res.Awards {
+		r := a.Reservation
+		if _, err := s.PayWithSavedMethod(ctx, r.BuyerID, r.ID); err != nil {
+			code := market.ErrorCode(err)
+			if code != market.CodeConflict && code != market.CodeInvalid {
+				// Not the card's answer: the hold stays and expires unpaid if nothing pays it.
+				s.log.Error("spot hour not paid", "reservation_id", r.ID, "bid_id", a.BidID, "err", err)
+				continue
+			}
+			reason := "your saved card was not charged"
+			if code == market.CodeInvalid {
+				reason = "you have no saved payment method"
+			}
+			s.log.Info("spot hour declined; bid stopped", "reservation_id", r.ID, "bid_id", a.BidID)
+			if _, err := s.db.StopSpotBidDeclined(ctx, r.BuyerID, a.BidID, reason, s.now()); err != nil && market.ErrorCode(err) != market.CodeConflict {
+				s.log.Error("spot bid not stopped", "bid_id", a.BidID, "err", err)
+			}
+		}
+	}
+	return res, nil
+}
