@@ -84,8 +84,9 @@ func (l ResaleListing) StatusLabel(r Reservation, now time.Time) string {
 }
 
 // CanResell returns nil when r's remaining time may be listed: it is paid
-// and not finished (confirmed or active), was not bought on resale itself
-// and has not been resold already; otherwise a conflict saying why.
+// and not finished (confirmed or active), was not bought on resale itself,
+// has not been resold already and holds no interruptible (spot) piece,
+// which the provider may preempt; otherwise a conflict saying why.
 func CanResell(r Reservation) error {
 	if r.State != ReservationConfirmed && r.State != ReservationActive {
 		return Errorf(CodeConflict, "Only a paid reservation that has not ended can be resold; this one is %s.", r.State.Label())
@@ -98,6 +99,11 @@ func CanResell(r Reservation) error {
 	}
 	if len(r.Pieces) == 0 {
 		return Errorf(CodeConflict, "This reservation has no pieces to resell.")
+	}
+	for _, p := range r.Pieces {
+		if p.Interruptible {
+			return Errorf(CodeConflict, "Interruptible time cannot be resold: the provider may preempt it.")
+		}
 	}
 	return nil
 }

@@ -89,7 +89,8 @@ func TestResaleFromChoices(t *testing.T) {
 	}
 	for _, r := range []Reservation{resaleRes(ReservationHeld), resaleRes(ReservationCompleted),
 		func() Reservation { x := resaleRes(ReservationActive); x.ResaleOf = 2; return x }(),
-		func() Reservation { x := resaleRes(ReservationActive); x.ResoldAt = resaleT0; return x }()} {
+		func() Reservation { x := resaleRes(ReservationActive); x.ResoldAt = resaleT0; return x }(),
+		func() Reservation { x := resaleRes(ReservationActive); x.Pieces[1].Interruptible = true; return x }()} {
 		if err := CanResell(r); ErrorCode(err) != CodeConflict {
 			t.Errorf("CanResell(%s, resale of %d, resold %v) = %v, want conflict", r.State, r.ResaleOf, r.ResoldAt, err)
 		}
