@@ -39,6 +39,9 @@ func CanExtend(r Reservation, now time.Time) error {
 	if r.State != ReservationActive {
 		return Errorf(CodeConflict, "Only a running reservation can be extended; this one is %s.", r.State.Label())
 	}
+	if err := ResaleLocked(r); err != nil {
+		return err
+	}
 	for i, p := range r.Pieces {
 		if !p.End.After(now) {
 			return Errorf(CodeConflict, "Piece %d of this reservation has already ended, so it can no longer be extended as a whole.", i+1)

@@ -26,6 +26,9 @@ const (
 	// EntryChargebackReversal is that money returned when the platform won.
 	EntryChargeback         = "chargeback"
 	EntryChargebackReversal = "chargeback_reversal"
+	// EntryResale passes what a buyer paid for resold time to its seller
+	// (Dr the buyer's account, Cr the seller's; see ResaleEntries).
+	EntryResale = "resale"
 )
 
 // Platform accounts. Buyers and providers have one account each, named by
@@ -108,6 +111,8 @@ func EntryKindLabel(kind string) string {
 		return "Chargeback"
 	case EntryChargebackReversal:
 		return "Chargeback reversed"
+	case EntryResale:
+		return "Resale"
 	}
 	return "Money movement"
 }
@@ -167,6 +172,8 @@ func (e LedgerEntry) Describe(reader string) string {
 		return "Taken back by " + whose(e.Debit) + " bank (chargeback)"
 	case EntryChargebackReversal:
 		return "Chargeback reversed: returned by " + whose(e.Credit) + " bank"
+	case EntryResale:
+		return "Resold time: paid by " + who(e.Debit) + " to " + who(e.Credit)
 	}
 	return e.Kind
 }
@@ -202,7 +209,8 @@ func ChargeEntries(r Reservation, paymentIntentID string, at time.Time) ([]Ledge
 
 // SettlementEntries records a settlement statement: per provider the credit
 // back to the buyer, the platform fee and the transfer; then the one refund
-// to the buyer. Zero amounts make no entry. StripeRef is empty: the caller
+// to the buyer (less a resale credit, passed on to the holder of the
+// resold hours: resale, Dr buyer, Cr that holder). Zero amounts make no entry. StripeRef is empty: the caller
 // fills it in for the refund and transfers with the ids Stripe returns.
 func SettlementEntries(s Statement, at time.Time) []LedgerEntry {
 	refunds := map[int64]Cents{}
@@ -222,7 +230,13 @@ func SettlementEntries(s Statement, at time.Time) []LedgerEntry {
 		add(EntryCredit, prov, buyer, refunds[pp.ProviderID], pp.ProviderID)
 		add(EntryFee, prov, AccountPlatformFees, pp.Fee, pp.ProviderID)
 	}
-	add(EntryRefund, buyer, AccountPlatformCash, s.Refund, 0)
+	if s.ResaleCredit > 0 {
+		// The resold hours' credits pass to their holder, refunded on
+		// their own payment (ResaleSLARefundEntry).
+		out = append(out, LedgerEntry{ReservationID: s.ReservationID, Kind: EntryResale, Debit: buyer, Credit: BuyerAccount(s.ResaleBuyerID),
+			Amount: s.ResaleCredit, IdempotencyKey: ResaleKey(s.ResaleListingID, "sla_credit"), At: at})
+	}
+	add(EntryRefund, buyer, AccountPlatformCash, s.Refund-s.ResaleCredit, 0)
 	for _, pp := range s.Payouts() {
 		add(EntryTransfer, ProviderAccount(pp.ProviderID), AccountPlatformCash, pp.Payout, pp.ProviderID)
 	}
@@ -316,7 +330,7 @@ func CheckSettled(entries []LedgerEntry, reservationID int64) error {
 func knownEntryKind(k string) bool {
 	switch k {
 	case EntryCharge, EntryCredit, EntryRefund, EntryFee, EntryTransfer, EntryLoss, EntryFeeReversal,
-		EntryChargeback, EntryChargebackReversal:
+		EntryChargeback, EntryChargebackReversal, EntryResale:
 		return true
 	}
 	return false

@@ -155,6 +155,13 @@ type Reservation struct {
 	// RejectReason what they said.
 	RejectedAt   time.Time
 	RejectReason string
+
+	// ResaleOf is the reservation whose remaining time this one was bought
+	// from on resale (see resale.go), or 0; ResoldAt is when this
+	// reservation's own remaining time, sold on resale, passed to its buyer
+	// (zero if not).
+	ResaleOf int64
+	ResoldAt time.Time
 }
 
 // Start is the earliest piece start.

@@ -328,6 +328,13 @@ type Statement struct {
 	// statement was computed (ApplyDisputeCredit), in order. Fee and Payout
 	// above are as first computed; Payouts gives what is owed now.
 	DisputeCredits []DisputeCredit `json:",omitempty"`
+	// ResaleCredit is the part of Refund owed to the holder of the
+	// reservation's time bought on resale (ResaleBuyerID, through listing
+	// ResaleListingID) for incidents in the resold hours
+	// (ResaleSLACredit); the reservation's own buyer is refunded the rest.
+	ResaleCredit    Cents `json:",omitempty"`
+	ResaleBuyerID   int64 `json:",omitempty"`
+	ResaleListingID int64 `json:",omitempty"`
 }
 
 // ProviderPayout is what one provider is owed by a settlement.

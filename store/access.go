@@ -131,6 +131,7 @@ func nodePiece(ctx context.Context, tx *sql.Tx, t HostToken, pieceID int64) (mar
 	}
 	for _, p := range r.Pieces {
 		if p.ID == pieceID && p.DevicesOnNode(t.Node) > 0 {
+			p.End = market.AccessEnd(r, p) // the holder's rental ends where its time was resold
 			return r, p, nil
 		}
 	}

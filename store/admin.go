@@ -580,7 +580,7 @@ func providerRecords(ctx context.Context, q querier, providerID int64, now time.
 	if err := each(`SELECT p.provider_id, COUNT(DISTINCT p.reservation_id), MAX(p.devices),
 			SUM(CASE WHEN p.end_at > ? AND p.end_at <= ? THEN p.devices * (p.end_at - p.start_at) ELSE 0 END)
 		FROM reservation_pieces p JOIN reservations r ON r.id = p.reservation_id
-		WHERE r.state IN (?, ?)`+f+` GROUP BY p.provider_id`, append(args, fa...),
+		WHERE r.state IN (?, ?) AND r.resale_of IS NULL`+f+` GROUP BY p.provider_id`, append(args, fa...),
 		func(rows *sql.Rows, r *market.ProviderRecord) (int64, error) {
 			var id int64
 			return id, rows.Scan(&id, &r.DeliveredReservations, &r.MaxDeliveredDevices, &r.PromisedDeviceSeconds)

@@ -509,11 +509,16 @@ func offerRentals(ctx context.Context, q querier, offerID int64, node int, now t
 	rentals, err := collect(ctx, q, func(s scanner) (HostRental, error) {
 		var r HostRental
 		var state string
-		var updated int64
-		p, err := scanPiece(s, &r.ReservationID, &state, &updated, &r.BuyerID, &r.BuyerName)
+		var updated, resold int64
+		p, err := scanPiece(s, &r.ReservationID, &state, &updated, &r.BuyerID, &r.BuyerName, &resold)
+		if resold != 0 {
+			// The holder's rental ends where its remaining time was resold;
+			// the buyer's own piece takes over from there (market.AccessEnd).
+			p.End = market.AccessEnd(market.Reservation{ResoldAt: fromUnix(resold)}, p)
+		}
 		r.Piece, r.State, r.UpdatedAt = p, market.ReservationState(state), fromUnix(updated)
 		return r, err
-	}, `SELECT `+pieceColumns+`, r.id, r.state, r.updated_at, u.id, u.display_name FROM reservation_pieces p
+	}, `SELECT `+pieceColumns+`, r.id, r.state, r.updated_at, u.id, u.display_name, COALESCE(r.resold_at, 0) FROM reservation_pieces p
 		JOIN reservations r ON r.id = p.reservation_id JOIN users u ON u.id = r.buyer_id
 		WHERE `+where+` ORDER BY p.start_at, p.id`, args...)
 	return rentals, err

@@ -91,7 +91,11 @@ func (db *DB) ReportIncident(ctx context.Context, in Incident, now time.Time) (I
 	if err := incidentsOpen(ctx, tx, r); err != nil {
 		return Incident{}, err
 	}
-	if err := market.ValidateIncident(&in.Incident, *piece); err != nil {
+	// On resold time only up to the resale: the rest is the buyer's, on
+	// their own pieces (market.AccessEnd).
+	held := *piece
+	held.End = market.AccessEnd(r, held)
+	if err := market.ValidateIncident(&in.Incident, held); err != nil {
 		return Incident{}, err
 	}
 	in.Acknowledged = in.ReportedBy == ReportedByProvider
@@ -129,7 +133,11 @@ func incidentsOpen(ctx context.Context, tx querier, r market.Reservation) error 
 		return conflict(fmt.Sprintf("Incidents can be reported only while a reservation runs or after it ends, before settlement; this one is %s.", r.State.Label()))
 	}
 	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM settlements WHERE reservation_id = ?`, r.ID).Scan(&n); err != nil {
+	settles := r.ID
+	if r.ResaleOf != 0 {
+		settles = r.ResaleOf // time bought on resale settles with its original
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM settlements WHERE reservation_id = ?`, settles).Scan(&n); err != nil {
 		return err
 	}
 	if n > 0 {

@@ -32,7 +32,7 @@ func (db *DB) ListTrades(ctx context.Context, from, to time.Time) ([]market.Trad
 		FROM reservations r
 		JOIN reservation_pieces p ON p.reservation_id = r.id
 		JOIN offers o ON o.id = p.offer_id
-		WHERE r.created_at >= ? AND r.created_at < ? AND r.state IN (`+placeholders(len(tradedStates))+`)
+		WHERE r.created_at >= ? AND r.created_at < ? AND r.resale_of IS NULL AND r.state IN (`+placeholders(len(tradedStates))+`)
 		ORDER BY r.created_at, p.id`, args...)
 	if err != nil {
 		return nil, fail(op, err, "")
@@ -365,7 +365,7 @@ func (db *DB) ListForwardMarket(ctx context.Context, now time.Time) ([]market.Of
 		FROM reservations r
 		JOIN reservation_pieces p ON p.reservation_id = r.id
 		JOIN offers o ON o.id = p.offer_id
-		WHERE p.start_at >= ? AND p.start_at < ? AND r.state IN (`+placeholders(len(tradedStates))+`)
+		WHERE p.start_at >= ? AND p.start_at < ? AND r.resale_of IS NULL AND r.state IN (`+placeholders(len(tradedStates))+`)
 		ORDER BY p.start_at, p.id`, args...)
 	if err != nil {
 		return nil, nil, fail(op, err, "")

@@ -42,6 +42,9 @@ func (db *DB) RejectReservation(ctx context.Context, buyerID, id int64, reason s
 	if err != nil {
 		return market.Reservation{}, fail(op, err, "")
 	}
+	if err := market.ResaleLocked(r); err != nil {
+		return market.Reservation{}, fail(op, err, "")
+	}
 	before := r.State
 	st, err := market.RejectionStatement(r, now, feeBP)
 	if err != nil {

@@ -32,7 +32,8 @@ const (
 
 const (
 	reservationColumns = `r.id, r.buyer_id, r.state, r.amount_cents, r.hold_expires_at, r.cancel_fee_cents,
-		r.request_json, r.created_at, r.updated_at, r.extends_id, COALESCE(r.rejected_at, 0), r.reject_reason`
+		r.request_json, r.created_at, r.updated_at, r.extends_id, COALESCE(r.rejected_at, 0), r.reject_reason,
+		COALESCE(r.resale_of, 0), COALESCE(r.resold_at, 0)`
 	pieceColumns = `p.id, p.offer_id, p.provider_id, p.devices, p.start_at, p.end_at, p.interruptible,
 		p.price_cents, p.amount_cents, p.free_cancel_hours, p.cancel_fee_bp,
 		p.billing_basis, p.uptime_bp, p.credit_cap_bp, p.credit_schedule_json, p.gang, p.nodes, p.reject_minutes`
@@ -42,8 +43,10 @@ const (
 // to hold capacity at now (its arguments are holdsCapacityArgs(now)):
 // confirmed or active, or held with the hold not yet expired. An expired hold stops counting here the moment it
 // lapses, whether or not ExpireHolds has marked it yet. It matches
-// market.ReservationState.HoldsCapacity.
-const holdsCapacity = `(r.state IN (?, ?) OR (r.state = ? AND r.hold_expires_at > ?))`
+// market.ReservationState.HoldsCapacity. Time bought on resale
+// (resale_of set) holds none: the original reservation's pieces keep
+// holding it (market/resale.go).
+const holdsCapacity = `(r.resale_of IS NULL AND (r.state IN (?, ?) OR (r.state = ? AND r.hold_expires_at > ?)))`
 
 func holdsCapacityArgs(now time.Time) []any {
 	return []any{string(market.ReservationConfirmed), string(market.ReservationActive),
@@ -53,11 +56,14 @@ func holdsCapacityArgs(now time.Time) []any {
 func scanReservation(s scanner) (market.Reservation, error) {
 	var r market.Reservation
 	var state string
-	var amount, fee, holdExpires, created, updated, rejected int64
+	var amount, fee, holdExpires, created, updated, rejected, resold int64
 	var extends sql.NullInt64
 	if err := s.Scan(&r.ID, &r.BuyerID, &state, &amount, &holdExpires, &fee,
-		&r.RequestJSON, &created, &updated, &extends, &rejected, &r.RejectReason); err != nil {
+		&r.RequestJSON, &created, &updated, &extends, &rejected, &r.RejectReason, &r.ResaleOf, &resold); err != nil {
 		return market.Reservation{}, err
+	}
+	if resold != 0 {
+		r.ResoldAt = fromUnix(resold)
 	}
 	r.ExtendsID = extends.Int64
 	if rejected != 0 {
@@ -689,6 +695,9 @@ func (db *DB) CancelReservation(ctx context.Context, buyerID, id int64, feeBP in
 	if !market.CanTransition(r.State, market.ReservationCancelled) {
 		return market.Reservation{}, conflict(fmt.Sprintf("%s reservation cannot be cancelled.", r.State.LabelWithArticle()))
 	}
+	if err := market.ResaleLocked(r); err != nil {
+		return market.Reservation{}, fail(op, err, "")
+	}
 	fee, err := market.CancellationFee(r, now)
 	if err != nil {
 		return market.Reservation{}, fail(op, err, "")
@@ -794,6 +803,9 @@ func (db *DB) AdvanceReservations(ctx context.Context, now time.Time) ([]market.
 		return nil, fail(op, err, "")
 	}
 	for _, r := range active {
+		if !r.ResoldAt.IsZero() && !r.ResoldAt.After(r.Start()) {
+			continue // sold whole before it started: nothing to connect to
+		}
 		if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyReservationStarting, CreatedAt: now,
 			URL: fmt.Sprintf("/reservations/%d", r.ID),
 			Message: fmt.Sprintf("Reservation #%d has started (%s). Its connection details — the hosts and how to reach them with your SSH key — are on the reservation's page.",

@@ -212,7 +212,10 @@ func (db *DB) CountSettlementBacklog(ctx context.Context) (SettlementBacklog, er
 
 // pendingIncidentsWhere selects, on reservations aliased r, those with a
 // buyer report neither acknowledged nor turned into a dispute.
-const pendingIncidentsWhere = `EXISTS (SELECT 1 FROM incidents i WHERE i.reservation_id = r.id AND i.acknowledged = 0 AND i.disputed_at IS NULL)`
+// Reports on time bought on resale (reservations whose resale_of is r)
+// count too: they settle with r.
+const pendingIncidentsWhere = `EXISTS (SELECT 1 FROM incidents i WHERE (i.reservation_id = r.id
+	OR i.reservation_id IN (SELECT n.id FROM reservations n WHERE n.resale_of = r.id)) AND i.acknowledged = 0 AND i.disputed_at IS NULL)`
 
 // ListSettleable returns the completed reservations ready to settle: paid,
 // not yet settling, and with no buyer report still awaiting the provider.
@@ -303,7 +306,15 @@ func (db *DB) StartSettlement(ctx context.Context, reservationID int64, feeBP in
 	if err != nil {
 		return Settlement{}, fail(op, err, "")
 	}
+	// Resold time's incidents settle here, their credit to its holder (resale.go).
+	sale, err := settleResale(ctx, tx, r, in, &st)
+	if err != nil {
+		return Settlement{}, fail(op, err, "")
+	}
 	if err := insertSettlement(ctx, tx, st, now); err != nil {
+		return Settlement{}, fail(op, err, "")
+	}
+	if err := recordResaleSLACredit(ctx, tx, sale, st, now); err != nil {
 		return Settlement{}, fail(op, err, "")
 	}
 	if err := notifyStatement(ctx, tx, st, now); err != nil {
@@ -332,7 +343,7 @@ func insertSettlement(ctx context.Context, tx *sql.Tx, st market.Statement, now 
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO settlements (reservation_id, statement_json, refund_cents, refund_done, state,
 		next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		st.ReservationID, string(stmt), int64(st.Refund), boolInt(st.Refund == 0), string(SettlementPending), unix(now), unix(now), unix(now)); err != nil {
+		st.ReservationID, string(stmt), int64(st.Refund-st.ResaleCredit), boolInt(st.Refund-st.ResaleCredit == 0), string(SettlementPending), unix(now), unix(now), unix(now)); err != nil {
 		return err
 	}
 	for _, pp := range st.Payouts() {
@@ -355,7 +366,7 @@ func insertSettlement(ctx context.Context, tx *sql.Tx, st market.Statement, now 
 	}
 	var bookkeeping []market.LedgerEntry
 	for _, e := range market.SettlementEntries(st, now) {
-		if e.Kind == market.EntryCredit || e.Kind == market.EntryFee {
+		if e.Kind == market.EntryCredit || e.Kind == market.EntryFee || e.Kind == market.EntryResale {
 			bookkeeping = append(bookkeeping, e)
 		}
 	}
@@ -570,7 +581,10 @@ func (db *DB) RetrySettlement(ctx context.Context, reservationID int64, now time
 // statement is ready, with the refund and the payouts it makes.
 func notifyStatement(ctx context.Context, tx *sql.Tx, st market.Statement, now time.Time) error {
 	msg := fmt.Sprintf("The statement of reservation #%d is ready: you paid %s; %s comes back to your card (SLA credits and time not charged).",
-		st.ReservationID, st.Paid, st.Refund)
+		st.ReservationID, st.Paid, st.Refund-st.ResaleCredit)
+	if st.ResaleCredit > 0 {
+		msg += fmt.Sprintf(" The %s of credits for incidents in the hours you resold goes to their buyer.", st.ResaleCredit)
+	}
 	if st.Refund == 0 {
 		msg = fmt.Sprintf("The statement of reservation #%d is ready: you paid %s; the rental met its terms, so nothing is refunded.", st.ReservationID, st.Paid)
 	}

@@ -201,6 +201,11 @@ func (h *Handler) handleCatalogue(c echo.Context) error {
 	if f.Offset+len(listings) < total {
 		v.NextURL = pageURL(page + 1)
 	}
+	if page == 1 {
+		if v.Resale, err = h.resaleCards(c.Request().Context()); err != nil {
+			return err
+		}
+	}
 	return render(c, http.StatusOK, views.Catalogue(h.page(c, "Catalogue"), v))
 }
 

@@ -41,6 +41,9 @@ func (h *Handler) handleRequestBuilder(c echo.Context) error {
 			} else if err != nil {
 				return err
 			}
+			if qv.Resale, err = h.resaleSources(c.Request().Context(), req); err != nil {
+				return err
+			}
 			v.Quotes = qv
 		}
 	}

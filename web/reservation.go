@@ -173,6 +173,9 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 	if v.Extend, err = h.extendOffer(ctx, currentUser(c).ID, r); err != nil {
 		return err
 	}
+	if v.Resale, err = h.resalePanel(ctx, currentUser(c).ID, r, now); err != nil {
+		return err
+	}
 	if v.Access, err = h.reservationAccessView(c, r, now); err != nil {
 		return err
 	}
@@ -181,6 +184,7 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 		return err
 	}
 	v.Reject = rejectPanelView(r, acceptance, now)
+	resaleAdjust(r, &v)
 	return render(c, http.StatusOK, views.Reservation(h.page(c, fmt.Sprintf("Reservation %d", r.ID)), v))
 }
 

@@ -123,6 +123,15 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/offers/:id/spot-bids", h.handleSpotBid, requireUser, h.requireVerified)
 	b.GET("/spot", h.handleSpotBids, requireUser)
 	b.POST("/spot/bids/:id/cancel", h.handleSpotBidCancel, requireUser)
+	// Resale of reserved time (issue 15): listing and withdrawing need the
+	// reservation's holder (the store checks whose it is); the list and a
+	// listing are public; buying needs a confirmed address and a saved card.
+	b.GET("/reservations/:id/resale", h.handleResaleForm, requireUser)
+	b.POST("/reservations/:id/resale", h.handleResaleCreate, requireUser, h.requireVerified)
+	b.POST("/resale/:id/withdraw", h.handleResaleWithdraw, requireUser)
+	b.GET("/resale", h.handleResaleList)
+	b.GET("/resale/:id", h.handleResaleShow)
+	b.POST("/resale/:id/buy", h.handleResaleBuy, requireUser, h.requireVerified)
 
 	// Any signed-in user. (Per route, not a group: a group with an empty
 	// prefix would catch every unknown path and send it to log in.)

@@ -337,6 +337,9 @@ func (h *Handler) statementView(ctx context.Context, s store.Settlement, provide
 	if len(st.Pending) > 0 {
 		v.Pending = fmt.Sprintf("%d incident report(s) were not acknowledged and are not counted; they went to the admins as disputes.", len(st.Pending))
 	}
+	if st.ResaleCredit > 0 && !forProvider {
+		v.Pending = joinSentences(v.Pending, fmt.Sprintf("Of the refund, %s of SLA credits for incidents in the hours you resold went to their buyer, refunded to their card (resale).", st.ResaleCredit))
+	}
 	account := market.BuyerAccount(s.BuyerID)
 	if forProvider {
 		account = market.ProviderAccount(providerID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
@@ -123,6 +124,28 @@ func (s *Service) Reconcile(ctx context.Context, opts ReconcileOptions) ([]Diffe
 	}
 	for _, d := range pendingDisputes {
 		add(d.ReservationID, fmt.Sprintf("dispute %d credit granted but not refunded yet", d.ID), d.CreditCents.String(), "")
+	}
+	// Resale (resale.go): sellers' credits and unsold payments not yet refunded.
+	credits, err := db.ListPendingResaleCredits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range credits {
+		add(c.Listing.ReservationID, fmt.Sprintf("resale listing %d: seller's credit not refunded yet", c.Listing.ID), c.Listing.Credit.String(), c.Listing.LastError)
+	}
+	slaCredits, err := db.ListDueResaleSLACredits(ctx, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range slaCredits {
+		add(c.Listing.ReservationID, fmt.Sprintf("resale listing %d: SLA credit of the resold hours not refunded yet", c.Listing.ID), c.Amount.String(), c.Listing.LastError)
+	}
+	unsold, err := db.ListDueResaleRefunds(ctx, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range unsold {
+		add(f.ReservationID, fmt.Sprintf("resale listing %d: unsold payment %s not refunded yet", f.ListingID, f.PaymentIntentID), f.Amount.String(), f.LastError)
 	}
 	if opts.LedgerOnly {
 		return out, nil

@@ -116,6 +116,7 @@ func (s *Service) Tick(ctx context.Context, now time.Time) {
 	s.measureTick(ctx, now)
 	s.spotTick(ctx, now) // spot market: clear the offer-hours due (workflow/spot.go)
 	s.settleTick(ctx, now)
+	s.resaleMoneyTick(ctx, now) // resale: sellers' credits, unsold payments' refunds
 	s.mailTick(ctx, now)
 }
 

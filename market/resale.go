@@ -1,0 +1,410 @@
+package market
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Resale of reserved time. The holder of a paid reservation that has not
+// started (confirmed), or of a running one (active), may list the time
+// that remains from a whole hour From to the end of every piece, all
+// pieces together, at a price of their own. A sale moves that time to the
+// buyer: a new reservation whose pieces are the original's from From (the
+// same offers, devices, nodes and frozen terms), while the original
+// reservation keeps holding the capacity and keeps settling the provider
+// for the whole time it booked, so the provider's payout is exactly what
+// it would have been without the sale. The buyer pays the price; the
+// platform keeps its fee (PlatformFeeBP of the price) and the seller is
+// credited the rest as a refund on the payment they booked with — so the
+// price may not exceed what they paid for the time sold (ResalePriceCap).
+
+// ResaleMargin is how far ahead of now a running reservation's remaining
+// time may be listed from: the first whole hour at least this far ahead.
+const ResaleMargin = 15 * time.Minute
+
+// ListingState is where a resale listing stands.
+type ListingState string
+
+// Listing states. An open listing lapses, without a write, once its start
+// passes or its reservation leaves confirmed/active (ListingOpen).
+const (
+	ListingOpen      ListingState = "open"
+	ListingWithdrawn ListingState = "withdrawn"
+	ListingSold      ListingState = "sold"
+)
+
+// ResaleListing is an offer to sell a reservation's remaining time.
+type ResaleListing struct {
+	ID            int64
+	ReservationID int64
+	SellerID      int64
+	From          time.Time // the whole hour the time sold starts at
+	Price         Cents     // what the buyer pays for all of it
+	State         ListingState
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+
+	// Set by the sale.
+	BuyerID           int64
+	SoldReservationID int64
+	SoldAt            time.Time
+	ChargeRef         string // the buyer's payment
+	Fee               Cents  // the platform's fee
+	Credit            Cents  // Price − Fee, refunded to the seller
+	CreditDone        bool
+	CreditRef         string // the processor's refund of the credit
+	Attempts          int
+	LastError         string
+	// SLACredit is what the original's settlement owes the buyer for
+	// incidents in the resold hours (ResaleSLACredit), refunded to their
+	// payment; SLACreditDone once refunded (or when there is none).
+	SLACredit     Cents
+	SLACreditDone bool
+}
+
+// Live reports whether the listing can be bought at now, given its
+// reservation r: open, its start still ahead, and r still confirmed or
+// active and not resold.
+func (l ResaleListing) Live(r Reservation, now time.Time) bool {
+	return l.State == ListingOpen && now.Before(l.From) && CanResell(r) == nil
+}
+
+// StatusLabel says where the listing stands at now for people.
+func (l ResaleListing) StatusLabel(r Reservation, now time.Time) string {
+	switch {
+	case l.State == ListingSold:
+		return "sold"
+	case l.State == ListingWithdrawn:
+		return "withdrawn"
+	case l.Live(r, now):
+		return "open"
+	}
+	return "lapsed"
+}
+
+// CanResell returns nil when r's remaining time may be listed: it is paid
+// and not finished (confirmed or active), was not bought on resale itself,
+// has not been resold already and holds no interruptible (spot) piece,
+// which the provider may preempt; otherwise a conflict saying why.
+func CanResell(r Reservation) error {
+	if r.State != ReservationConfirmed && r.State != ReservationActive {
+		return Errorf(CodeConflict, "Only a paid reservation that has not ended can be resold; this one is %s.", r.State.Label())
+	}
+	if r.ResaleOf != 0 {
+		return Errorf(CodeConflict, "Time bought on resale cannot be resold again.")
+	}
+	if !r.ResoldAt.IsZero() {
+		return Errorf(CodeConflict, "This reservation's remaining time has already been sold.")
+	}
+	if len(r.Pieces) == 0 {
+		return Errorf(CodeConflict, "This reservation has no pieces to resell.")
+	}
+	for _, p := range r.Pieces {
+		if p.Interruptible {
+			return Errorf(CodeConflict, "Interruptible time cannot be resold: the provider may preempt it.")
+		}
+	}
+	return nil
+}
+
+// ResaleFromChoices are the whole hours a listing of r may start at, at
+// now: for a reservation that has not started, its start (if it is at
+// least ResaleMargin ahead); for a running one, every whole hour from the
+// first one ResaleMargin ahead until before the earliest piece end.
+func ResaleFromChoices(r Reservation, now time.Time) []time.Time {
+	if CanResell(r) != nil {
+		return nil
+	}
+	earliest := now.Add(ResaleMargin)
+	if r.State == ReservationConfirmed {
+		if s := r.Start(); !s.Before(earliest) && s.Equal(s.Truncate(time.Hour)) {
+			return []time.Time{s}
+		}
+		return nil
+	}
+	end := r.End()
+	for _, p := range r.Pieces {
+		if p.End.Before(end) {
+			end = p.End
+		}
+	}
+	var out []time.Time
+	t := earliest.Truncate(time.Hour)
+	if t.Before(earliest) {
+		t = t.Add(time.Hour)
+	}
+	for ; t.Before(end); t = t.Add(time.Hour) {
+		out = append(out, t)
+	}
+	return out
+}
+
+// CheckResaleFrom checks that from is one of ResaleFromChoices(r, now).
+func CheckResaleFrom(r Reservation, from, now time.Time) error {
+	if err := CanResell(r); err != nil {
+		return err
+	}
+	for _, t := range ResaleFromChoices(r, now) {
+		if t.Equal(from) {
+			return nil
+		}
+	}
+	msg := "Choose a whole hour at least 15 minutes from now and before the end of every piece."
+	if r.State == ReservationConfirmed {
+		msg = "A reservation that has not started is sold whole, from its start, at least 15 minutes ahead."
+	}
+	return &Error{Code: CodeInvalid, Message: msg, Fields: map[string]string{"from": msg}}
+}
+
+// ResalePriceCap is the most a listing of r from `from` may ask: what the
+// seller paid for the time sold — each piece's amount pro rata to the part
+// of it from `from` on, rounded down to the cent — less what has already
+// been refunded on their payment. Never negative.
+func ResalePriceCap(r Reservation, from time.Time, refunded Cents) Cents {
+	var c Cents
+	for _, p := range r.Pieces {
+		whole := int64(p.End.Sub(p.Start) / time.Second)
+		start := p.Start
+		if from.After(start) {
+			start = from
+		}
+		part := int64(p.End.Sub(start) / time.Second)
+		if whole <= 0 || part <= 0 {
+			continue
+		}
+		c += Cents(int64(p.AmountCents) * part / whole)
+	}
+	return max(c-refunded, 0)
+}
+
+// ValidateResaleListing checks a listing of r from `from` at price at
+// now, with refunded already refunded on the seller's payment: the
+// reservation can be resold, from is a whole hour it may start at
+// (CheckResaleFrom) and the price is within the cap (CheckResalePrice).
+// Bad input is one CodeInvalid error with a message per field.
+func ValidateResaleListing(r Reservation, from time.Time, price, refunded Cents, now time.Time) error {
+	if err := CanResell(r); err != nil {
+		return err
+	}
+	fields := map[string]string{}
+	if err := CheckResaleFrom(r, from, now); err != nil {
+		fields["from"] = ErrorMessage(err)
+	} else if err := CheckResalePrice(price, ResalePriceCap(r, from, refunded)); err != nil {
+		fields["price"] = ErrorMessage(err)
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	msg := fields["from"]
+	if msg == "" {
+		msg = fields["price"]
+	}
+	return &Error{Code: CodeInvalid, Message: msg, Fields: fields}
+}
+
+// CheckResalePrice checks a listing's price against its cap: at least one
+// cent and at most the cap.
+func CheckResalePrice(price, limit Cents) error {
+	var msg string
+	switch {
+	case price <= 0:
+		msg = "Ask a price of at least $0.01."
+	case price > limit:
+		msg = fmt.Sprintf("Ask at most %s: what you paid for this time.", limit)
+	default:
+		return nil
+	}
+	return &Error{Code: CodeInvalid, Message: msg, Fields: map[string]string{"price": msg}}
+}
+
+// ResaleSplit divides a sale's price: the platform's fee (feeBP of the
+// price, by Share) and the seller's credit, the rest. fee + credit == price.
+func ResaleSplit(price Cents, feeBP int) (fee, credit Cents) {
+	fee = Share(price, feeBP)
+	return fee, price - fee
+}
+
+// ResalePieces are the pieces the buyer of r's time from `from` holds:
+// each of r's pieces from max(its start, from) to its end, on the same
+// offer, devices, nodes and coupling, at the same price, under the terms
+// and cancellation policy frozen at booking, with amount 0 — the original
+// reservation's pieces keep the money.
+func ResalePieces(r Reservation, from time.Time) []ReservationPiece {
+	out := make([]ReservationPiece, 0, len(r.Pieces))
+	for _, p := range r.Pieces {
+		q := p
+		q.ID = 0
+		if from.After(q.Start) {
+			q.Start = from
+		}
+		q.AmountCents = 0
+		q.Nodes = append([]NodeShare(nil), pieceShares(p)...)
+		out = append(out, q)
+	}
+	return out
+}
+
+// AccessEnd is when r's holder's access to piece p ends: the piece's end,
+// or when its remaining time was resold, if earlier.
+func AccessEnd(r Reservation, p ReservationPiece) time.Time {
+	if !r.ResoldAt.IsZero() && r.ResoldAt.Before(p.End) {
+		if r.ResoldAt.Before(p.Start) {
+			return p.Start
+		}
+		return r.ResoldAt
+	}
+	return p.End
+}
+
+// ResaleKey is the idempotency key of one money movement of a resale
+// listing: "resale_4_charge", "resale_4_credit".
+func ResaleKey(listingID int64, step string) string {
+	return "resale_" + strconv.FormatInt(listingID, 10) + "_" + step
+}
+
+// ResaleChargeKey is the idempotency key of a buyer's payment for a
+// listing, bound to both, so a retried purchase never charges twice.
+func ResaleChargeKey(listingID, buyerID int64) string {
+	return ResaleKey(listingID, "buyer_"+strconv.FormatInt(buyerID, 10))
+}
+
+// ResaleEntries records a sale in the ledger, on the original reservation
+// (whose payment the seller's credit is refunded on): the buyer's payment
+// (charge: Dr cash, Cr the buyer's account; its reference is the buyer's
+// payment), passed to the seller (resale: Dr buyer, Cr the seller's
+// account), and the platform's fee out of it (fee: Dr seller, Cr fees).
+// The seller's credit is ResaleCreditEntry, once refunded; the provider's
+// accounts are not touched.
+func ResaleEntries(l ResaleListing, at time.Time) []LedgerEntry {
+	buyer, seller := BuyerAccount(l.BuyerID), BuyerAccount(l.SellerID)
+	out := []LedgerEntry{
+		{ReservationID: l.ReservationID, Kind: EntryCharge, Debit: AccountPlatformCash, Credit: buyer,
+			Amount: l.Price, StripeRef: l.ChargeRef, IdempotencyKey: ResaleKey(l.ID, EntryCharge), At: at},
+		{ReservationID: l.ReservationID, Kind: EntryResale, Debit: buyer, Credit: seller,
+			Amount: l.Price, IdempotencyKey: ResaleKey(l.ID, EntryResale), At: at},
+	}
+	if l.Fee > 0 {
+		out = append(out, LedgerEntry{ReservationID: l.ReservationID, Kind: EntryFee, Debit: seller, Credit: AccountPlatformFees,
+			Amount: l.Fee, IdempotencyKey: ResaleKey(l.ID, EntryFee), At: at})
+	}
+	return out
+}
+
+// ResaleCreditEntry records the seller's credit refunded to their card
+// (refund: Dr the seller's buyer account, Cr cash), with the processor's
+// refund as reference. After it the seller's account for the sale is at
+// zero and the cash kept is the fee.
+func ResaleCreditEntry(l ResaleListing, refundRef string, at time.Time) LedgerEntry {
+	return LedgerEntry{ReservationID: l.ReservationID, Kind: EntryRefund, Debit: BuyerAccount(l.SellerID), Credit: AccountPlatformCash,
+		Amount: l.Credit, StripeRef: refundRef, IdempotencyKey: ResaleKey(l.ID, "credit"), At: at}
+}
+
+// ResaleLocked returns a conflict for a reservation that a resale ties to
+// another — its remaining time was sold, or it was bought on resale — and
+// nil otherwise. Such a reservation cannot be cancelled, rejected or
+// extended: its money settles through the original booking, which a
+// cancellation or rejection would undo under the other holder.
+func ResaleLocked(r Reservation) error {
+	switch {
+	case !r.ResoldAt.IsZero():
+		return Errorf(CodeConflict, "This reservation's remaining time was sold on resale, so it can no longer be cancelled, rejected or extended.")
+	case r.ResaleOf != 0:
+		return Errorf(CodeConflict, "Time bought on resale cannot be cancelled, rejected or extended; it runs under the original booking.")
+	}
+	return nil
+}
+
+// UnsoldPaymentEntries record a buyer's payment for a listing that could
+// not be sold to them after all (sold to another meanwhile): theirs (charge:
+// Dr cash, Cr buyer) until refunded in full (refund: Dr buyer, Cr cash, with
+// refundRef, once the processor confirms; pass "" for the charge alone).
+// They sit on the listing's reservation, keyed by listing and buyer.
+func UnsoldPaymentEntries(l ResaleListing, buyerID int64, paymentIntentID string, amount Cents, refundRef string, at time.Time) []LedgerEntry {
+	key := ResaleChargeKey(l.ID, buyerID)
+	if refundRef != "" {
+		return []LedgerEntry{{ReservationID: l.ReservationID, Kind: EntryRefund, Debit: BuyerAccount(buyerID), Credit: AccountPlatformCash,
+			Amount: amount, StripeRef: refundRef, IdempotencyKey: key + "_refund", At: at}}
+	}
+	return []LedgerEntry{{ReservationID: l.ReservationID, Kind: EntryCharge, Debit: AccountPlatformCash, Credit: BuyerAccount(buyerID),
+		Amount: amount, StripeRef: paymentIntentID, IdempotencyKey: key + "_charge", At: at}}
+}
+
+// ResaleSLACredit is what the holder of resold time is owed from the
+// original reservation's settlement: full is the statement with every
+// acknowledged incident, the resold hours' included (reported on the
+// bought pieces, counted on the original's); sellerOnly the statement
+// with the original's own incidents alone. The difference is the credit
+// the resold hours' incidents add under the original terms — funded by
+// the provider as any credit — and it goes to their holder, at most what
+// they paid (price), the most their payment can refund; the seller is
+// refunded the rest of full.Refund.
+func ResaleSLACredit(full, sellerOnly Statement, price Cents) Cents {
+	return min(max(full.Refund-sellerOnly.Refund, 0), price)
+}
+
+// ResaleSLARefundEntry records the resold hours' credit refunded to their
+// holder's payment (refund: Dr the holder's account, Cr cash).
+func ResaleSLARefundEntry(l ResaleListing, amount Cents, refundRef string, at time.Time) LedgerEntry {
+	return LedgerEntry{ReservationID: l.ReservationID, Kind: EntryRefund, Debit: BuyerAccount(l.BuyerID), Credit: AccountPlatformCash,
+		Amount: amount, StripeRef: refundRef, IdempotencyKey: ResaleKey(l.ID, "sla_refund"), At: at}
+}
+
+// ResaleMatches reports whether buying listing l of reservation r (whose
+// pieces' offers are offers, with their providers' reliability in
+// reliabilityBP by provider id) would answer req at now. The listing is
+// bought whole, so req must ask for exactly its devices, in one piece for
+// a gang (training); its price per device-hour (rounded up) and total
+// must be within the request's price limit and budget; and every piece
+// must pass the matcher's own checks of the request's hard constraints —
+// accelerator, memory, interconnect, network, region and residency,
+// reliability, carbon, software versions, and the job fitting the time
+// window — run on the piece's offer as if it were free exactly over the
+// piece's part of the listing (Match on that one candidate).
+func ResaleMatches(l ResaleListing, r Reservation, offers map[int64]Offer, reliabilityBP map[int64]int, req Request, now time.Time) bool {
+	pieces := ResalePieces(r, l.From)
+	devices := 0
+	var deviceSeconds int64
+	for _, p := range pieces {
+		devices += p.Devices
+		deviceSeconds += int64(p.Devices) * int64(p.End.Sub(p.Start)/time.Second)
+	}
+	c := req.Constraints
+	switch {
+	case len(pieces) == 0 || devices != req.Workload.Devices || deviceSeconds <= 0:
+		return false
+	case req.Workload.Kind == WorkTraining && len(pieces) != 1:
+		return false
+	case c.BudgetCents > 0 && l.Price > c.BudgetCents:
+		return false
+	case c.MaxPricePerDeviceHour > 0 && (int64(l.Price)*3600+deviceSeconds-1)/deviceSeconds > int64(c.MaxPricePerDeviceHour):
+		return false
+	}
+	for _, p := range pieces {
+		o, ok := offers[p.OfferID]
+		if !ok || (p.Interruptible && !c.AllowInterruption) {
+			return false
+		}
+		o.Review, o.State = ReviewApproved, OfferActive
+		o.AvailableFrom, o.AvailableUntil = p.Start, p.End
+		o.MinRentalHours, o.MaxRentalHours = 1, MaxRequestHours
+		one := req
+		one.Workload.Devices = p.Devices
+		if one.Workload.MinPieceDevices > p.Devices {
+			one.Workload.MinPieceDevices = p.Devices
+		}
+		one.Constraints.MaxPricePerDeviceHour, one.Constraints.BudgetCents, one.Constraints.OfferIDs = 0, 0, nil
+		if one.Constraints.EarliestStart.Before(p.Start) {
+			one.Constraints.EarliestStart = p.Start
+		}
+		if one.Constraints.Deadline.IsZero() || one.Constraints.Deadline.After(p.End) {
+			one.Constraints.Deadline = p.End
+		}
+		one.Limit = 1
+		res, err := Match([]Candidate{{Offer: o, ReliabilityBP: reliabilityBP[o.ProviderID]}}, nil, one, now)
+		if err != nil || len(res.Quotes) == 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,174 @@
+package workflow
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpumarket/gpumarket/billing"
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+)
+
+// Resale of reserved time (market/resale.go): listing, buying, and the
+// money steps that follow a sale.
+
+// ListRemainingTime lists the remaining time of the seller's reservation
+// from `from` at price (store.CreateResaleListing).
+func (s *Service) ListRemainingTime(ctx context.Context, sellerID, reservationID int64, from time.Time, price market.Cents) (market.ResaleListing, error) {
+	return s.db.CreateResaleListing(ctx, sellerID, reservationID, from, price, s.now())
+}
+
+// WithdrawResale withdraws the seller's open listing.
+func (s *Service) WithdrawResale(ctx context.Context, sellerID, listingID int64) (market.ResaleListing, error) {
+	return s.db.WithdrawResaleListing(ctx, sellerID, listingID, s.now())
+}
+
+// BuyResale buys a listing for buyerID: it charges the listing's price to
+// the buyer's saved payment method (ChargeSavedMethod, with an idempotency
+// key bound to the listing and the buyer, so a repeated click never
+// charges twice), then sells the listing in one store transaction
+// (store.SellResaleListing), which re-checks that it is still for sale. If
+// the sale fails after the charge (sold to someone else meanwhile), the
+// payment is recorded and refunded in full at once, or by the retrier if
+// the processor fails. A sale already made to the buyer with this very
+// payment (a retried request) returns its reservation. After a sale the
+// seller's credit is refunded at once, or by the retrier.
+func (s *Service) BuyResale(ctx context.Context, buyerID, listingID int64) (market.Reservation, error) {
+	now := s.now()
+	ro, err := s.db.FindResaleOffer(ctx, listingID)
+	if err != nil {
+		return market.Reservation{}, err
+	}
+	l := ro.Listing
+	if l.State == market.ListingSold && l.BuyerID == buyerID {
+		return s.db.FindReservation(ctx, l.SoldReservationID)
+	}
+	if l.SellerID == buyerID {
+		return market.Reservation{}, market.Errorf(market.CodeInvalid, "You cannot buy your own listing; withdraw it instead.")
+	}
+	if !l.Live(ro.Reservation, now) {
+		return market.Reservation{}, market.Errorf(market.CodeConflict, "This time is no longer for sale: it was sold, withdrawn, or its start has passed.")
+	}
+	pay, err := s.ChargeSavedMethod(ctx, buyerID, l.Price,
+		fmt.Sprintf("Resold time of reservation #%d: %s", l.ReservationID, market.FormatSpan(l.From, ro.Reservation.End())),
+		market.ResaleChargeKey(l.ID, buyerID))
+	if err != nil {
+		return market.Reservation{}, err
+	}
+	sold, n, err := s.db.SellResaleListing(ctx, l.ID, buyerID, pay.ID, s.feeBP, now)
+	if err != nil {
+		if again, ferr := s.db.FindResaleOffer(ctx, l.ID); ferr == nil && again.Listing.State == market.ListingSold &&
+			again.Listing.BuyerID == buyerID && again.Listing.ChargeRef == pay.ID {
+			return s.db.FindReservation(ctx, again.Listing.SoldReservationID)
+		}
+		s.refundUnsold(ctx, l, buyerID, pay, now)
+		return market.Reservation{}, err
+	}
+	s.log.Info("resale sold", "listing_id", sold.ID, "reservation_id", sold.ReservationID, "new_reservation_id", n.ID,
+		"price_cents", int64(sold.Price), "fee_cents", int64(sold.Fee))
+	s.resaleMoneyTick(ctx, now)
+	return n, nil
+}
+
+// refundUnsold records a payment for a listing that was not sold to the
+// buyer and refunds it in full now; a failure is left to the retrier.
+func (s *Service) refundUnsold(ctx context.Context, l market.ResaleListing, buyerID int64, pay billing.Payment, now time.Time) {
+	f, err := s.db.RecordUnsoldPayment(ctx, l.ID, buyerID, pay.ID, l.Price, now)
+	if err != nil {
+		s.log.Error("resale: unsold payment not recorded", "listing_id", l.ID, "buyer_id", buyerID, "payment_intent_id", pay.ID, "err", err)
+		return
+	}
+	s.refundResalePayment(ctx, f, now)
+}
+
+func (s *Service) refundResalePayment(ctx context.Context, f store.ResaleRefund, now time.Time) {
+	ref, err := s.pay.Refund(ctx, f.PaymentIntentID, f.Amount, market.ResaleChargeKey(f.ListingID, f.BuyerID)+"_refund")
+	if err == nil {
+		err = s.db.RecordResaleRefund(ctx, f.ID, ref.ID, now)
+	}
+	if err != nil {
+		s.log.Error("resale: unsold payment refund failed; will retry", "listing_id", f.ListingID, "buyer_id", f.BuyerID, "attempt", f.Attempts+1, "err", err)
+		if rerr := s.db.RecordResaleRefundFailure(ctx, f.ID, err.Error(), now.Add(backoff(f.Attempts+1)), now); rerr != nil {
+			s.log.Error("resale: record refund failure", "listing_id", f.ListingID, "err", rerr)
+		}
+	}
+}
+
+// resaleMoneyTick carries out the money steps of resales that are due:
+// each seller's credit, refunded on the payment they booked with (with the
+// listing's idempotency key), each SLA credit of resold hours refunded on
+// their holder's payment, each unsold payment refunded in full, and
+// reservations bought on resale marked settled once their original is.
+func (s *Service) resaleMoneyTick(ctx context.Context, now time.Time) {
+	credits, err := s.db.ListDueResaleCredits(ctx, now)
+	if err != nil {
+		s.log.Error("background: list resale credits", "err", err)
+	}
+	for _, c := range credits {
+		l := c.Listing
+		ref, err := s.pay.Refund(ctx, c.PaymentIntentID, l.Credit, market.ResaleKey(l.ID, "credit"))
+		if err == nil {
+			err = s.db.RecordResaleCredit(ctx, l.ID, ref.ID, now)
+		}
+		if err != nil {
+			s.log.Error("resale: seller credit failed; will retry", "listing_id", l.ID, "attempt", l.Attempts+1, "err", err)
+			if rerr := s.db.RecordResaleStepFailure(ctx, l.ID, err.Error(), now.Add(backoff(l.Attempts+1)), now); rerr != nil {
+				s.log.Error("resale: record credit failure", "listing_id", l.ID, "err", rerr)
+			}
+			continue
+		}
+		s.log.Info("resale: seller credited", "listing_id", l.ID, "refund_id", ref.ID, "amount_cents", int64(l.Credit))
+	}
+	sla, err := s.db.ListDueResaleSLACredits(ctx, now)
+	if err != nil {
+		s.log.Error("background: list resale sla credits", "err", err)
+	}
+	for _, c := range sla {
+		l := c.Listing
+		ref, err := s.pay.Refund(ctx, l.ChargeRef, c.Amount, market.ResaleKey(l.ID, "sla_refund"))
+		if err == nil {
+			err = s.db.RecordResaleSLARefund(ctx, l.ID, ref.ID, now)
+		}
+		if err != nil {
+			s.log.Error("resale: sla credit refund failed; will retry", "listing_id", l.ID, "attempt", l.Attempts+1, "err", err)
+			if rerr := s.db.RecordResaleStepFailure(ctx, l.ID, err.Error(), now.Add(backoff(l.Attempts+1)), now); rerr != nil {
+				s.log.Error("resale: record sla credit failure", "listing_id", l.ID, "err", rerr)
+			}
+			continue
+		}
+		s.log.Info("resale: sla credit refunded to the holder", "listing_id", l.ID, "refund_id", ref.ID, "amount_cents", int64(c.Amount))
+	}
+	refunds, err := s.db.ListDueResaleRefunds(ctx, now)
+	if err != nil {
+		s.log.Error("background: list resale refunds", "err", err)
+	}
+	for _, f := range refunds {
+		s.refundResalePayment(ctx, f, now)
+	}
+	if _, err := s.db.SettleResoldReservations(ctx, now); err != nil {
+		s.log.Error("background: settle resold reservations", "err", err)
+	}
+}
+
+// ResaleSources returns the open listings that answer req at now
+// (market.ResaleMatches, with each provider's reliability as the index
+// scores it): the "resale" source beside the matcher's quotes.
+func (s *Service) ResaleSources(ctx context.Context, req market.Request) ([]store.ResaleOffer, error) {
+	now := s.now()
+	open, err := s.db.ListOpenResaleOffers(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.ResaleOffer
+	for _, ro := range open {
+		rel := map[int64]int{}
+		for _, o := range ro.Offers {
+			rel[o.ProviderID] = s.Reliability(o.ProviderID).BP
+		}
+		if market.ResaleMatches(ro.Listing, ro.Reservation, ro.Offers, rel, req, now) {
+			out = append(out, ro)
+		}
+	}
+	return out, nil
+}
