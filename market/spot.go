@@ -1,7 +1,9 @@
 package market
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 )
@@ -177,22 +179,21 @@ func (c SpotClearing) Won(bidID int64) bool {
 // other winner pays at most its maximum. When nobody wins the price is 0.
 func ClearSpot(floor Cents, capacity int, bids []SpotBid) SpotClearing {
 	c := SpotClearing{Capacity: max(capacity, 0)}
-	var eligible []SpotBid
+	eligible := make([]SpotBid, 0, len(bids))
 	for _, b := range bids {
 		if b.MaxCents >= floor && b.Devices > 0 {
 			eligible = append(eligible, b)
 			c.DevicesBid += b.Devices
 		}
 	}
-	sort.SliceStable(eligible, func(i, j int) bool {
-		a, b := eligible[i], eligible[j]
-		if a.MaxCents != b.MaxCents {
-			return a.MaxCents > b.MaxCents
+	slices.SortFunc(eligible, func(a, b SpotBid) int { // ids are unique: a total order
+		if c := cmp.Compare(b.MaxCents, a.MaxCents); c != 0 {
+			return c
 		}
-		if !a.PlacedAt.Equal(b.PlacedAt) {
-			return a.PlacedAt.Before(b.PlacedAt)
+		if c := a.PlacedAt.Compare(b.PlacedAt); c != 0 {
+			return c
 		}
-		return a.ID < b.ID
+		return cmp.Compare(a.ID, b.ID)
 	})
 	left := c.Capacity
 	lowest := Cents(0)

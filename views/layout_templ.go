@@ -122,11 +122,11 @@ func Layout(p Page) templ.Component {
 		}
 		if p.User != nil {
 			if p.User.IsBuyer {
-				templ_7745c5c3_Err = navLink(p.Path, "/reservations", "My reservations").Render(ctx, templ_7745c5c3_Buffer)
+				templ_7745c5c3_Err = navLink(p.Path, "/reservations", "Reservations").Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = navLink(p.Path, "/orders", "Standing orders").Render(ctx, templ_7745c5c3_Buffer)
+				templ_7745c5c3_Err = navLink(p.Path, "/orders", "Orders").Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
