@@ -276,3 +276,18 @@ func SpotInterruptionPPM(hoursRun, preemptions int) int {
 	}
 	return max(int(MulDivRound(int64(min(preemptions, hoursRun)), 1_000_000, int64(hoursRun))), 1)
 }
+
+// SpotQuoteWindow is how far back an offer's latest spot clearing still
+// prices its interruptible capacity in quotes (SpotQuotePrice).
+const SpotQuoteWindow = 24 * time.Hour
+
+// SpotQuotePrice is the price per device-hour at which a quote books a
+// block of an offer's interruptible capacity: the offer's latest spot
+// clearing price with devices sold within SpotQuoteWindow (0 for none),
+// never below the provider's floor and never above the offer's on-demand
+// price. So a quote is no way around the auction: while bidders pay more
+// than the floor for the offer's hours, a block booked through a quote
+// pays what they pay.
+func SpotQuotePrice(floor, onDemand, lastClearing Cents) Cents {
+	return min(max(floor, lastClearing), onDemand)
+}

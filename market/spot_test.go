@@ -234,3 +234,17 @@ func TestValidateSpotBid(t *testing.T) {
 		}
 	}
 }
+
+func TestSpotQuotePrice(t *testing.T) {
+	for _, c := range []struct{ floor, onDemand, last, want Cents }{
+		{100, 249, 0, 100},   // no clearing: the floor
+		{100, 249, 150, 150}, // the latest clearing
+		{100, 249, 90, 100},  // never below the floor
+		{100, 249, 400, 249}, // never above on-demand
+		{249, 249, 300, 249},
+	} {
+		if got := SpotQuotePrice(c.floor, c.onDemand, c.last); got != c.want {
+			t.Errorf("SpotQuotePrice(%d, %d, %d) = %d, want %d", c.floor, c.onDemand, c.last, got, c.want)
+		}
+	}
+}

@@ -579,3 +579,33 @@ func (db *DB) spotRates(ctx context.Context, now time.Time, offerID int64) (map[
 	}
 	return out, fail(op, closeRows(rows), "")
 }
+
+// SpotQuotePrices is, per offer, the clearing price of its latest spot
+// hour that sold devices among the hours from SpotQuoteWindow before now
+// on (cleared hours ahead included), for pricing interruptible capacity in
+// quotes (market.SpotQuotePrice). offerID 0 means every offer.
+func (db *DB) SpotQuotePrices(ctx context.Context, now time.Time, offerID int64) (map[int64]market.Cents, error) {
+	const op = "spot quote prices"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT c.offer_id, c.price_cents FROM spot_clearings c
+		WHERE c.devices_sold > 0 AND c.hour >= ? AND (? = 0 OR c.offer_id = ?)
+		AND c.hour = (SELECT MAX(l.hour) FROM spot_clearings l WHERE l.offer_id = c.offer_id AND l.devices_sold > 0)`,
+		unix(now.Add(-market.SpotQuoteWindow)), offerID, offerID)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	out := map[int64]market.Cents{}
+	for rows.Next() {
+		var id, price int64
+		if err := rows.Scan(&id, &price); err != nil {
+			rows.Close()
+			return nil, fail(op, err, "")
+		}
+		out[id] = market.Cents(price)
+	}
+	return out, fail(op, closeRows(rows), "")
+}

@@ -50,13 +50,17 @@ func (s *Service) ReloadIndex(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	spot, err := s.db.SpotQuotePrices(ctx, now, 0)
+	if err != nil {
+		return err
+	}
 	scores := make(map[int64]market.Reliability, len(records))
 	for id, r := range records {
 		scores[id] = market.ReliabilityOf(r)
 	}
 	cands := make([]market.Candidate, 0, len(listings))
 	for _, l := range listings {
-		cands = append(cands, candidate(l.Offer, records[l.Offer.ProviderID], rates[l.Offer.ID]))
+		cands = append(cands, candidate(l.Offer, records[l.Offer.ProviderID], rates[l.Offer.ID], spot[l.Offer.ID]))
 	}
 	idx := market.NewIndex()
 	if err := idx.Load(cands, commitments); err != nil {
@@ -96,8 +100,13 @@ func (s *Service) Reliability(providerID int64) market.Reliability {
 
 // candidate is an offer as the matcher sees it, with its provider's
 // reliability score from their record and the offer's observed spot
-// preemption rate (store.SpotInterruptionRates; 0 for unknown).
-func candidate(o market.Offer, rec market.ProviderRecord, interruptionPPM int) market.Candidate {
+// preemption rate (store.SpotInterruptionRates; 0 for unknown); its
+// interruptible capacity is priced at its latest spot clearing, between
+// the floor and the on-demand price (market.SpotQuotePrice).
+func candidate(o market.Offer, rec market.ProviderRecord, interruptionPPM int, lastSpot market.Cents) market.Candidate {
+	if o.Interruptible {
+		o.InterruptibleCentsPerDH = market.SpotQuotePrice(o.InterruptibleCentsPerDH, o.PriceCentsPerDeviceHour, lastSpot)
+	}
 	return market.Candidate{Offer: o, ReliabilityBP: market.ReliabilityBP(rec), InterruptionPPMPerHour: interruptionPPM}
 }
 
@@ -134,7 +143,11 @@ func (s *Service) refreshOffer(ctx context.Context, offerID int64) {
 	if err != nil {
 		s.log.Warn("index: spot preemption rate", "offer_id", offerID, "err", err)
 	}
-	if err := s.Index().Upsert(candidate(l.Offer, rec, ppm)); err != nil {
+	spot, err := s.db.SpotQuotePrices(ctx, s.now(), offerID)
+	if err != nil {
+		s.log.Warn("index: spot quote price", "offer_id", offerID, "err", err)
+	}
+	if err := s.Index().Upsert(candidate(l.Offer, rec, ppm, spot[offerID])); err != nil {
 		s.log.Warn("index: offer not indexed", "offer_id", offerID, "err", err)
 	}
 }

@@ -70,6 +70,9 @@ func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.T
 	for _, a := range res.Awards {
 		s.holdCommitments(a.Reservation)
 	}
+	if c.DevicesSold > 0 {
+		s.RefreshOffer(ctx, offerID) // quotes price its interruptible capacity at this clearing (market.SpotQuotePrice)
+	}
 	for _, a := range res.Awards {
 		r := a.Reservation
 		if _, err := s.PayWithSavedMethod(ctx, r.BuyerID, r.ID); err != nil {
