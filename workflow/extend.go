@@ -63,6 +63,9 @@ func (s *Service) QuoteExtension(ctx context.Context, buyerID, id int64, hours i
 		}
 		cs = append(cs, oc...)
 	}
+	if err := s.spotPriced(ctx, offers, now); err != nil {
+		return q, err
+	}
 	q.Limits = market.ExtensionRoom(r, offers, cs, now)
 	if hours == 0 {
 		return q, nil

@@ -72,3 +72,35 @@ func TestSpotClearingPricesInterruptibleQuotes(t *testing.T) {
 		t.Fatalf("a day after the last clearing the interruptible quote is %d¢, want the floor 100¢", got)
 	}
 }
+
+// TestSpotHourExtendsAtTheSpotQuotePrice: extending a won spot hour books
+// the next hours as a block of interruptible capacity, priced as a quote
+// would price it — at the latest clearing (150¢, by hand as above), not the
+// floor (100¢).
+func TestSpotHourExtendsAtTheSpotQuotePrice(t *testing.T) {
+	f := newFixture(t, nil)
+	o := f.spotOffer()
+	a, b := f.buyer, f.user("b@example.com")
+	f.saveCard(a.ID, "4242 4242 4242 4242")
+	f.saveCard(b.ID, "4242 4242 4242 4242")
+	h := t0.Add(3 * time.Hour)
+	f.bid(a, o, 4, 150, h, h)
+	f.bid(b, o, 4, 120, h, h)
+	res, err := f.wf.ClearSpot(f.ctx, o.ID, h, h.Add(-30*time.Minute))
+	if err != nil || len(res.Awards) != 1 || res.Clearing.PriceCents != 150 {
+		t.Fatalf("clearing %+v, %v", res, err)
+	}
+	won := res.Awards[0].Reservation
+	f.now = h.Add(10 * time.Minute)
+	if _, err := f.db.AdvanceReservations(f.ctx, f.now); err != nil {
+		t.Fatal(err)
+	}
+	q, err := f.wf.QuoteExtension(f.ctx, a.ID, won.ID, 2)
+	if err != nil {
+		t.Fatalf("extension of the spot hour: %v", err)
+	}
+	p := q.Extension.Pieces[0]
+	if !p.Interruptible || p.PriceCents != 150 || p.AmountCents != 4*2*150 {
+		t.Fatalf("extension piece %+v: want interruptible at 150¢, 1,200¢ for 4 devices × 2 h", p)
+	}
+}
