@@ -41,6 +41,9 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.GET("/orders", h.handleAPIOrders) // standing orders (issue 15)
 	api.POST("/orders", h.handleAPIOrderCreate, requireScope(scopeWrite), h.requireVerified)
 	api.POST("/orders/:id/cancel", h.handleAPIOrderCancel, requireScope(scopeWrite))
+	api.GET("/spot/bids", h.handleAPISpotBids) // spot market (issue 15)
+	api.POST("/spot/bids", h.handleAPISpotBidCreate, requireScope(scopeWrite), h.requireVerified)
+	api.POST("/spot/bids/:id/cancel", h.handleAPISpotBidCancel, requireScope(scopeWrite))
 
 	// The provider agent (docs/agent.md): host tokens per node, no cookies,
 	// so no CSRF; rate limited per token.

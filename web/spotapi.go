@@ -1,0 +1,120 @@
+package web
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+)
+
+// The spot market through the JSON API: a programmatic buyer places,
+// lists and cancels their own bids (the same rules as the offer page's
+// form: market.ValidateSpotBid, a saved payment method).
+
+// apiSpotBidBody is POST /api/v1/spot/bids. The hours are whole UTC hours;
+// last_hour is the start of the last hour bid for.
+type apiSpotBidBody struct {
+	OfferID   int64     `json:"offer_id"`
+	Devices   int       `json:"devices"`
+	MaxCents  int64     `json:"max_cents_per_device_hour"`
+	FirstHour time.Time `json:"first_hour"`
+	LastHour  time.Time `json:"last_hour"`
+}
+
+type apiSpotHour struct {
+	Hour          time.Time `json:"hour"`
+	Devices       int       `json:"devices"`
+	PriceCents    int64     `json:"price_cents_per_device_hour"`
+	ReservationID int64     `json:"reservation_id"`
+	State         string    `json:"reservation_state"`
+	Preempted     bool      `json:"preempted"`
+}
+
+type apiSpotBid struct {
+	ID        int64         `json:"id"`
+	OfferID   int64         `json:"offer_id"`
+	State     string        `json:"state"` // live, cancelled, finished
+	Devices   int           `json:"devices"`
+	MaxCents  int64         `json:"max_cents_per_device_hour"`
+	FirstHour time.Time     `json:"first_hour"`
+	LastHour  time.Time     `json:"last_hour"`
+	PlacedAt  time.Time     `json:"placed_at"`
+	EndNote   string        `json:"end_note,omitempty"`
+	HoursWon  []apiSpotHour `json:"hours_won"`
+}
+
+func toAPISpotBid(r store.SpotBidRecord) apiSpotBid {
+	b := r.Bid
+	out := apiSpotBid{ID: b.ID, OfferID: b.OfferID, State: string(b.State), Devices: b.Devices, MaxCents: int64(b.MaxCents),
+		FirstHour: b.FirstHour, LastHour: b.LastHour, PlacedAt: b.PlacedAt, EndNote: b.EndNote, HoursWon: []apiSpotHour{}}
+	for _, h := range r.Hours {
+		out.HoursWon = append(out.HoursWon, apiSpotHour{Hour: h.Hour, Devices: h.Devices, PriceCents: int64(h.PriceCents),
+			ReservationID: h.ReservationID, State: string(h.State), Preempted: h.Preempted})
+	}
+	return out
+}
+
+// apiSpotBid finds one of the buyer's bids as the API shows it.
+func (h *Handler) apiSpotBid(c echo.Context, buyerID, bidID int64) (apiSpotBid, error) {
+	list, err := h.db.ListBuyerSpotBids(c.Request().Context(), buyerID)
+	if err != nil {
+		return apiSpotBid{}, err
+	}
+	for _, r := range list {
+		if r.Bid.ID == bidID {
+			return toAPISpotBid(r), nil
+		}
+	}
+	return apiSpotBid{}, market.Errorf(market.CodeNotFound, "Spot bid %d was not found.", bidID)
+}
+
+func (h *Handler) handleAPISpotBidCreate(c echo.Context) error {
+	var body apiSpotBidBody
+	if err := decodeBody(c, &body); err != nil {
+		return err
+	}
+	u := currentUser(c)
+	b, err := h.wf.PlaceSpotBid(c.Request().Context(), market.SpotBid{BuyerID: u.ID, OfferID: body.OfferID, Devices: body.Devices,
+		MaxCents: market.Cents(body.MaxCents), FirstHour: body.FirstHour.UTC(), LastHour: body.LastHour.UTC()})
+	if err != nil {
+		return err
+	}
+	out, err := h.apiSpotBid(c, u.ID, b.ID)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, http.StatusCreated, out)
+}
+
+func (h *Handler) handleAPISpotBids(c echo.Context) error {
+	list, err := h.db.ListBuyerSpotBids(c.Request().Context(), currentUser(c).ID)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Bids []apiSpotBid `json:"bids"`
+	}{Bids: []apiSpotBid{}}
+	for _, r := range list {
+		out.Bids = append(out.Bids, toAPISpotBid(r))
+	}
+	return writeJSON(c, http.StatusOK, out)
+}
+
+func (h *Handler) handleAPISpotBidCancel(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	u := currentUser(c)
+	if _, err := h.wf.CancelSpotBid(c.Request().Context(), u.ID, id); err != nil {
+		return err
+	}
+	out, err := h.apiSpotBid(c, u.ID, id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, http.StatusOK, out)
+}
