@@ -107,18 +107,8 @@ func (s *Service) resaleMoneyTick(ctx context.Context, now time.Time) {
 	}
 	for _, c := range credits {
 		l := c.Listing
-		ref, err := s.pay.Refund(ctx, c.PaymentIntentID, l.Credit, market.ResaleKey(l.ID, "credit"))
-		if err == nil {
-			err = s.db.RecordResaleCredit(ctx, l.ID, ref.ID, now)
-		}
-		if err != nil {
-			s.log.Error("resale: seller credit failed; will retry", "listing_id", l.ID, "attempt", l.Attempts+1, "err", err)
-			if rerr := s.db.RecordResaleStepFailure(ctx, l.ID, err.Error(), now.Add(backoff(l.Attempts+1)), now); rerr != nil {
-				s.log.Error("resale: record credit failure", "listing_id", l.ID, "err", rerr)
-			}
-			continue
-		}
-		s.log.Info("resale: seller credited", "listing_id", l.ID, "refund_id", ref.ID, "amount_cents", int64(l.Credit))
+		s.resaleRefundStep(ctx, l, "seller credit", c.PaymentIntentID, l.Credit, "credit",
+			func(refundID string) error { return s.db.RecordResaleCredit(ctx, l.ID, refundID, now) }, now)
 	}
 	sla, err := s.db.ListDueResaleSLACredits(ctx, now)
 	if err != nil {
@@ -126,18 +116,8 @@ func (s *Service) resaleMoneyTick(ctx context.Context, now time.Time) {
 	}
 	for _, c := range sla {
 		l := c.Listing
-		ref, err := s.pay.Refund(ctx, l.ChargeRef, c.Amount, market.ResaleKey(l.ID, "sla_refund"))
-		if err == nil {
-			err = s.db.RecordResaleSLARefund(ctx, l.ID, ref.ID, now)
-		}
-		if err != nil {
-			s.log.Error("resale: sla credit refund failed; will retry", "listing_id", l.ID, "attempt", l.Attempts+1, "err", err)
-			if rerr := s.db.RecordResaleStepFailure(ctx, l.ID, err.Error(), now.Add(backoff(l.Attempts+1)), now); rerr != nil {
-				s.log.Error("resale: record sla credit failure", "listing_id", l.ID, "err", rerr)
-			}
-			continue
-		}
-		s.log.Info("resale: sla credit refunded to the holder", "listing_id", l.ID, "refund_id", ref.ID, "amount_cents", int64(c.Amount))
+		s.resaleRefundStep(ctx, l, "sla credit to the holder", l.ChargeRef, c.Amount, "sla_refund",
+			func(refundID string) error { return s.db.RecordResaleSLARefund(ctx, l.ID, refundID, now) }, now)
 	}
 	refunds, err := s.db.ListDueResaleRefunds(ctx, now)
 	if err != nil {
@@ -171,4 +151,24 @@ func (s *Service) ResaleSources(ctx context.Context, req market.Request) ([]stor
 		}
 	}
 	return out, nil
+}
+
+// resaleRefundStep makes one of a listing's refund steps (what: the
+// seller's credit, or the SLA credit of resold hours to their holder) on
+// paymentIntentID under the listing's idempotency key for step, and
+// records it; a failure is recorded for a retry with backoff.
+func (s *Service) resaleRefundStep(ctx context.Context, l market.ResaleListing, what, paymentIntentID string, amount market.Cents,
+	step string, record func(refundID string) error, now time.Time) {
+	ref, err := s.pay.Refund(ctx, paymentIntentID, amount, market.ResaleKey(l.ID, step))
+	if err == nil {
+		err = record(ref.ID)
+	}
+	if err != nil {
+		s.log.Error("resale: refund step failed; will retry", "step", what, "listing_id", l.ID, "attempt", l.Attempts+1, "err", err)
+		if rerr := s.db.RecordResaleStepFailure(ctx, l.ID, err.Error(), now.Add(backoff(l.Attempts+1)), now); rerr != nil {
+			s.log.Error("resale: record refund step failure", "step", what, "listing_id", l.ID, "err", rerr)
+		}
+		return
+	}
+	s.log.Info("resale: refunded", "step", what, "listing_id", l.ID, "refund_id", ref.ID, "amount_cents", int64(amount))
 }

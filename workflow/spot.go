@@ -101,15 +101,16 @@ func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.T
 // it, so extending an interruptible booking is no way around the auction
 // either.
 func (s *Service) spotPriced(ctx context.Context, offers map[int64]market.Offer, now time.Time) error {
-	spot, err := s.db.SpotQuotePrices(ctx, now, 0)
-	if err != nil {
-		return err
-	}
 	for id, o := range offers {
-		if o.Interruptible {
-			o.InterruptibleCentsPerDH = market.SpotQuotePrice(o.InterruptibleCentsPerDH, o.PriceCentsPerDeviceHour, spot[id])
-			offers[id] = o
+		if !o.Interruptible {
+			continue
 		}
+		spot, err := s.db.SpotQuotePrices(ctx, now, id)
+		if err != nil {
+			return err
+		}
+		o.InterruptibleCentsPerDH = market.SpotQuotePrice(o.InterruptibleCentsPerDH, o.PriceCentsPerDeviceHour, spot[id])
+		offers[id] = o
 	}
 	return nil
 }
