@@ -350,6 +350,20 @@ func ResaleSLARefundEntry(l ResaleListing, amount Cents, refundRef string, at ti
 		Amount: amount, StripeRef: refundRef, IdempotencyKey: ResaleKey(l.ID, "sla_refund"), At: at}
 }
 
+// ResalePricePerDeviceHour is a listing's price per device-hour over the
+// pieces sold, rounded up to the cent (so a price limit it is within is
+// never exceeded); false when the pieces hold no device-time.
+func ResalePricePerDeviceHour(price Cents, pieces []ReservationPiece) (Cents, bool) {
+	var deviceSeconds int64
+	for _, p := range pieces {
+		deviceSeconds += int64(p.Devices) * int64(p.End.Sub(p.Start)/time.Second)
+	}
+	if deviceSeconds <= 0 {
+		return 0, false
+	}
+	return Cents((int64(price)*3600 + deviceSeconds - 1) / deviceSeconds), true
+}
+
 // ResaleMatches reports whether buying listing l of reservation r (whose
 // pieces' offers are offers, with their providers' reliability in
 // reliabilityBP by provider id) would answer req at now. The listing is
@@ -364,20 +378,19 @@ func ResaleSLARefundEntry(l ResaleListing, amount Cents, refundRef string, at ti
 func ResaleMatches(l ResaleListing, r Reservation, offers map[int64]Offer, reliabilityBP map[int64]int, req Request, now time.Time) bool {
 	pieces := ResalePieces(r, l.From)
 	devices := 0
-	var deviceSeconds int64
 	for _, p := range pieces {
 		devices += p.Devices
-		deviceSeconds += int64(p.Devices) * int64(p.End.Sub(p.Start)/time.Second)
 	}
+	perDH, ok := ResalePricePerDeviceHour(l.Price, pieces)
 	c := req.Constraints
 	switch {
-	case len(pieces) == 0 || devices != req.Workload.Devices || deviceSeconds <= 0:
+	case len(pieces) == 0 || devices != req.Workload.Devices || !ok:
 		return false
 	case req.Workload.Kind == WorkTraining && len(pieces) != 1:
 		return false
 	case c.BudgetCents > 0 && l.Price > c.BudgetCents:
 		return false
-	case c.MaxPricePerDeviceHour > 0 && (int64(l.Price)*3600+deviceSeconds-1)/deviceSeconds > int64(c.MaxPricePerDeviceHour):
+	case c.MaxPricePerDeviceHour > 0 && perDH > c.MaxPricePerDeviceHour:
 		return false
 	}
 	for _, p := range pieces {

@@ -169,3 +169,19 @@ func TestResaleMatches(t *testing.T) {
 		}
 	}
 }
+
+func TestResalePricePerDeviceHour(t *testing.T) {
+	start := time.Date(2026, 12, 4, 5, 0, 0, 0, time.UTC)
+	twelve := []ReservationPiece{{Devices: 2, Start: start, End: start.Add(12 * time.Hour)}} // 24 device-hours
+	for _, c := range []struct {
+		price Cents
+		want  Cents
+	}{{1000, 42}, {960, 40}, {961, 41}} { // 41.67 up to 42; exactly 40; 40.04 up to 41
+		if got, ok := ResalePricePerDeviceHour(c.price, twelve); !ok || got != c.want {
+			t.Errorf("%d¢ over 24 device-hours: %d¢, %v; want %d¢", c.price, got, ok, c.want)
+		}
+	}
+	if _, ok := ResalePricePerDeviceHour(1000, nil); ok {
+		t.Error("no pieces: a price per device-hour")
+	}
+}

@@ -233,8 +233,8 @@ func resaleCard(ro store.ResaleOffer) views.ResaleCard {
 			*list = append(*list, s)
 		}
 	}
-	var deviceSeconds int64
-	for _, p := range market.ResalePieces(r, l.From) {
+	pieces := market.ResalePieces(r, l.From)
+	for _, p := range pieces {
 		o := ro.Offers[p.OfferID]
 		addOnce(&titles, o.Title)
 		acc := o.AcceleratorID
@@ -248,15 +248,14 @@ func resaleCard(ro store.ResaleOffer) views.ResaleCard {
 		}
 		addOnce(&regions, reg)
 		addOnce(&terms, contractText(p))
-		deviceSeconds += int64(p.Devices) * int64(p.End.Sub(p.Start)/time.Second)
 	}
 	devices := r.Devices()
 	c.Title, c.Accelerator, c.Region = strings.Join(titles, " + "), strings.Join(accs, ", "), strings.Join(regions, ", ")
 	c.Devices, c.Window = strconv.Itoa(devices), formatSpan(l.From, r.End())
 	c.Hours = plural(int(r.End().Sub(l.From)/time.Hour), "hour")
 	c.Price = l.Price.String()
-	if deviceSeconds > 0 {
-		c.PerDeviceHr = market.Cents(market.MulDivRound(int64(l.Price), 3600, deviceSeconds)).String()
+	if perDH, ok := market.ResalePricePerDeviceHour(l.Price, pieces); ok {
+		c.PerDeviceHr = perDH.String()
 	}
 	c.Terms = strings.Join(terms, " ")
 	return c
