@@ -71,6 +71,7 @@ func TestSpotClearingPricesInterruptibleQuotes(t *testing.T) {
 	if got := quoted(); got != 100 {
 		t.Fatalf("a day after the last clearing the interruptible quote is %d¢, want the floor 100¢", got)
 	}
+	f.requireReconciled()
 }
 
 // TestSpotHourExtendsAtTheSpotQuotePrice: extending a won spot hour books
@@ -103,4 +104,5 @@ func TestSpotHourExtendsAtTheSpotQuotePrice(t *testing.T) {
 	if !p.Interruptible || p.PriceCents != 150 || p.AmountCents != 4*2*150 {
 		t.Fatalf("extension piece %+v: want interruptible at 150¢, 1,200¢ for 4 devices × 2 h", p)
 	}
+	f.requireReconciled()
 }
