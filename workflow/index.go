@@ -191,6 +191,7 @@ func (s *Service) Follow(ctx context.Context) {
 			if err := s.ReloadIndex(ctx); err != nil && ctx.Err() == nil {
 				s.log.Error("index: reload on joining the change feed", "err", err)
 			}
+			s.orders.noteAll() // changes made while the feed was down were not heard: re-match every open order
 		},
 		func(err error) {
 			if ctx.Err() == nil {

@@ -28,7 +28,10 @@ import (
 type orderQueue struct {
 	mu      sync.Mutex
 	changed map[int64]bool
-	wake    chan struct{} // buffered 1: a pending wake-up
+	// all asks for a pass over every open order: changes may have been
+	// missed (the change feed reconnected and the index was reloaded).
+	all  bool
+	wake chan struct{} // buffered 1: a pending wake-up
 	// pass runs matching passes one at a time in this process, so an
 	// older order is always tried before a younger one for the same change.
 	pass sync.Mutex
@@ -44,19 +47,32 @@ func (q *orderQueue) note(offerID int64) {
 	}
 	q.changed[offerID] = true
 	q.mu.Unlock()
+	q.signal()
+}
+
+// noteAll asks for a pass over every open order and wakes the matcher.
+func (q *orderQueue) noteAll() {
+	q.mu.Lock()
+	q.all = true
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *orderQueue) signal() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
 }
 
-// take returns and clears the changed offers.
-func (q *orderQueue) take() map[int64]bool {
+// take returns and clears the changed offers, and whether every open
+// order is to be matched.
+func (q *orderQueue) take() (map[int64]bool, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	c := q.changed
-	q.changed = nil
-	return c
+	c, all := q.changed, q.all
+	q.changed, q.all = nil, false
+	return c, all
 }
 
 // orderHold is how long a fill is held for payment: the hold of a quote
@@ -74,8 +90,10 @@ func (s *Service) MatchOrders(ctx context.Context) {
 			return
 		case <-s.orders.wake:
 		}
-		changed := s.orders.take()
-		if len(changed) == 0 {
+		changed, all := s.orders.take()
+		if all {
+			changed = nil // every open order
+		} else if len(changed) == 0 {
 			continue
 		}
 		s.matchOrders(context.WithoutCancel(ctx), changed)
