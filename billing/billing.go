@@ -65,6 +65,14 @@ type Processor interface {
 	// RetrieveTransfer returns a transfer, for reconciliation.
 	RetrieveTransfer(ctx context.Context, transferID string) (Transfer, error)
 
+	// ListPayments, ListRefunds and ListTransfers return every object of
+	// the kind the processor holds for the marketplace's account created
+	// at or after since (everything when since is zero), so reconciliation
+	// can find money that moved and no row explains.
+	ListPayments(ctx context.Context, since time.Time) ([]Payment, error)
+	ListRefunds(ctx context.Context, since time.Time) ([]Refund, error)
+	ListTransfers(ctx context.Context, since time.Time) ([]Transfer, error)
+
 	// CreateConnectedAccount creates a provider's Express account.
 	CreateConnectedAccount(ctx context.Context, email, idempotencyKey string) (Account, error)
 	// AccountLink returns a single-use onboarding URL for a connected
@@ -136,6 +144,9 @@ type ChargeInput struct {
 	Amount          market.Cents
 	Description     string
 	IdempotencyKey  string
+	// Metadata names the row that explains the charge (the charge intent:
+	// market.ChargeIntent.Metadata); it is kept on the payment intent.
+	Metadata map[string]string
 }
 
 // Decline is a saved card's charge refused by the bank (or needing the
@@ -187,6 +198,9 @@ type Payment struct {
 	Succeeded      bool
 	TransferGroup  string
 	ChargeID       string
+	// Metadata is what the marketplace set on the payment (the
+	// reservation's id, the charge intent's), for reconciliation.
+	Metadata map[string]string
 }
 
 // Refund is money returned to a buyer.
@@ -269,7 +283,7 @@ type Event struct {
 
 // MetadataReservationID is the metadata key carrying the reservation id on
 // checkouts and payment intents.
-const MetadataReservationID = "reservation_id"
+const MetadataReservationID = market.MetadataReservationID
 
 // MetadataUserID is the metadata key carrying the marketplace's user id on
 // customers and setup checkouts.

@@ -39,6 +39,9 @@ type LocalStore interface {
 	// SumLocalAmounts returns the total amount of the objects of a kind
 	// that belong to parentID (e.g. everything refunded of a payment).
 	SumLocalAmounts(ctx context.Context, kind, parentID string) (market.Cents, error)
+	// ListLocalObjects returns every stored object of a kind: their ids
+	// and, at the same index, their data.
+	ListLocalObjects(ctx context.Context, kind string) (ids []string, data [][]byte, err error)
 }
 
 // The kinds of objects the local processor stores.
@@ -126,6 +129,9 @@ func (noLocalStore) FindLocalObject(context.Context, string, string) ([]byte, er
 func (noLocalStore) SumLocalAmounts(context.Context, string, string) (market.Cents, error) {
 	return 0, errNoLocalStore
 }
+func (noLocalStore) ListLocalObjects(context.Context, string) ([]string, [][]byte, error) {
+	return nil, nil, errNoLocalStore
+}
 
 // The stored forms of the local processor's objects. Their JSON names are
 // the stored format: rename a Go field freely, never a tag.
@@ -154,6 +160,8 @@ type (
 		PaymentMethodID string `json:"payment_method_id,omitempty"`
 		Customer        string `json:"customer,omitempty"`
 		DeclineCode     string `json:"decline_code,omitempty"`
+		// Metadata of an off-session charge (ChargeInput.Metadata).
+		Metadata map[string]string `json:"metadata,omitempty"`
 	}
 	setupRecord struct {
 		UserID          int64  `json:"user_id"`
@@ -225,7 +233,7 @@ func (l *Local) checkout(id string, c checkoutRecord) Checkout {
 func (p paymentRecord) payment(id string) Payment {
 	return Payment{
 		ID: id, ReservationID: p.ReservationID, Amount: p.Amount, AmountReceived: p.AmountReceived, Status: p.Status,
-		Succeeded: p.Status == "succeeded", TransferGroup: p.TransferGroup, ChargeID: p.ChargeID,
+		Succeeded: p.Status == "succeeded", TransferGroup: p.TransferGroup, ChargeID: p.ChargeID, Metadata: p.Metadata,
 	}
 }
 
@@ -716,7 +724,8 @@ func (l *Local) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, error
 		return Payment{}, market.Errorf(market.CodeInvalid, "That saved card belongs to another customer.")
 	}
 	id := localID("pi", in.IdempotencyKey)
-	rec := paymentRecord{ReservationID: in.ReservationID, Amount: in.Amount, PaymentMethodID: in.PaymentMethodID, Customer: in.Customer}
+	rec := paymentRecord{ReservationID: in.ReservationID, Amount: in.Amount, PaymentMethodID: in.PaymentMethodID, Customer: in.Customer,
+		Metadata: in.Metadata}
 	if in.ReservationID > 0 {
 		rec.TransferGroup = market.TransferGroup(in.ReservationID)
 	}
@@ -737,6 +746,40 @@ func (l *Local) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, error
 			Err: errors.New("simulated decline (test card " + m.Last4 + ")")}
 	}
 	return stored.payment(id), nil
+}
+
+// ListPayments returns every simulated payment (since is ignored: the
+// local processor keeps no creation times, and holds only this
+// marketplace's objects).
+func (l *Local) ListPayments(ctx context.Context, since time.Time) ([]Payment, error) {
+	return listObjects(ctx, l, localPayment, paymentRecord.payment)
+}
+
+// ListRefunds returns every simulated refund.
+func (l *Local) ListRefunds(ctx context.Context, since time.Time) ([]Refund, error) {
+	return listObjects(ctx, l, localRefund, refundRecord.refund)
+}
+
+// ListTransfers returns every simulated transfer.
+func (l *Local) ListTransfers(ctx context.Context, since time.Time) ([]Transfer, error) {
+	return listObjects(ctx, l, localTransfer, transferRecord.transfer)
+}
+
+// listObjects decodes every stored object of kind into its public form.
+func listObjects[R, T any](ctx context.Context, l *Local, kind string, public func(R, string) T) ([]T, error) {
+	ids, data, err := l.store.ListLocalObjects(ctx, kind)
+	if err != nil {
+		return nil, fmt.Errorf("billing: list local %s: %w", kind, err)
+	}
+	out := make([]T, 0, len(ids))
+	for i, id := range ids {
+		var rec R
+		if err := json.Unmarshal(data[i], &rec); err != nil {
+			return nil, fmt.Errorf("billing: local %s %s: decode: %w", kind, id, err)
+		}
+		out = append(out, public(rec, id))
+	}
+	return out, nil
 }
 
 // ErrLocalWebhook is what ParseWebhook of the local processor returns for

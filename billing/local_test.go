@@ -3,6 +3,8 @@ package billing
 import (
 	"context"
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -70,6 +72,23 @@ func (s *testStore) SumLocalAmounts(_ context.Context, kind, parent string) (mar
 		}
 	}
 	return sum, nil
+}
+
+func (s *testStore) ListLocalObjects(_ context.Context, kind string) ([]string, [][]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for k := range s.objects {
+		if k[0] == kind {
+			ids = append(ids, k[1])
+		}
+	}
+	slices.Sort(ids)
+	data := make([][]byte, len(ids))
+	for i, id := range ids {
+		data[i] = []byte(s.objects[[2]string{kind, id}].data)
+	}
+	return ids, data, nil
 }
 
 func newTestLocal() *Local { return NewLocal(LocalConfig{Store: newTestStore()}) }
@@ -372,7 +391,7 @@ func TestLocalRestart(t *testing.T) {
 	if got, err := after.CheckoutInput(co.ID); err != nil || got != in {
 		t.Errorf("checkout input after restart %+v, %v", got, err)
 	}
-	if got, err := after.RetrievePayment(ctx, pi); err != nil || got != pay || got.AmountReceived != 5000 {
+	if got, err := after.RetrievePayment(ctx, pi); err != nil || !reflect.DeepEqual(got, pay) || got.AmountReceived != 5000 {
 		t.Errorf("payment after restart %+v, %v (was %+v)", got, err, pay)
 	}
 	if got, err := after.RetrieveRefund(ctx, re.ID); err != nil || got != re || got.Amount != 1200 {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -258,7 +259,7 @@ func TestLocalSavedCards(t *testing.T) {
 			t.Errorf("a retried charge made payment %s, want %s", id, p.ID)
 		}
 	}
-	if got, err := l.RetrievePayment(ctx, p.ID); err != nil || got != p {
+	if got, err := l.RetrievePayment(ctx, p.ID); err != nil || !reflect.DeepEqual(got, p) {
 		t.Errorf("retrieved %+v, %v; want %+v", got, err, p)
 	}
 	if n := countKind(st, localPayment); n != 1 {

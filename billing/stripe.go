@@ -172,6 +172,7 @@ func paymentFrom(pi *stripe.PaymentIntent) Payment {
 		ID: pi.ID, Amount: market.Cents(pi.Amount), AmountReceived: market.Cents(pi.AmountReceived),
 		Status: string(pi.Status), Succeeded: pi.Status == stripe.PaymentIntentStatusSucceeded,
 		TransferGroup: pi.TransferGroup, ReservationID: reservationIDFrom(pi.Metadata, "", pi.TransferGroup),
+		Metadata: pi.Metadata,
 	}
 	if pi.LatestCharge != nil {
 		pay.ChargeID = pi.LatestCharge.ID
@@ -262,8 +263,12 @@ func (s *Stripe) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, erro
 	if in.Description != "" {
 		p.Description = stripe.String(in.Description)
 	}
+	p.Metadata = map[string]string{}
+	for k, v := range in.Metadata {
+		p.Metadata[k] = v
+	}
 	if in.ReservationID > 0 {
-		p.Metadata = map[string]string{MetadataReservationID: strconv.FormatInt(in.ReservationID, 10)}
+		p.Metadata[MetadataReservationID] = strconv.FormatInt(in.ReservationID, 10)
 		p.TransferGroup = stripe.String(market.TransferGroup(in.ReservationID))
 	}
 	p.Context = ctx
@@ -355,6 +360,64 @@ func transferFrom(t *stripe.Transfer) Transfer {
 		out.AccountID = t.Destination.ID
 	}
 	return out
+}
+
+// ListPayments lists the account's payment intents created at or after
+// since, every page of them.
+func (s *Stripe) ListPayments(ctx context.Context, since time.Time) ([]Payment, error) {
+	p := &stripe.PaymentIntentListParams{}
+	p.Context = ctx
+	p.Limit = stripe.Int64(100)
+	if !since.IsZero() {
+		p.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()}
+	}
+	var out []Payment
+	it := s.api.PaymentIntents.List(p)
+	for it.Next() {
+		out = append(out, paymentFrom(it.PaymentIntent()))
+	}
+	if err := it.Err(); err != nil {
+		return nil, wrap("list payments", err)
+	}
+	return out, nil
+}
+
+// ListRefunds lists the account's refunds created at or after since.
+func (s *Stripe) ListRefunds(ctx context.Context, since time.Time) ([]Refund, error) {
+	p := &stripe.RefundListParams{}
+	p.Context = ctx
+	p.Limit = stripe.Int64(100)
+	if !since.IsZero() {
+		p.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()}
+	}
+	var out []Refund
+	it := s.api.Refunds.List(p)
+	for it.Next() {
+		out = append(out, refundFrom(it.Refund()))
+	}
+	if err := it.Err(); err != nil {
+		return nil, wrap("list refunds", err)
+	}
+	return out, nil
+}
+
+// ListTransfers lists the platform's transfers created at or after since.
+func (s *Stripe) ListTransfers(ctx context.Context, since time.Time) ([]Transfer, error) {
+	p := &stripe.TransferListParams{}
+	p.Context = ctx
+	p.Limit = stripe.Int64(100)
+	if !since.IsZero() {
+		p.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()}
+	}
+	var out []Transfer
+	it := s.api.Transfers.List(p)
+	for it.Next() {
+		out = append(out, transferFrom(it.Transfer()))
+	}
+	if err := it.Err(); err != nil {
+		return nil, wrap("list transfers", err)
+	}
+	return out, nil
 }
 
 // CreateConnectedAccount creates an Express account requesting the

@@ -71,6 +71,10 @@ type PaymentEvent struct {
 	ChargeID        string
 	Amount          market.Cents
 	Currency        string
+	// ChargeIntentID is the charge intent this payment finishes (a saved
+	// card's charge), 0 for none: it is marked done in the same
+	// transaction that records the payment.
+	ChargeIntentID int64
 }
 
 // PaymentOutcome is what recording a payment did.
@@ -263,6 +267,9 @@ func (db *DB) RecordPayment(ctx context.Context, ev PaymentEvent, now time.Time)
 		if err := recordPaymentException(ctx, tx, r, ev, why, now); err != nil {
 			return "", fail(op, err, "")
 		}
+		if err := finishChargeIntent(ctx, tx, ev.ChargeIntentID, ev.PaymentIntentID, market.ChargeOutcomeMismatched, now); err != nil {
+			return "", fail(op, err, "")
+		}
 		return PaymentMismatched, fail(op, tx.Commit(), "")
 	}
 	// Keep what each event adds; never blank out what an earlier one said.
@@ -301,6 +308,13 @@ func (db *DB) RecordPayment(ctx context.Context, ev PaymentEvent, now time.Time)
 	if _, err := tx.ExecContext(ctx, `UPDATE payments SET checkout_id = ?, payment_intent_id = ?, charge_id = ?, status = ?,
 		failure_message = ?, next_attempt_at = ?, updated_at = ? WHERE reservation_id = ?`,
 		p.CheckoutID, p.PaymentIntentID, p.ChargeID, string(p.Status), p.FailureMessage, unix(p.NextAttemptAt), unix(now), r.ID); err != nil {
+		return "", fail(op, err, "")
+	}
+	ended := market.ChargeOutcomePaid
+	if outcome == PaymentLate {
+		ended = market.ChargeOutcomeLate
+	}
+	if err := finishChargeIntent(ctx, tx, ev.ChargeIntentID, ev.PaymentIntentID, ended, now); err != nil {
 		return "", fail(op, err, "")
 	}
 	return outcome, fail(op, tx.Commit(), "")
@@ -359,6 +373,15 @@ func (db *DB) RecordPaymentFailed(ctx context.Context, eventID, eventType string
 	if err != nil || !fresh {
 		return false, fail(op, err, "")
 	}
+	if err := recordPaymentFailed(ctx, tx, reservationID, paymentIntentID, message, now); err != nil {
+		return false, fail(op, err, "")
+	}
+	return true, fail(op, tx.Commit(), "")
+}
+
+// recordPaymentFailed is RecordPaymentFailed's work inside the caller's
+// transaction.
+func recordPaymentFailed(ctx context.Context, tx *sql.Tx, reservationID int64, paymentIntentID, message string, now time.Time) error {
 	if message == "" {
 		message = "The payment did not go through."
 	}
@@ -367,19 +390,19 @@ func (db *DB) RecordPaymentFailed(ctx context.Context, eventID, eventType string
 	// event for it — notifies the buyer once.
 	var before, beforeIntent string
 	noPayment := false
-	err = tx.QueryRowContext(ctx, `SELECT status, payment_intent_id FROM payments WHERE reservation_id = ?`, reservationID).Scan(&before, &beforeIntent)
+	err := tx.QueryRowContext(ctx, `SELECT status, payment_intent_id FROM payments WHERE reservation_id = ?`, reservationID).Scan(&before, &beforeIntent)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		noPayment = true
 	case err != nil:
-		return false, fail(op, err, "")
+		return err
 	}
 	told := paymentIntentID != "" && PaymentStatus(before) == PaymentFailed && beforeIntent == paymentIntentID
 	if _, err := tx.ExecContext(ctx, `UPDATE payments SET status = ?, failure_message = ?,
 		payment_intent_id = CASE WHEN payment_intent_id = '' THEN ? ELSE payment_intent_id END, updated_at = ?
 		WHERE reservation_id = ? AND status IN (?, ?)`,
 		string(PaymentFailed), message, paymentIntentID, unix(now), reservationID, string(PaymentOpen), string(PaymentFailed)); err != nil {
-		return false, fail(op, err, "")
+		return err
 	}
 	var buyer, holdEnds, amount int64
 	err = tx.QueryRowContext(ctx, `SELECT buyer_id, hold_expires_at, amount_cents FROM reservations WHERE id = ? AND state = ?`,
@@ -398,10 +421,7 @@ func (db *DB) RecordPaymentFailed(ctx context.Context, eventID, eventType string
 	} else if errors.Is(err, sql.ErrNoRows) {
 		err = nil // no longer held: nothing to try again
 	}
-	if err != nil {
-		return false, fail(op, err, "")
-	}
-	return true, fail(op, tx.Commit(), "")
+	return err
 }
 
 // RecordChargeRefunded keeps the processor's total refunded for a payment,

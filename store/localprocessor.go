@@ -92,3 +92,24 @@ func (db *DB) SumLocalAmounts(ctx context.Context, kind, parentID string) (marke
 	}
 	return market.Cents(sum), nil
 }
+
+// ListLocalObjects returns every stored object of the local test processor
+// of one kind, by id: their ids and data.
+func (db *DB) ListLocalObjects(ctx context.Context, kind string) ([]string, [][]byte, error) {
+	const op = "list local processor objects"
+	rows, err := db.reader.QueryContext(ctx, `SELECT id, data FROM local_processor_objects WHERE kind = ? ORDER BY id`, kind)
+	if err != nil {
+		return nil, nil, fail(op, err, "")
+	}
+	defer rows.Close()
+	var ids []string
+	var data [][]byte
+	for rows.Next() {
+		var id, d string
+		if err := rows.Scan(&id, &d); err != nil {
+			return nil, nil, fail(op, err, "")
+		}
+		ids, data = append(ids, id), append(data, []byte(d))
+	}
+	return ids, data, fail(op, rows.Err(), "")
+}

@@ -285,10 +285,11 @@ func (db *DB) ListReservationResales(ctx context.Context, reservationID int64) (
 // cancellation policy, not the offer's current ones); marks the original
 // resold at the listing's start; records the sale (fee and seller's credit
 // by market.ResaleSplit with the platform fee feeBP; the credit is a step
-// for the retrier); writes market.ResaleEntries; and tells both parties.
+// for the retrier); writes market.ResaleEntries; finishes the buyer's
+// charge intent chargeIntentID (0: none); and tells both parties.
 // The capacity the pieces hold does not change: the original's pieces keep
 // holding it (holdsCapacity), so no other booking can see it free.
-func (db *DB) SellResaleListing(ctx context.Context, listingID, buyerID int64, chargeRef string, feeBP int, now time.Time) (market.ResaleListing, market.Reservation, error) {
+func (db *DB) SellResaleListing(ctx context.Context, listingID, buyerID int64, chargeRef string, chargeIntentID int64, feeBP int, now time.Time) (market.ResaleListing, market.Reservation, error) {
 	const op = "sell resale listing"
 	tx, err := db.begin(ctx)
 	if err != nil {
@@ -345,6 +346,9 @@ func (db *DB) SellResaleListing(ctx context.Context, listingID, buyerID int64, c
 		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
 	}
 	if err := insertEntries(ctx, tx, market.ResaleEntries(l, now)); err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	}
+	if err := finishChargeIntent(ctx, tx, chargeIntentID, chargeRef, market.ChargeOutcomeSold, now); err != nil {
 		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
 	}
 	span := market.FormatSpan(l.From, orig.End())
@@ -493,8 +497,9 @@ func scanResaleRefund(s scanner) (ResaleRefund, error) {
 // RecordUnsoldPayment records, in one transaction, that buyerID paid
 // (paymentIntentID, amount) for a listing that was not sold to them: the
 // payment in the ledger (market.UnsoldPaymentEntries) and a full refund
-// due at now. Recording the same payment again returns the same refund.
-func (db *DB) RecordUnsoldPayment(ctx context.Context, listingID, buyerID int64, paymentIntentID string, amount market.Cents, now time.Time) (ResaleRefund, error) {
+// due at now, finishing the charge intent chargeIntentID (0: none).
+// Recording the same payment again returns the same refund.
+func (db *DB) RecordUnsoldPayment(ctx context.Context, listingID, buyerID int64, paymentIntentID string, amount market.Cents, chargeIntentID int64, now time.Time) (ResaleRefund, error) {
 	const op = "record unsold resale payment"
 	tx, err := db.begin(ctx)
 	if err != nil {
@@ -511,6 +516,9 @@ func (db *DB) RecordUnsoldPayment(ctx context.Context, listingID, buyerID int64,
 		return ResaleRefund{}, fail(op, err, "")
 	}
 	if err := insertEntries(ctx, tx, market.UnsoldPaymentEntries(l, buyerID, paymentIntentID, amount, "", now)); err != nil {
+		return ResaleRefund{}, fail(op, err, "")
+	}
+	if err := finishChargeIntent(ctx, tx, chargeIntentID, paymentIntentID, market.ChargeOutcomeUnsold, now); err != nil {
 		return ResaleRefund{}, fail(op, err, "")
 	}
 	f, err := scanResaleRefund(tx.QueryRowContext(ctx, `SELECT `+resaleRefundColumns+` FROM resale_refunds f WHERE f.payment_intent_id = ?`, paymentIntentID))

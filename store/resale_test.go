@@ -44,7 +44,7 @@ func TestResaleHandsAccessOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, n, err := db.SellResaleListing(ctx, l.ID, buyer.ID, "pi_buyer", 1000, now)
+	_, n, err := db.SellResaleListing(ctx, l.ID, buyer.ID, "pi_buyer", 0, 1000, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestResaleSaleIsAtomicAndOnce(t *testing.T) {
 	if open, err := db.ListOpenResaleOffers(ctx, start); err != nil || len(open) != 0 {
 		t.Fatalf("open listings once the start passed = %+v, %v", open, err)
 	}
-	_, _, err = db.SellResaleListing(ctx, l.ID, seller.ID, "pi_self", 1000, t0)
+	_, _, err = db.SellResaleListing(ctx, l.ID, seller.ID, "pi_self", 0, 1000, t0)
 	wantCode(t, err, market.CodeInvalid)
 
 	var wg sync.WaitGroup
@@ -150,7 +150,7 @@ func TestResaleSaleIsAtomicAndOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, errs[i] = db.SellResaleListing(ctx, l.ID, u.ID, "pi_"+u.Email, 1000, t0.Add(time.Minute))
+			_, _, errs[i] = db.SellResaleListing(ctx, l.ID, u.ID, "pi_"+u.Email, 0, 1000, t0.Add(time.Minute))
 		}()
 	}
 	wg.Wait()

@@ -67,10 +67,13 @@ type SpotHourDue struct {
 }
 
 // SpotAward is a won hour as the clearing booked it: the held one-hour
-// reservation, for the workflow to pay with the buyer's saved method.
+// reservation, and its charge to the buyer's saved card, recorded in the
+// clearing's transaction for the workflow to make (Charge.ID is 0 when the
+// buyer has no saved card left).
 type SpotAward struct {
 	BidID       int64
 	Reservation market.Reservation
+	Charge      market.ChargeIntent
 }
 
 // SpotResult is what ClearSpotHour did. Cleared is false when the hour had
@@ -472,7 +475,14 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 				b.ID, w.Devices, market.FormatSpan(hour, end), c.PriceCents, b.MaxCents, r.ID)}); err != nil {
 			return SpotResult{}, fail(op, err, "")
 		}
-		res.Awards = append(res.Awards, SpotAward{BidID: b.ID, Reservation: r})
+		// The charge is recorded with the hold it pays, so a crash
+		// before it is made leaves it for the retrier, not lost.
+		ci, err := insertChargeIntent(ctx, tx, market.ChargeIntent{Purpose: market.PurposeReservation, BuyerID: b.BuyerID,
+			ReservationID: r.ID, Amount: r.AmountCents}, now)
+		if err != nil && market.ErrorCode(err) != market.CodeNotFound {
+			return SpotResult{}, fail(op, err, "")
+		}
+		res.Awards = append(res.Awards, SpotAward{BidID: b.ID, Reservation: r, Charge: ci})
 	}
 
 	// Preemptions: live bids that held the hour before, still want this one, and lost it.

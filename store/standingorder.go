@@ -321,7 +321,17 @@ func (db *DB) FillStandingOrder(ctx context.Context, orderID int64, pieces []mar
 		o.State, o.ReservationID, o.UpdatedAt = market.OrderFilled, r.ID, truncate(now)
 		next := fmt.Sprintf("It is held until %s: pay for it before then to confirm it.", market.FormatTime(r.HoldExpiresAt))
 		if o.OnFill == market.FillPay {
-			next = "Your saved payment method is being charged for it."
+			// The charge is recorded with the hold it pays (a crash before
+			// it is made leaves it for the retrier); without a saved card
+			// left the fill stays held for the buyer to pay by hand.
+			_, err := insertChargeIntent(ctx, tx.Tx, market.ChargeIntent{Purpose: market.PurposeReservation, BuyerID: o.BuyerID,
+				ReservationID: r.ID, Amount: r.AmountCents}, now)
+			switch {
+			case err == nil:
+				next = "Your saved payment method is being charged for it."
+			case market.ErrorCode(err) != market.CodeNotFound:
+				return err
+			}
 		}
 		return insertNotification(ctx, tx, Notification{UserID: o.BuyerID, Kind: NotifyOrderFilled, CreatedAt: now,
 			URL: fmt.Sprintf("/reservations/%d", r.ID),

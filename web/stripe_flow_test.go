@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -226,6 +227,29 @@ func (m *stripeMemory) RetrieveRefund(_ context.Context, id string) (billing.Ref
 		return billing.Refund{}, stripeMissing("retrieve refund " + id)
 	}
 	return r, nil
+}
+
+// ListPayments, ListRefunds and ListTransfers answer reconciliation's
+// listing from the memory, as the retrievals do.
+func (m *stripeMemory) ListPayments(context.Context, time.Time) ([]billing.Payment, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.retrieved["payment list"]++
+	return slices.Collect(maps.Values(m.payments)), nil
+}
+
+func (m *stripeMemory) ListRefunds(context.Context, time.Time) ([]billing.Refund, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.retrieved["refund list"]++
+	return slices.Collect(maps.Values(m.refunds)), nil
+}
+
+func (m *stripeMemory) ListTransfers(context.Context, time.Time) ([]billing.Transfer, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.retrieved["transfer list"]++
+	return slices.Collect(maps.Values(m.transfers)), nil
 }
 
 func (m *stripeMemory) RetrieveTransfer(_ context.Context, id string) (billing.Transfer, error) {
@@ -779,7 +803,7 @@ func stripeFlow(t *testing.T, apiBase string, events []string, onboardLate bool)
 	app.mem.mu.Lock()
 	retrieved := maps.Clone(app.mem.retrieved)
 	app.mem.mu.Unlock()
-	for _, kind := range []string{"payment", "refund", "transfer"} {
+	for _, kind := range []string{"payment", "refund", "transfer", "payment list", "refund list", "transfer list"} {
 		if retrieved[kind] == 0 {
 			t.Errorf("reconciliation never retrieved a %s", kind)
 		}

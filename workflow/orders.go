@@ -193,7 +193,7 @@ func (s *Service) matchOrders(ctx context.Context, changed map[int64]bool) {
 }
 
 // fillOrder books quote q for order o and, for an order that pays at
-// once, charges the buyer's saved payment method. A fill that loses a race
+// once, makes the charge of the buyer's saved card that the fill recorded. A fill that loses a race
 // (the order filled or cancelled meanwhile, the capacity taken) is logged
 // and skipped: the next change re-matches the order.
 func (s *Service) fillOrder(ctx context.Context, o market.StandingOrder, q market.Quote, now time.Time) {
@@ -225,7 +225,16 @@ func (s *Service) fillOrder(ctx context.Context, o market.StandingOrder, q marke
 	if o.OnFill != market.FillPay {
 		return
 	}
-	if _, err := s.PayWithSavedMethod(ctx, o.BuyerID, r.ID); err != nil {
+	// The fill's transaction recorded the charge (none without a saved
+	// card); a crash from here on leaves it to the retrier (chargeTick).
+	ci, err := s.db.FindPendingReservationCharge(ctx, r.ID)
+	if market.ErrorCode(err) == market.CodeNotFound {
+		err = market.Errorf(market.CodeInvalid, msgNoSavedMethod)
+	}
+	if err == nil {
+		_, err = s.payReservationCharge(ctx, ci, r)
+	}
+	if err != nil {
 		msg := market.ErrorMessage(err)
 		if market.ErrorCode(err) == market.CodeInternal {
 			s.log.Error("standing order: pay at once", "order_id", o.ID, "reservation_id", r.ID, "err", err)

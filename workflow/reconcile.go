@@ -35,10 +35,13 @@ type ReconcileOptions struct {
 //     expired and is not refunded, a settlement that failed, a late or
 //     mismatched payment not refunded, a granted dispute credit not
 //     refunded;
+//   - charges recorded before they were made and not finished past their
+//     grace (market.ChargeIntent): money may have moved unrecorded;
 //   - the processor's objects: per payment intent the charges against the
 //     amount received, per refund and transfer the amount (and the account
 //     and transfer group), the processor's reported refund total against
-//     the ledger's refunds.
+//     the ledger's refunds; and every succeeded payment, refund and
+//     transfer the processor lists that no ledger entry explains.
 func (s *Service) Reconcile(ctx context.Context, opts ReconcileOptions) ([]Difference, error) {
 	db := s.db
 	entries, err := db.ListAllLedger(ctx)
@@ -147,9 +150,27 @@ func (s *Service) Reconcile(ctx context.Context, opts ReconcileOptions) ([]Diffe
 	for _, f := range unsold {
 		add(f.ReservationID, fmt.Sprintf("resale listing %d: unsold payment %s not refunded yet", f.ListingID, f.PaymentIntentID), f.Amount.String(), f.LastError)
 	}
+	// Charges recorded before they were made (charge.go) and not finished
+	// past their grace: money may have moved with no outcome recorded.
+	intents, err := db.ListDueChargeIntents(ctx, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	for _, ci := range intents {
+		if s.now().Sub(ci.CreatedAt) < market.ChargeRetryGrace {
+			continue // being made right now
+		}
+		add(ci.ReservationID, fmt.Sprintf("charge %d (%s, %s) recorded but not finished after %d attempts", ci.ID, ci.Purpose, ci.Amount, ci.Attempts),
+			ci.Amount.String(), ci.LastError)
+	}
 	if opts.LedgerOnly {
 		return out, nil
 	}
+	unexplained, err := s.unexplainedProcessorObjects(ctx, entries, intents)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, unexplained...)
 	for pi, amount := range charged {
 		if pi == "" {
 			add(chargeRes[pi], "charge without a payment reference", amount.String(), "")
@@ -196,6 +217,63 @@ func (s *Service) Reconcile(ctx context.Context, opts ReconcileOptions) ([]Diffe
 				add(e.ReservationID, "transfer "+e.StripeRef+" is in another transfer group", market.TransferGroup(e.ReservationID), t.TransferGroup)
 			}
 		}
+	}
+	return out, nil
+}
+
+// unexplainedProcessorObjects lists the processor's succeeded payments,
+// refunds and transfers that no row explains: none of the ledger's entries
+// references them, and no pending charge (reported on its own) made them.
+// A charge made outside the record — the crash window the charge intents
+// close — shows up here.
+func (s *Service) unexplainedProcessorObjects(ctx context.Context, entries []market.LedgerEntry, pending []market.ChargeIntent) ([]Difference, error) {
+	known := map[string]bool{}
+	for _, e := range entries {
+		if e.StripeRef != "" {
+			known[e.StripeRef] = true
+		}
+	}
+	pendingIntent := map[int64]bool{}
+	for _, ci := range pending {
+		pendingIntent[ci.ID] = true
+		if ci.PaymentIntentID != "" {
+			known[ci.PaymentIntentID] = true
+		}
+	}
+	var out []Difference
+	payments, err := s.pay.ListPayments(ctx, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("workflow: reconcile: list processor payments: %w", err)
+	}
+	for _, p := range payments {
+		if !p.Succeeded || known[p.ID] || pendingIntent[market.ChargeIntentID(p.Metadata)] {
+			continue
+		}
+		what := "processor payment " + p.ID + " is recorded nowhere"
+		if id := market.ChargeIntentID(p.Metadata); id != 0 {
+			what += fmt.Sprintf(" (made for charge %d)", id)
+		}
+		out = append(out, Difference{ReservationID: p.ReservationID, What: what, Processor: p.AmountReceived.String()})
+	}
+	refunds, err := s.pay.ListRefunds(ctx, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("workflow: reconcile: list processor refunds: %w", err)
+	}
+	for _, r := range refunds {
+		if known[r.ID] || r.Status == "failed" || r.Status == "canceled" {
+			continue
+		}
+		out = append(out, Difference{What: "processor refund " + r.ID + " of payment " + r.PaymentIntentID + " is recorded nowhere", Processor: r.Amount.String()})
+	}
+	transfers, err := s.pay.ListTransfers(ctx, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("workflow: reconcile: list processor transfers: %w", err)
+	}
+	for _, t := range transfers {
+		if known[t.ID] {
+			continue
+		}
+		out = append(out, Difference{What: "processor transfer " + t.ID + " to " + t.AccountID + " is recorded nowhere", Processor: t.Amount.String()})
 	}
 	return out, nil
 }

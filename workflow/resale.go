@@ -2,10 +2,8 @@ package workflow
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
@@ -24,18 +22,20 @@ func (s *Service) WithdrawResale(ctx context.Context, sellerID, listingID int64)
 	return s.db.WithdrawResaleListing(ctx, sellerID, listingID, s.now())
 }
 
-// BuyResale buys a listing for buyerID: it charges the listing's price to
-// the buyer's saved payment method (ChargeSavedMethod, with an idempotency
-// key bound to the listing and the buyer, so a repeated click never
-// charges twice), then sells the listing in one store transaction
-// (store.SellResaleListing), which re-checks that it is still for sale. If
-// the sale fails after the charge (sold to someone else meanwhile), the
-// payment is recorded and refunded in full at once, or by the retrier if
-// the processor fails. A sale already made to the buyer with this very
-// payment (a retried request) returns its reservation. After a sale the
-// seller's credit is refunded at once, or by the retrier.
+// BuyResale buys a listing for buyerID with the buyer's default saved
+// card. The charge is first recorded (store.CreateResaleCharge, which
+// re-checks that the listing is for sale and not the buyer's own: one
+// pending charge per listing and buyer, so a repeated click charges once),
+// then made under that intent's key and the listing sold in the
+// transaction that finishes it (makeCharge → sellResale). If the sale
+// fails after the charge (sold to someone else meanwhile), the payment is
+// recorded and refunded in full at once, or by the retrier; a crash in
+// between leaves the intent to the retrier (chargeTick), which does the
+// same. A declined card ends that attempt; the next try (another card, or
+// the same one later) is a new charge with a new key. A sale already made
+// to the buyer returns its reservation. After a sale the seller's credit
+// is refunded at once, or by the retrier.
 func (s *Service) BuyResale(ctx context.Context, buyerID, listingID int64) (market.Reservation, error) {
-	now := s.now()
 	ro, err := s.db.FindResaleOffer(ctx, listingID)
 	if err != nil {
 		return market.Reservation{}, err
@@ -44,44 +44,22 @@ func (s *Service) BuyResale(ctx context.Context, buyerID, listingID int64) (mark
 	if l.State == market.ListingSold && l.BuyerID == buyerID {
 		return s.db.FindReservation(ctx, l.SoldReservationID)
 	}
-	if l.SellerID == buyerID {
-		return market.Reservation{}, market.Errorf(market.CodeInvalid, "You cannot buy your own listing; withdraw it instead.")
+	if _, err := s.defaultMethod(ctx, buyerID); err != nil {
+		return market.Reservation{}, err
 	}
-	if !l.Live(ro.Reservation, now) {
-		return market.Reservation{}, market.Errorf(market.CodeConflict, "This time is no longer for sale: it was sold, withdrawn, or its start has passed.")
-	}
-	pay, err := s.ChargeSavedMethod(ctx, buyerID, l.Price,
-		fmt.Sprintf("Resold time of reservation #%d: %s", l.ReservationID, market.FormatSpan(l.From, ro.Reservation.End())),
-		market.ResaleChargeKey(l.ID, buyerID))
+	ci, err := s.db.CreateResaleCharge(ctx, buyerID, l.ID, s.now())
 	if err != nil {
 		return market.Reservation{}, err
 	}
-	sold, n, err := s.db.SellResaleListing(ctx, l.ID, buyerID, pay.ID, s.feeBP, now)
+	res, err := s.makeCharge(ctx, ci)
 	if err != nil {
-		if again, ferr := s.db.FindResaleOffer(ctx, l.ID); ferr == nil && again.Listing.State == market.ListingSold &&
-			again.Listing.BuyerID == buyerID && again.Listing.ChargeRef == pay.ID {
-			return s.db.FindReservation(ctx, again.Listing.SoldReservationID)
-		}
-		s.refundUnsold(ctx, l, buyerID, pay, now)
 		return market.Reservation{}, err
 	}
-	s.log.Info("resale sold", "listing_id", sold.ID, "reservation_id", sold.ReservationID, "new_reservation_id", n.ID,
-		"price_cents", int64(sold.Price), "fee_cents", int64(sold.Fee))
-	s.resaleMoneyTick(ctx, now)
-	return n, nil
+	return res.Sold, nil
 }
 
-// refundUnsold records a payment for a listing that was not sold to the
-// buyer and refunds it in full now; a failure is left to the retrier.
-func (s *Service) refundUnsold(ctx context.Context, l market.ResaleListing, buyerID int64, pay billing.Payment, now time.Time) {
-	f, err := s.db.RecordUnsoldPayment(ctx, l.ID, buyerID, pay.ID, l.Price, now)
-	if err != nil {
-		s.log.Error("resale: unsold payment not recorded", "listing_id", l.ID, "buyer_id", buyerID, "payment_intent_id", pay.ID, "err", err)
-		return
-	}
-	s.refundResalePayment(ctx, f, now)
-}
-
+// refundResalePayment refunds an unsold resale payment in full now; a
+// failure is recorded for the retrier.
 func (s *Service) refundResalePayment(ctx context.Context, f store.ResaleRefund, now time.Time) {
 	ref, err := s.pay.Refund(ctx, f.PaymentIntentID, f.Amount, market.ResaleChargeKey(f.ListingID, f.BuyerID)+"_refund")
 	if err == nil {

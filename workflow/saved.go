@@ -22,16 +22,20 @@ const (
 const savedEventType = "saved_method.charge"
 
 // PayWithSavedMethod pays a buyer's held reservation at once with the
-// buyer's default saved card: an off-session charge of the reservation's
-// amount whose idempotency key comes from the reservation and the card
-// (market.SavedPaymentKey), recorded exactly as a completed checkout's
-// payment is (recordPayment): the reservation is confirmed and the charge
-// is in the ledger; a processor event for the same payment later changes
-// nothing. Paying an already paid reservation again charges nothing.
+// buyer's default saved card. The charge is first recorded
+// (store.CreateReservationCharge: a pending charge intent, one per
+// reservation in flight, so a repeated press charges once), then made
+// under the intent's key and recorded exactly as a completed checkout's
+// payment is (makeCharge → recordPayment): the reservation is confirmed,
+// the charge is in the ledger and the intent done, in one transaction; a
+// processor event for the same payment later changes nothing. A crash in
+// between leaves the intent to the retrier (chargeTick). Paying an
+// already paid reservation again charges nothing.
 //
 // No saved card is a market CodeInvalid error; a declined card a
 // CodeConflict error with a message for the buyer, the failure recorded
-// and the reservation left held (it expires as any unpaid hold does).
+// and the reservation left held (it expires as any unpaid hold does); a
+// later try is a new charge with a new key.
 func (s *Service) PayWithSavedMethod(ctx context.Context, buyerID, reservationID int64) (market.Reservation, error) {
 	r, err := s.db.FindBuyerReservation(ctx, buyerID, reservationID)
 	if err != nil {
@@ -48,8 +52,7 @@ func (s *Service) PayWithSavedMethod(ctx context.Context, buyerID, reservationID
 	if err := market.Payable(r, now); err != nil {
 		return market.Reservation{}, err
 	}
-	m, err := s.defaultMethod(ctx, buyerID)
-	if err != nil {
+	if _, err := s.defaultMethod(ctx, buyerID); err != nil {
 		return market.Reservation{}, err
 	}
 	// A checkout the buyer already paid, whose event has not arrived yet,
@@ -63,71 +66,37 @@ func (s *Service) PayWithSavedMethod(ctx context.Context, buyerID, reservationID
 			return market.Reservation{}, market.Errorf(market.CodeConflict, msgPaidOnCheckout)
 		}
 	}
-	log := s.log.With("reservation_id", r.ID, "payment_method_id", m.ID)
-	pay, err := s.pay.ChargeSaved(ctx, billing.ChargeInput{
-		ReservationID: r.ID, Customer: m.Customer, PaymentMethodID: m.ProcessorMethodID, Amount: r.AmountCents,
-		Description:    fmt.Sprintf("Reservation #%d: %d devices, %s – %s", r.ID, r.Devices(), market.FormatTime(r.Start()), market.FormatTime(r.End())),
-		IdempotencyKey: market.SavedPaymentKey(r.ID, m.ID),
-	})
-	if d, ok := billing.AsDecline(err); ok {
-		msg := declineMessage(d, m)
-		log.Info("saved card declined", "code", d.Code, "decline_code", d.DeclineCode, "payment_intent_id", d.PaymentIntentID)
-		if _, ferr := s.db.RecordPaymentFailed(ctx, "", savedEventType, r.ID, d.PaymentIntentID, msg, now); ferr != nil {
-			return market.Reservation{}, ferr
+	ci, err := s.db.CreateReservationCharge(ctx, buyerID, r.ID, now)
+	if market.ErrorCode(err) == market.CodeNotFound {
+		return market.Reservation{}, market.Errorf(market.CodeInvalid, msgNoSavedMethod)
+	}
+	if err != nil {
+		return market.Reservation{}, err
+	}
+	return s.payReservationCharge(ctx, ci, r)
+}
+
+// payReservationCharge makes a reservation's recorded charge and turns its
+// outcome into the buyer's answer: the confirmed reservation, or an error
+// with a message for the buyer.
+func (s *Service) payReservationCharge(ctx context.Context, ci market.ChargeIntent, r market.Reservation) (market.Reservation, error) {
+	res, err := s.makeCharge(ctx, ci)
+	if market.ErrorCode(err) == market.CodeConflict && res.Payment.ID == "" && !r.HoldExpiresAt.IsZero() {
+		if msg := market.ErrorMessage(err); msg != msgChargePending {
+			return market.Reservation{}, market.Errorf(market.CodeConflict, "%s The reservation stays held until %s; you can also pay on the payment page.",
+				msg, market.FormatTime(r.HoldExpiresAt))
 		}
-		return market.Reservation{}, market.Errorf(market.CodeConflict, "%s The reservation stays held until %s; you can also pay on the payment page.",
-			msg, market.FormatTime(r.HoldExpiresAt))
 	}
 	if err != nil {
 		return market.Reservation{}, err
 	}
-	if !pay.Succeeded {
-		// Cards succeed or fail at once; anything else waits for the
-		// processor's payment event, which records it.
-		log.Warn("saved card charge not settled yet", "payment_intent_id", pay.ID, "status", pay.Status)
-		return market.Reservation{}, market.Errorf(market.CodeConflict, msgChargePending)
-	}
-	outcome, err := s.recordPayment(ctx, log, store.PaymentEvent{
-		EventType: savedEventType, ReservationID: r.ID, PaymentIntentID: pay.ID, ChargeID: pay.ChargeID,
-		Amount: pay.AmountReceived, Currency: market.Currency,
-	}, now)
-	if err != nil {
-		return market.Reservation{}, err
-	}
-	switch outcome {
+	switch res.Outcome {
 	case store.PaymentLate:
 		return market.Reservation{}, market.Errorf(market.CodeConflict, "The hold ended before the payment went through, so the payment is refunded in full.")
 	case store.PaymentMismatched:
 		return market.Reservation{}, market.Errorf(market.CodeConflict, "This reservation was already paid another way, so this payment is refunded in full.")
 	}
-	return s.db.FindBuyerReservation(ctx, buyerID, r.ID)
-}
-
-// ChargeSavedMethod charges the buyer's default saved card amount
-// off-session, for a payment that is not a held reservation's (a resale
-// purchase); the caller records it. A retried call with the same
-// idempotency key charges once. No saved card is a market CodeInvalid
-// error, a declined card a CodeConflict error with a message for the
-// buyer.
-func (s *Service) ChargeSavedMethod(ctx context.Context, buyerID int64, amount market.Cents, description, idempotencyKey string) (billing.Payment, error) {
-	m, err := s.defaultMethod(ctx, buyerID)
-	if err != nil {
-		return billing.Payment{}, err
-	}
-	pay, err := s.pay.ChargeSaved(ctx, billing.ChargeInput{
-		Customer: m.Customer, PaymentMethodID: m.ProcessorMethodID, Amount: amount, Description: description, IdempotencyKey: idempotencyKey,
-	})
-	if d, ok := billing.AsDecline(err); ok {
-		s.log.Info("saved card declined", "user_id", buyerID, "code", d.Code, "decline_code", d.DeclineCode, "payment_intent_id", d.PaymentIntentID)
-		return billing.Payment{}, market.Errorf(market.CodeConflict, "%s", declineMessage(d, m))
-	}
-	if err != nil {
-		return billing.Payment{}, err
-	}
-	if !pay.Succeeded {
-		return billing.Payment{}, market.Errorf(market.CodeConflict, msgChargePending)
-	}
-	return pay, nil
+	return s.db.FindBuyerReservation(ctx, ci.BuyerID, ci.ReservationID)
 }
 
 // SaveSetupCard keeps the card a completed setup checkout saved (read back
@@ -157,11 +126,11 @@ func (s *Service) defaultMethod(ctx context.Context, buyerID int64) (market.Paym
 	return m, err
 }
 
-// declineMessage tells the buyer why a saved card was not charged, in
-// words of our own (never the processor's text).
-func declineMessage(d *billing.Decline, m market.PaymentMethod) string {
+// declineMessage tells the buyer why a saved card (label) was not
+// charged, in words of our own (never the processor's text).
+func declineMessage(d *billing.Decline, label string) string {
 	if d.Code == "authentication_required" {
-		return fmt.Sprintf("Your bank wants to confirm payments with %s in person, which a saved card cannot do. Nothing was charged.", m.Label)
+		return fmt.Sprintf("Your bank wants to confirm payments with %s in person, which a saved card cannot do. Nothing was charged.", label)
 	}
-	return fmt.Sprintf("%s was declined by the bank. Nothing was charged.", m.Label)
+	return fmt.Sprintf("%s was declined by the bank. Nothing was charged.", label)
 }

@@ -284,26 +284,6 @@ func TestPayWithSavedMethodAfterCheckoutAndExpiry(t *testing.T) {
 	f.requireReconciled()
 }
 
-func TestChargeSavedMethod(t *testing.T) {
-	f := newFixture(t, nil)
-	if _, err := f.wf.ChargeSavedMethod(f.ctx, f.buyer.ID, 500, "Resale", "resale_1"); market.ErrorCode(err) != market.CodeInvalid {
-		t.Fatalf("no card: %v", err)
-	}
-	f.saveCard(f.buyer.ID, "4000 0000 0000 0002")
-	if _, err := f.wf.ChargeSavedMethod(f.ctx, f.buyer.ID, 500, "Resale", "resale_1"); market.ErrorCode(err) != market.CodeConflict {
-		t.Fatalf("declined: %v", err)
-	}
-	f.saveCard(f.buyer.ID, "4242 4242 4242 4242")
-	p, err := f.wf.ChargeSavedMethod(f.ctx, f.buyer.ID, 500, "Resale", "resale_2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := f.wf.ChargeSavedMethod(f.ctx, f.buyer.ID, 500, "Resale", "resale_2")
-	if err != nil || again.ID != p.ID || !p.Succeeded || p.AmountReceived != 500 || p.ReservationID != 0 || p.TransferGroup != "" {
-		t.Fatalf("charge %+v, again %+v, %v", p, again, err)
-	}
-}
-
 // The processor's setup-completed event saves the card when the buyer never
 // comes back to the return page; the return page then finds it saved, and
 // a replay after the buyer removed it does not bring it back.

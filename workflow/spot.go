@@ -52,13 +52,15 @@ func (s *Service) spotTick(ctx context.Context, now time.Time) {
 }
 
 // ClearSpot clears one offer-hour at now (store.ClearSpotHour: at most
-// once, whoever calls it), makes the index follow each won hour's
-// reservation, and pays each at once with its buyer's saved card
-// (PayWithSavedMethod, at the clearing price, never above the bid's
-// maximum). A won hour that cannot be paid (declined, or no saved card
-// any more) stops its bid, with a notification; the hour stays held for
-// spotHold, payable on the payment page, then lapses and its devices go
-// back on the market.
+// once, whoever calls it, with each won hour's charge to its buyer's saved
+// card recorded in the same transaction), makes the index follow each won
+// hour's reservation, and makes each charge at once (at the clearing
+// price, never above the bid's maximum). A crash after the clearing leaves
+// the charges pending for the retrier (chargeTick), so the won hours are
+// paid, not lost. A won hour that cannot be paid (declined, or no saved
+// card any more) stops its bid, with a notification; the hour stays held
+// for spotHold, payable on the payment page, then lapses and its devices
+// go back on the market.
 func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.Time) (store.SpotResult, error) {
 	res, err := s.db.ClearSpotHour(ctx, offerID, hour, now, spotHold)
 	if err != nil || !res.Cleared {
@@ -75,11 +77,17 @@ func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.T
 	}
 	for _, a := range res.Awards {
 		r := a.Reservation
-		if _, err := s.PayWithSavedMethod(ctx, r.BuyerID, r.ID); err != nil {
+		var err error
+		if a.Charge.ID == 0 {
+			err = market.Errorf(market.CodeInvalid, msgNoSavedMethod)
+		} else {
+			_, err = s.payReservationCharge(ctx, a.Charge, r)
+		}
+		if err != nil {
 			code := market.ErrorCode(err)
-			if code != market.CodeConflict && code != market.CodeInvalid {
-				// Not the card's answer: the hold stays and expires unpaid if nothing pays it.
-				s.log.Error("spot hour not paid", "reservation_id", r.ID, "bid_id", a.BidID, "err", err)
+			if code != market.CodeConflict && code != market.CodeInvalid || market.ErrorMessage(err) == msgChargePending {
+				// Not the card's answer: the charge stays pending for the retrier.
+				s.log.Error("spot hour not paid yet", "reservation_id", r.ID, "bid_id", a.BidID, "err", err)
 				continue
 			}
 			reason := "your saved card was not charged"

@@ -1,0 +1,150 @@
+package workflow
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gpumarket/gpumarket/billing"
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+)
+
+// Charges of saved cards, recorded before they are made
+// (market.ChargeIntent). The transaction that decides a charge — a spot
+// clearing, a standing order's fill, a buyer's "pay with saved card", a
+// resale purchase — records it as a pending intent; makeCharge makes it
+// after that commit, under the intent's own idempotency key and with
+// metadata naming the intent, and records the outcome in one transaction
+// that also finishes the intent. After a crash anywhere in between,
+// chargeTick finds the intent pending and calls makeCharge again: the
+// processor answers the repeated call with the first call's payment (or
+// makes it now), and the outcome is recorded then — a payment that is no
+// longer wanted (the hold ended, the listing was sold or withdrawn
+// meanwhile) is recorded and refunded in full.
+
+// chargeResult is what making a charge did.
+type chargeResult struct {
+	// Payment is the processor's payment, when it succeeded.
+	Payment billing.Payment
+	// Outcome is how a reservation's payment was recorded (PurposeReservation).
+	Outcome store.PaymentOutcome
+	// Sold is the buyer's new reservation (PurposeResale, sold).
+	Sold market.Reservation
+}
+
+// makeCharge makes a pending charge and records its outcome. A decline is
+// recorded (the intent declined; for a reservation, the failed payment and
+// the buyer told) and returned as a market CodeConflict error with a
+// message for the buyer; a processor failure or a payment still
+// processing is recorded for a retry with backoff and returned. A resale
+// purchase whose listing cannot be sold any more is recorded as unsold and
+// refunded, and returned as the sale's error.
+func (s *Service) makeCharge(ctx context.Context, ci market.ChargeIntent) (chargeResult, error) {
+	log := s.log.With("charge_intent_id", ci.ID, "purpose", ci.Purpose, "reservation_id", ci.ReservationID, "buyer_id", ci.BuyerID)
+	if ci.State != market.ChargePending {
+		return chargeResult{}, market.Errorf(market.CodeConflict, "This payment has already been made or refused.")
+	}
+	var pay billing.Payment
+	var err error
+	if ci.PaymentIntentID != "" {
+		// Known from an earlier attempt (still processing then): read it.
+		pay, err = s.pay.RetrievePayment(ctx, ci.PaymentIntentID)
+	} else {
+		in := billing.ChargeInput{Customer: ci.Customer, PaymentMethodID: ci.ProcessorMethodID, Amount: ci.Amount,
+			Description: chargeDescription(ci), IdempotencyKey: ci.Key(), Metadata: ci.Metadata()}
+		if ci.Purpose == market.PurposeReservation {
+			in.ReservationID = ci.ReservationID
+		}
+		pay, err = s.pay.ChargeSaved(ctx, in)
+	}
+	now := s.now()
+	if d, ok := billing.AsDecline(err); ok {
+		msg := declineMessage(d, ci.CardLabel)
+		log.Info("saved card declined", "code", d.Code, "decline_code", d.DeclineCode, "payment_intent_id", d.PaymentIntentID)
+		if _, rerr := s.db.RecordChargeDeclined(ctx, ci.ID, d.PaymentIntentID, msg, now); rerr != nil {
+			return chargeResult{}, rerr
+		}
+		return chargeResult{}, market.Errorf(market.CodeConflict, "%s", msg)
+	}
+	if err == nil && !pay.Succeeded {
+		err = fmt.Errorf("workflow: payment %s is %s", pay.ID, pay.Status)
+	}
+	if err != nil {
+		log.Warn("charge not finished; will retry", "attempt", ci.Attempts+1, "payment_intent_id", pay.ID, "err", err)
+		if rerr := s.db.RecordChargeAttempt(ctx, ci.ID, pay.ID, err.Error(), now.Add(backoff(ci.Attempts+1)), now); rerr != nil {
+			log.Error("record charge attempt", "err", rerr)
+		}
+		if pay.ID != "" {
+			// Cards succeed or fail at once; anything else waits for the
+			// retrier (or the processor's payment event).
+			return chargeResult{}, market.Errorf(market.CodeConflict, msgChargePending)
+		}
+		return chargeResult{}, err
+	}
+	switch ci.Purpose {
+	case market.PurposeReservation:
+		outcome, err := s.recordPayment(ctx, log, store.PaymentEvent{
+			EventType: savedEventType, ReservationID: ci.ReservationID, PaymentIntentID: pay.ID, ChargeID: pay.ChargeID,
+			Amount: pay.AmountReceived, Currency: market.Currency, ChargeIntentID: ci.ID,
+		}, now)
+		return chargeResult{Payment: pay, Outcome: outcome}, err
+	case market.PurposeResale:
+		n, err := s.sellResale(ctx, log, ci, pay, now)
+		return chargeResult{Payment: pay, Sold: n}, err
+	}
+	return chargeResult{}, fmt.Errorf("workflow: charge intent %d has unknown purpose %q", ci.ID, ci.Purpose)
+}
+
+// sellResale sells the listing a resale charge paid for, finishing the
+// charge in the sale's transaction. When the listing cannot be sold any
+// more (sold to someone else, withdrawn, its start passed), the payment is
+// recorded as unsold — finishing the charge — and refunded in full at
+// once, or by the retrier; the sale's error is returned. A sale already
+// made to the buyer with this very payment (a retry) returns its
+// reservation.
+func (s *Service) sellResale(ctx context.Context, log *slog.Logger, ci market.ChargeIntent, pay billing.Payment, now time.Time) (market.Reservation, error) {
+	sold, n, err := s.db.SellResaleListing(ctx, ci.ListingID, ci.BuyerID, pay.ID, ci.ID, s.feeBP, now)
+	if err == nil {
+		log.Info("resale sold", "listing_id", sold.ID, "new_reservation_id", n.ID, "price_cents", int64(sold.Price), "fee_cents", int64(sold.Fee))
+		s.resaleMoneyTick(ctx, now)
+		return n, nil
+	}
+	if again, ferr := s.db.FindResaleOffer(ctx, ci.ListingID); ferr == nil && again.Listing.State == market.ListingSold &&
+		again.Listing.BuyerID == ci.BuyerID && again.Listing.ChargeRef == pay.ID {
+		return s.db.FindReservation(ctx, again.Listing.SoldReservationID)
+	}
+	f, rerr := s.db.RecordUnsoldPayment(ctx, ci.ListingID, ci.BuyerID, pay.ID, pay.AmountReceived, ci.ID, now)
+	if rerr != nil {
+		log.Error("resale: unsold payment not recorded; the charge stays pending for the retrier", "payment_intent_id", pay.ID, "err", rerr)
+		return market.Reservation{}, err
+	}
+	s.refundResalePayment(ctx, f, now)
+	return market.Reservation{}, err
+}
+
+// chargeTick takes up the charges left pending past their grace period (a
+// crash between recording and making them, a processor failure, a payment
+// still processing) and makes them again under the same key.
+func (s *Service) chargeTick(ctx context.Context, now time.Time) {
+	due, err := s.db.ListDueChargeIntents(ctx, now)
+	if err != nil {
+		s.log.Error("background: list due charges", "err", err)
+		return
+	}
+	for _, ci := range due {
+		if _, err := s.makeCharge(ctx, ci); err != nil && market.ErrorCode(err) == market.CodeInternal {
+			s.log.Error("background: charge", "charge_intent_id", ci.ID, "err", err)
+		}
+	}
+}
+
+// chargeDescription is the line the buyer sees on the statement; it
+// depends only on the intent, so a repeated call sends the same arguments.
+func chargeDescription(ci market.ChargeIntent) string {
+	if ci.Purpose == market.PurposeResale {
+		return fmt.Sprintf("Resold time of reservation #%d (listing #%d)", ci.ReservationID, ci.ListingID)
+	}
+	return fmt.Sprintf("Reservation #%d", ci.ReservationID)
+}
