@@ -178,7 +178,10 @@ func TestResaleChargeMadeBeforeACrashIsRefundedWhenTheListingIsGone(t *testing.T
 // sold: once.
 func TestResaleChargeRetriedAfterTheProcessorWasDown(t *testing.T) {
 	var cp *crashingProcessor
-	f := newFixture(t, func(l *billing.Local) billing.Processor { cp = &crashingProcessor{Processor: l, stall: true}; return cp })
+	f := newFixture(t, func(l *billing.Local) billing.Processor {
+		cp = &crashingProcessor{Processor: l, stall: true}
+		return cp
+	})
 	f.onboard()
 	start := t0.Add(2 * time.Hour)
 	r := f.book(start)
