@@ -216,3 +216,53 @@ func TestDisputeLimitCountsTheResaleCredit(t *testing.T) {
 	}
 	f.requireReconciled()
 }
+
+// A dispute on time bought on resale is the holder's: it freezes the
+// original's payouts, and a credit is refunded on the holder's own
+// payment, at most what they paid less what was refunded to them, taken
+// from the provider as any credit. Figures by hand: the last six hours
+// sold for 9,999¢ (fee 1,000¢, the seller's credit 8,999¢), no incidents:
+// the statement refunds nothing and the payout, 19,920 − 1,992 = 17,928¢,
+// waits. At most 9,999¢; granted in full, the provider keeps
+// 19,920 − 9,999 = 9,921¢: fee 992.1 → 992¢, payout 8,929¢.
+func TestDisputeOnBoughtTimeCreditsTheHolder(t *testing.T) {
+	f := newFixture(t, nil)
+	f.onboard()
+	r, n, second := f.resell(9999)
+	d, err := f.db.OpenDispute(f.ctx, second.ID, n.ID, market.DisputeNotAsListed, "Two GPUs were slower than listed.", f.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := r.Pieces[0].Start
+	f.tick(start.Add(10 * time.Hour))
+	f.tick(start.Add(10*time.Hour + time.Minute))
+	st := f.settlement(r.ID)
+	if len(st.Transfers) != 1 || st.Transfers[0].State != store.TransferFrozen || st.Transfers[0].Amount != 17928 {
+		t.Fatalf("payouts while the holder's dispute is open = %+v, want 179.28 frozen", st.Transfers)
+	}
+	if limit, err := f.db.FindDisputeCreditLimit(f.ctx, d.ID); err != nil || limit.Max != 9999 {
+		t.Fatalf("limit = %+v, %v; want 99.99", limit, err)
+	}
+	if _, _, err := f.wf.DecideDispute(f.ctx, f.admin.ID, d.ID, 10000, "Too much."); market.ErrorCode(err) != market.CodeInvalid {
+		t.Fatalf("a credit over what the holder paid: %v, want invalid", err)
+	}
+	if _, refunded, err := f.wf.DecideDispute(f.ctx, f.admin.ID, d.ID, 9999, "Upheld."); err != nil || !refunded {
+		t.Fatalf("the holder's credit: refunded %v, %v", refunded, err)
+	}
+	st = f.settlement(r.ID)
+	if st.State != store.SettlementDone || st.Transfers[0].Amount != 8929 || st.Transfers[0].State != store.TransferDone {
+		t.Fatalf("settlement %s transfers %+v", st.State, st.Transfers)
+	}
+	if got := f.refundsTo(r.ID, second.ID); got != 9999 {
+		t.Fatalf("refunded to the holder %s, want 99.99", got)
+	}
+	if got := f.refundsTo(r.ID, f.buyer.ID); got != 8999 {
+		t.Fatalf("refunded to the seller %s, want the credit 89.99 alone", got)
+	}
+	b := f.balance(r.ID)
+	if b[market.BuyerAccount(f.buyer.ID)] != 0 || b[market.BuyerAccount(second.ID)] != 0 || b[market.ProviderAccount(f.prov.ID)] != 0 ||
+		b[market.AccountPlatformFees] != -(992+1000) || b[market.AccountPlatformLosses] != 0 {
+		t.Fatalf("balances = %v", b)
+	}
+	f.requireReconciled()
+}
