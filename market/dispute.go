@@ -56,6 +56,19 @@ func ValidateDisputeStatement(s string) (string, error) {
 	return s, nil
 }
 
+// PaymentRefunds is everything refunded or owed on one payment, made or
+// not yet: the settlement's refund to the payer, the resale part (for a
+// seller the credit of the sale of their time, for a holder of bought
+// time the SLA credit of its hours) and the dispute credits granted.
+type PaymentRefunds struct {
+	Settlement Cents
+	Resale     Cents
+	Disputes   Cents
+}
+
+// Total is the sum of the refunds.
+func (p PaymentRefunds) Total() Cents { return p.Settlement + p.Resale + p.Disputes }
+
 // MaxDisputeCredit is the most a dispute may credit the buyer: what was
 // paid less what has been refunded or credited already (never negative).
 func MaxDisputeCredit(paid, refunded Cents) Cents {

@@ -120,6 +120,9 @@ type DisputeCredit struct {
 	FeeAfter    Cents // the fee on what the provider keeps after it
 	PayoutAfter Cents // what the provider is paid after it
 	Chargeback  bool  // the buyer's bank took the money back; no refund is made
+	// PayerID is who the credit went to when not the statement's buyer:
+	// the holder of its time bought on resale (ApplyDisputeCreditTo).
+	PayerID int64 `json:",omitempty"`
 }
 
 // DisputeCreditTotal is the sum of the dispute credits on the statement.
@@ -142,6 +145,14 @@ func (s Statement) DisputeCreditTotal() Cents {
 // StripeRef for the caller to fill in. A chargeback's money already went
 // back through the bank (the chargeback entry), so it gets no refund entry.
 func ApplyDisputeCredit(s Statement, disputeID int64, credit Cents, paidOut map[int64]bool, chargeback bool, at time.Time) (Statement, []LedgerEntry, error) {
+	return ApplyDisputeCreditTo(s, disputeID, s.BuyerID, credit, paidOut, chargeback, at)
+}
+
+// ApplyDisputeCreditTo is ApplyDisputeCredit for a credit owed to payerID,
+// who paid for part of the statement's time: the statement's buyer, or the
+// holder of its time bought on resale (whose payment is refunded; the
+// providers bear it as any credit). Its entries name payerID's account.
+func ApplyDisputeCreditTo(s Statement, disputeID, payerID int64, credit Cents, paidOut map[int64]bool, chargeback bool, at time.Time) (Statement, []LedgerEntry, error) {
 	if credit <= 0 {
 		return s, nil, Errorf(CodeInvalid, "A dispute credit must be positive.")
 	}
@@ -164,7 +175,7 @@ func ApplyDisputeCredit(s Statement, disputeID int64, credit Cents, paidOut map[
 	}
 	out := s
 	out.DisputeCredits = append([]DisputeCredit(nil), s.DisputeCredits...)
-	buyer := BuyerAccount(s.BuyerID)
+	buyer := BuyerAccount(payerID)
 	var entries []LedgerEntry
 	for _, id := range ledgerSortedIDs(parts) {
 		part := parts[id]
@@ -173,6 +184,9 @@ func ApplyDisputeCredit(s Statement, disputeID int64, credit Cents, paidOut map[
 		}
 		pp := before[id]
 		dc := DisputeCredit{DisputeID: disputeID, ProviderID: id, Credit: part, FeeBefore: pp.Fee, FeeAfter: pp.Fee, PayoutAfter: pp.Payout, Chargeback: chargeback}
+		if payerID != s.BuyerID {
+			dc.PayerID = payerID
+		}
 		if !paidOut[id] {
 			dc.Taken = min(part, pp.Kept)
 			dc.FeeAfter = PlatformFee(pp.Kept-dc.Taken, s.PlatformFeeBP)

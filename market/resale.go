@@ -330,17 +330,178 @@ func UnsoldPaymentEntries(l ResaleListing, buyerID int64, paymentIntentID string
 		Amount: amount, StripeRef: paymentIntentID, IdempotencyKey: key + "_charge", At: at}}
 }
 
-// ResaleSLACredit is what the holder of resold time is owed from the
-// original reservation's settlement: full is the statement with every
-// acknowledged incident, the resold hours' included (reported on the
-// bought pieces, counted on the original's); sellerOnly the statement
-// with the original's own incidents alone. The difference is the credit
-// the resold hours' incidents add under the original terms — funded by
-// the provider as any credit — and it goes to their holder, at most what
-// they paid (price), the most their payment can refund; the seller is
-// refunded the rest of full.Refund.
-func ResaleSLACredit(full, sellerOnly Statement, price Cents) Cents {
-	return min(max(full.Refund-sellerOnly.Refund, 0), price)
+// ResaleSettlement is what settling a reservation whose time was resold
+// needs beyond the original's SettlementInput: the sale, and what has
+// already been refunded or is owed on each party's payment.
+type ResaleSettlement struct {
+	ListingID int64
+	HolderID  int64     // who bought the time
+	From      time.Time // where the time was split: the listing's start
+	Price     Cents     // what the holder paid for their hours
+	// SellerRefunded is what is refunded or owed on the seller's payment
+	// before this statement: the sale's credit and any other refund.
+	SellerRefunded Cents
+	// HolderRefunded is what is refunded or owed on the holder's payment.
+	HolderRefunded Cents
+}
+
+// SettleResold computes the statement of a reservation whose time from
+// sale.From was resold. in is the original reservation with its terms and
+// fee and every incident on its pieces — the holder's, reported on the
+// bought pieces, moved onto the original's pieces at the same positions.
+//
+// The rule (docs/settlement.md). Each piece is split at From into the
+// seller's part, before From, and the holder's part, from From; the
+// holder's part costs the piece's amount pro rata to its time, rounded
+// down (as ResalePriceCap), the seller's part the rest. Each incident
+// counts in the part its time falls in, clipped to it. Each part is
+// settled by Settle as a piece of its own under the piece's frozen terms:
+// its own uptime, its own uptime tier and credit cap, all on the part's
+// amount. The holder's parts' refund goes to the holder (ResaleCredit),
+// at most Price less HolderRefunded; what is above that goes back to the
+// seller, who paid the provider for those hours. The seller's refund —
+// their parts' refund and that excess — is at most what is left on their
+// payment, its amount less SellerRefunded. Whatever a cap withholds is
+// kept by the provider (RefundWithheld), taken off the pieces' refunds in
+// proportion to them (SplitCredit). The provider keeps the rest of what
+// was paid less the platform fee, as in any statement, so Refund + Fee +
+// Payout == Paid.
+func SettleResold(in SettlementInput, sale ResaleSettlement) (Statement, error) {
+	r := in.Reservation
+	from := sale.From
+	var sellerPieces, holderPieces []ReservationPiece
+	var sellerAmount, holderAmount Cents
+	parts := make([][2]int, len(r.Pieces)) // index+1 in sellerPieces, holderPieces; 0 when none
+	for i, p := range r.Pieces {
+		whole := int64(p.End.Sub(p.Start) / time.Second)
+		if whole <= 0 {
+			return Statement{}, Errorf(CodeInvalid, "Piece %d has no duration.", p.ID)
+		}
+		h := p
+		if from.After(h.Start) {
+			h.Start = from
+		}
+		held := int64(h.End.Sub(h.Start) / time.Second)
+		if held > 0 {
+			h.AmountCents = Cents(int64(p.AmountCents) * held / whole)
+			holderPieces = append(holderPieces, h)
+			holderAmount += h.AmountCents
+			parts[i][1] = len(holderPieces)
+		} else {
+			h.AmountCents = 0
+		}
+		if from.After(p.Start) {
+			s := p
+			if from.Before(s.End) {
+				s.End = from
+			}
+			s.AmountCents = p.AmountCents - h.AmountCents
+			sellerPieces = append(sellerPieces, s)
+			sellerAmount += s.AmountCents
+			parts[i][0] = len(sellerPieces)
+		}
+	}
+	var pending []int64
+	var sellerIncs, holderIncs []Incident
+	for _, inc := range in.Incidents {
+		if !inc.Acknowledged {
+			pending = append(pending, inc.ID)
+			continue
+		}
+		if c, ok := clipIncident(inc, time.Time{}, from); ok {
+			sellerIncs = append(sellerIncs, c)
+		}
+		if c, ok := clipIncident(inc, from, time.Time{}); ok {
+			holderIncs = append(holderIncs, c)
+		}
+	}
+	settlePart := func(pieces []ReservationPiece, amount Cents, incs []Incident) (Statement, error) {
+		if len(pieces) == 0 {
+			return Statement{}, nil
+		}
+		part := in
+		part.Reservation.Pieces, part.Reservation.AmountCents, part.Incidents = pieces, amount, incs
+		return Settle(part)
+	}
+	seller, err := settlePart(sellerPieces, sellerAmount, sellerIncs)
+	if err != nil {
+		return Statement{}, err
+	}
+	holder, err := settlePart(holderPieces, holderAmount, holderIncs)
+	if err != nil {
+		return Statement{}, err
+	}
+
+	st := Statement{ReservationID: r.ID, BuyerID: r.BuyerID, PlatformFeeBP: in.PlatformFeeBP, Pending: pending,
+		ResaleBuyerID: sale.HolderID, ResaleListingID: sale.ListingID}
+	for i, p := range r.Pieces {
+		ps := PieceStatement{PieceID: p.ID, OfferID: p.OfferID, ProviderID: p.ProviderID, Basis: in.Terms[p.OfferID].BillingBasis,
+			Devices: p.Devices, Start: p.Start, End: p.End, Paid: p.AmountCents, GuaranteeBP: in.Terms[p.OfferID].UptimeBP}
+		for k, label := range []string{"Hours before the resale", "Resold hours"} {
+			if parts[i][k] == 0 {
+				continue
+			}
+			src := []Statement{seller, holder}[k].Pieces[parts[i][k]-1]
+			ps.ReservedDeviceSeconds += src.ReservedDeviceSeconds
+			ps.PromisedDeviceSeconds += src.PromisedDeviceSeconds
+			ps.DeliveredDeviceSeconds += src.DeliveredDeviceSeconds
+			ps.Breached = ps.Breached || src.Breached
+			for _, c := range src.Clauses {
+				c.Label = label + ": " + c.Label
+				ps.Clauses = append(ps.Clauses, c)
+			}
+			ps.NotCharged += src.NotCharged
+			ps.CreditsBeforeCap += src.CreditsBeforeCap
+			ps.CreditCap += src.CreditCap
+			ps.Credits += src.Credits
+			ps.Refund += src.Refund
+		}
+		ps.UptimeBP = UptimeBP(ps.DeliveredDeviceSeconds, ps.PromisedDeviceSeconds)
+		st.Pieces = append(st.Pieces, ps)
+	}
+
+	st.ResaleCredit = min(holder.Refund, max(sale.Price-sale.HolderRefunded, 0))
+	sellerOwed := seller.Refund + holder.Refund - st.ResaleCredit
+	sellerRefund := min(sellerOwed, max(r.AmountCents-sale.SellerRefunded, 0))
+	st.RefundWithheld = sellerOwed - sellerRefund
+	if st.RefundWithheld > 0 {
+		shares := map[int64]Cents{}
+		for i, ps := range st.Pieces {
+			shares[int64(i)] = ps.Refund
+		}
+		for i, cut := range SplitCredit(st.RefundWithheld, shares) {
+			st.Pieces[i].Refund -= cut
+		}
+	}
+	for i := range st.Pieces {
+		ps := &st.Pieces[i]
+		ps.Kept = ps.Paid - ps.Refund
+		ps.Payout = ps.Kept
+		st.Paid += ps.Paid
+		st.ReservedDeviceSeconds += ps.ReservedDeviceSeconds
+		st.PromisedDeviceSeconds += ps.PromisedDeviceSeconds
+		st.DeliveredDeviceSeconds += ps.DeliveredDeviceSeconds
+		st.NotCharged += ps.NotCharged
+		st.CreditsBeforeCap += ps.CreditsBeforeCap
+		st.Credits += ps.Credits
+		st.Refund += ps.Refund
+		st.Kept += ps.Kept
+	}
+	st.UptimeBP = UptimeBP(st.DeliveredDeviceSeconds, st.PromisedDeviceSeconds)
+	st.applyProviderFees()
+	return st, nil
+}
+
+// clipIncident is inc clipped to [from, to) (a zero bound is open), and
+// false when nothing of it is left there.
+func clipIncident(inc Incident, from, to time.Time) (Incident, bool) {
+	if !from.IsZero() && inc.Start.Before(from) {
+		inc.Start = from
+	}
+	if !to.IsZero() && inc.End.After(to) {
+		inc.End = to
+	}
+	return inc, inc.End.After(inc.Start)
 }
 
 // ResaleSLARefundEntry records the resold hours' credit refunded to their

@@ -1,6 +1,7 @@
 package market
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -183,5 +184,124 @@ func TestResalePricePerDeviceHour(t *testing.T) {
 	}
 	if _, ok := ResalePricePerDeviceHour(1000, nil); ok {
 		t.Error("no pieces: a price per device-hour")
+	}
+}
+
+// SettleResold splits each piece at the sale's start and settles each
+// part on its own; values by hand. resaleRes's pieces, completed, sold
+// from 3 h in: piece 1 (provider 21) splits into the seller's 3 h,
+// 19,920 − 13,944 = 5,976¢ for 24 device-hours, and the holder's 7 h,
+// 19,920 × 7/10 = 13,944¢ for 56; piece 2 (provider 22) into the seller's
+// 2 h–3 h, 1,001 − 667 = 334¢ for 2 device-hours, and the holder's 3 h–5 h,
+// 1,001 × 2/3 = 667.33 → 667¢ for 4. Terms: wall clock, 99.5% guaranteed,
+// 10% credit below 99.5%, 25% below 99%, cap 50%; platform fee 10%.
+func TestSettleResold(t *testing.T) {
+	r := resaleRes(ReservationCompleted)
+	r.Pieces[0].ProviderID, r.Pieces[1].ProviderID = 21, 22
+	from := resaleT0.Add(3 * time.Hour)
+	terms := SLATerms{BillingBasis: BillingWallClock, UptimeBP: 9950, CreditCapBP: 5000,
+		CreditSchedule: []CreditTier{{BelowBP: 9950, CreditBP: 1000}, {BelowBP: 9900, CreditBP: 2500}}}
+	// 4 of 8 devices down from 2 h to 4 h on piece 1, across the sale's start.
+	across := Incident{ID: 1, PieceID: 1, Kind: IncidentHostFailure, Start: resaleT0.Add(2 * time.Hour), End: resaleT0.Add(4 * time.Hour),
+		DevicesAffected: 4, Note: "PSU", Acknowledged: true}
+	// 1 of 2 devices missing on piece 2 for all of the holder's part.
+	fewer := Incident{ID: 2, PieceID: 2, Kind: IncidentFewerDevices, Start: from, End: resaleT0.Add(5 * time.Hour),
+		DevicesAffected: 1, Note: "one short", Acknowledged: true}
+	unacked := Incident{ID: 3, PieceID: 1, Kind: IncidentHostFailure, Start: resaleT0.Add(6 * time.Hour), End: resaleT0.Add(7 * time.Hour),
+		DevicesAffected: 8, Note: "reported", Acknowledged: false}
+	for _, tc := range []struct {
+		name                          string
+		incs                          []Incident
+		price, sellerRefunded         Cents
+		holderRefunded                Cents
+		refund, resale, withheld, fee Cents
+		pieceRefunds                  [2]Cents
+		pending                       int
+	}{
+		// Nothing happened: fees 10% of 19,920 = 1,992 and of 1,001 = 100.1 → 100.
+		{name: "clean", price: 10000, sellerRefunded: 9000, fee: 1992 + 100},
+		// Seller's part: 4 of 24 device-hours lost, 5,976 × 4/24 = 996;
+		// uptime 83.33% → 25%, 1,494; 2,490 under its cap of 2,988.
+		// Holder's part: 4 of 56, 13,944 × 4/56 = 996; uptime 92.86% → 25%,
+		// 3,486; 4,482 under 6,972. Refund 6,972: piece 1 keeps 12,948, fee
+		// 1,294.8 → 1,295; piece 2's fee 100.
+		{name: "across the start", incs: []Incident{across}, price: 10000, sellerRefunded: 9000,
+			refund: 6972, resale: 4482, fee: 1295 + 100, pieceRefunds: [2]Cents{6972, 0}},
+		// The holder paid 3,000 and had 500 back: 2,500 is theirs, the other
+		// 1,982 goes to the seller (2,490 + 1,982 = 4,472).
+		{name: "holder's cap", incs: []Incident{across}, price: 3000, sellerRefunded: 9000, holderRefunded: 500,
+			refund: 6972, resale: 2500, fee: 1295 + 100, pieceRefunds: [2]Cents{6972, 0}},
+		// Only 20,921 − 17,921 = 3,000 is left on the seller's payment: of
+		// the 4,472 owed them 1,472 is withheld, all off piece 1 (the only
+		// refund): piece 1 refunds 5,500, keeps 14,420, fee 1,442.
+		{name: "seller's cap", incs: []Incident{across}, price: 3000, sellerRefunded: 17921, holderRefunded: 500,
+			refund: 5500, resale: 2500, withheld: 1472, fee: 1442 + 100, pieceRefunds: [2]Cents{5500, 0}},
+		// Piece 2's holder part: 2 of 4 device-hours missing; the 25% tier
+		// first, Share(667, 25%) = 166.75 → 167, then with the pro rata
+		// 667 × (2,500×4 + 10,000×2)/(4×10,000) = 500.25 → 500; capped at
+		// Share(667, 50%) = 333.5 → 334. Piece 2 keeps 667, fee 66.7 → 67.
+		// The unacknowledged report is pending, not counted.
+		{name: "holder's part capped by the terms", incs: []Incident{fewer, unacked}, price: 10000, sellerRefunded: 9000,
+			refund: 334, resale: 334, fee: 1992 + 67, pieceRefunds: [2]Cents{0, 334}, pending: 1},
+	} {
+		in := SettlementInput{Reservation: r, Terms: map[int64]SLATerms{11: terms, 12: terms}, Incidents: tc.incs, PlatformFeeBP: 1000}
+		st, err := SettleResold(in, ResaleSettlement{ListingID: 5, HolderID: 9, From: from, Price: tc.price,
+			SellerRefunded: tc.sellerRefunded, HolderRefunded: tc.holderRefunded})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if st.Refund != tc.refund || st.ResaleCredit != tc.resale || st.RefundWithheld != tc.withheld || st.Fee != tc.fee ||
+			st.Pieces[0].Refund != tc.pieceRefunds[0] || st.Pieces[1].Refund != tc.pieceRefunds[1] || len(st.Pending) != tc.pending {
+			t.Errorf("%s: refund %d resale %d withheld %d fee %d pieces %d/%d pending %v; want %d %d %d %d %v %d",
+				tc.name, st.Refund, st.ResaleCredit, st.RefundWithheld, st.Fee, st.Pieces[0].Refund, st.Pieces[1].Refund, st.Pending,
+				tc.refund, tc.resale, tc.withheld, tc.fee, tc.pieceRefunds, tc.pending)
+		}
+		if st.Paid != 20921 || st.Refund+st.Fee+st.Payout != st.Paid || st.ResaleBuyerID != 9 || st.ResaleListingID != 5 {
+			t.Errorf("%s: paid %d = refund %d + fee %d + payout %d? holder %d listing %d", tc.name, st.Paid, st.Refund, st.Fee, st.Payout,
+				st.ResaleBuyerID, st.ResaleListingID)
+		}
+		if seller := st.Refund - st.ResaleCredit; seller > max(r.AmountCents-tc.sellerRefunded, 0) {
+			t.Errorf("%s: the seller is refunded %d, more than the %d left on their payment", tc.name, seller, r.AmountCents-tc.sellerRefunded)
+		}
+	}
+}
+
+// Whatever the incidents, price and earlier refunds, a resold statement
+// balances, refunds each party at most what is left on their payment,
+// and never refunds a piece more than it paid.
+func TestSettleResoldCapsHold(t *testing.T) {
+	r := resaleRes(ReservationCompleted)
+	r.Pieces[0].ProviderID, r.Pieces[1].ProviderID = 21, 22
+	terms := SLATerms{BillingBasis: BillingWallClock, UptimeBP: 9950, CreditCapBP: 10000,
+		CreditSchedule: []CreditTier{{BelowBP: 9950, CreditBP: 5000}, {BelowBP: 5000, CreditBP: 10000}}}
+	rng := rand.New(rand.NewPCG(7, 22))
+	for n := 0; n < 2000; n++ {
+		from := resaleT0.Add(time.Duration(rng.IntN(5)) * time.Hour)
+		var incs []Incident
+		for k := range rng.IntN(4) {
+			p := r.Pieces[rng.IntN(2)]
+			hours := int(p.End.Sub(p.Start) / time.Hour)
+			s := rng.IntN(hours)
+			e := s + 1 + rng.IntN(hours-s)
+			incs = append(incs, Incident{ID: int64(k + 1), PieceID: p.ID, Kind: []IncidentKind{IncidentHostFailure, IncidentFewerDevices, IncidentNetworkDegradation}[rng.IntN(3)], Start: p.Start.Add(time.Duration(s) * time.Hour),
+				End: p.Start.Add(time.Duration(e) * time.Hour), DevicesAffected: 1 + rng.IntN(p.Devices), Note: "x", Acknowledged: true})
+		}
+		sale := ResaleSettlement{From: from, Price: Cents(1 + rng.IntN(15000)), SellerRefunded: Cents(rng.IntN(21000)), HolderRefunded: Cents(rng.IntN(3000))}
+		st, err := SettleResold(SettlementInput{Reservation: r, Terms: map[int64]SLATerms{11: terms, 12: terms}, Incidents: incs, PlatformFeeBP: 1000}, sale)
+		if err != nil {
+			t.Fatalf("%+v %+v: %v", sale, incs, err)
+		}
+		var refunds Cents
+		for _, p := range st.Pieces {
+			if p.Refund < 0 || p.Refund > p.Paid || p.Refund+p.Fee+p.Payout != p.Paid {
+				t.Fatalf("%+v %+v: piece %+v", sale, incs, p)
+			}
+			refunds += p.Refund
+		}
+		seller := st.Refund - st.ResaleCredit
+		if refunds != st.Refund || st.Refund+st.Fee+st.Payout != 20921 || st.ResaleCredit < 0 || seller < 0 ||
+			st.ResaleCredit > max(sale.Price-sale.HolderRefunded, 0) || seller > max(20921-sale.SellerRefunded, 0) {
+			t.Fatalf("%+v %+v: refund %d (pieces %d) resale %d seller %d fee %d payout %d", sale, incs, st.Refund, refunds, st.ResaleCredit, seller, st.Fee, st.Payout)
+		}
 	}
 }

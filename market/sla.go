@@ -330,11 +330,14 @@ type Statement struct {
 	DisputeCredits []DisputeCredit `json:",omitempty"`
 	// ResaleCredit is the part of Refund owed to the holder of the
 	// reservation's time bought on resale (ResaleBuyerID, through listing
-	// ResaleListingID) for incidents in the resold hours
-	// (ResaleSLACredit); the reservation's own buyer is refunded the rest.
+	// ResaleListingID) for incidents in the resold hours (SettleResold);
+	// the reservation's own buyer is refunded the rest.
 	ResaleCredit    Cents `json:",omitempty"`
 	ResaleBuyerID   int64 `json:",omitempty"`
 	ResaleListingID int64 `json:",omitempty"`
+	// RefundWithheld is what SettleResold's caps kept from the refunds of
+	// a resold reservation: kept by the providers, not part of Refund.
+	RefundWithheld Cents `json:",omitempty"`
 }
 
 // ProviderPayout is what one provider is owed by a settlement.

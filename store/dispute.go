@@ -216,12 +216,23 @@ func (db *DB) OpenDispute(ctx context.Context, buyerID, reservationID int64, rea
 	if err != nil {
 		return DisputeCase{}, fail(op, err, "")
 	}
-	pay, err := getPayment(ctx, tx, r.ID)
-	if market.ErrorCode(err) == market.CodeNotFound || (err == nil && pay.Status != PaymentPaid) {
+	// Time bought on resale was paid by the listing's charge; its money
+	// settles with the original booking, whose payouts the dispute freezes.
+	paid, err := paymentRefunds(ctx, tx, r)
+	if code := market.ErrorCode(err); code == market.CodeNotFound || code == market.CodeConflict {
 		return DisputeCase{}, conflict("Only a paid reservation can be disputed.")
 	}
 	if err != nil {
 		return DisputeCase{}, fail(op, err, "")
+	}
+	if r.ResaleOf == 0 {
+		pay, err := getPayment(ctx, tx, r.ID)
+		if err != nil {
+			return DisputeCase{}, fail(op, err, "")
+		}
+		if pay.Status != PaymentPaid {
+			return DisputeCase{}, conflict("Only a paid reservation can be disputed.")
+		}
 	}
 	var open int
 	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM disputes WHERE reservation_id = ? AND source = ? AND status = ?`,
@@ -236,7 +247,7 @@ func (db *DB) OpenDispute(ctx context.Context, buyerID, reservationID int64, rea
 		VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`, r.ID, DisputeSourceBuyer, DisputeOpen, statement, unix(now), buyerID, string(reason)).Scan(&id); err != nil {
 		return DisputeCase{}, fail(op, err, "")
 	}
-	if err := freezePayouts(ctx, tx, r.ID); err != nil {
+	if err := freezePayouts(ctx, tx, paid.ReservationID); err != nil {
 		return DisputeCase{}, fail(op, err, "")
 	}
 	providers, err := reservationProviders(ctx, tx, r.ID)
@@ -368,44 +379,33 @@ func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credi
 	status := DisputeRejected
 	if credit > 0 {
 		status = DisputeGranted
-		pay, err := getPayment(ctx, tx, d.ReservationID)
+		lim, pay, err := disputeCreditLimit(ctx, tx, d)
 		if market.ErrorCode(err) == market.CodeNotFound {
 			return DisputeDecision{}, conflict("This reservation was never paid, so there is nothing to credit.")
 		}
 		if err != nil {
 			return DisputeDecision{}, fail(op, err, "")
 		}
-		s, err := getSettlement(ctx, tx, d.ReservationID)
+		s, err := getSettlement(ctx, tx, pay.ReservationID)
 		if market.ErrorCode(err) == market.CodeNotFound {
 			return DisputeDecision{}, conflict("Grant a credit once the reservation's settlement statement exists (it is computed when the booking ends); until then its payouts stay frozen.")
 		}
 		if err != nil {
 			return DisputeDecision{}, fail(op, err, "")
 		}
-		var credited int64
-		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(credit_cents), 0) FROM disputes WHERE reservation_id = ? AND status = ?`,
-			d.ReservationID, DisputeGranted).Scan(&credited); err != nil {
-			return DisputeDecision{}, fail(op, err, "")
-		}
-		limit := market.MaxDisputeCredit(pay.Amount, s.RefundCents+market.Cents(credited))
-		if d.Source == DisputeSourceStripe {
-			// A chargeback: the bank took back what it took; the credit is the
-			// part of it the providers bear.
-			limit = min(limit, d.AmountCents)
-		}
-		if credit > limit {
+		if credit > lim.Max {
 			return DisputeDecision{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
-				Fields: map[string]string{"credit": fmt.Sprintf("The credit can be at most %s: %s paid, less %s refunded or credited already.", limit, pay.Amount, s.RefundCents+market.Cents(credited))}}
+				Fields: map[string]string{"credit": fmt.Sprintf("The credit can be at most %s: %s paid, less %s refunded or credited already.", lim.Max, lim.Paid, lim.Refunds.Total())}}
 		}
 		paidOut := map[int64]bool{}
 		for _, t := range s.Transfers {
 			paidOut[t.ProviderID] = t.State == TransferDone && t.Ref != ""
 		}
-		st, entries, err := market.ApplyDisputeCredit(s.Statement, d.ID, credit, paidOut, d.Source == DisputeSourceStripe, now)
+		st, entries, err := market.ApplyDisputeCreditTo(s.Statement, d.ID, pay.PayerID, credit, paidOut, d.Source == DisputeSourceStripe, now)
 		if err != nil {
 			return DisputeDecision{}, fail(op, err, "")
 		}
-		if err := saveStatement(ctx, tx, d.ReservationID, st, now); err != nil {
+		if err := saveStatement(ctx, tx, pay.ReservationID, st, now); err != nil {
 			return DisputeDecision{}, fail(op, err, "")
 		}
 		refundState := DisputeRefundDone
@@ -432,7 +432,11 @@ func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credi
 		status, int64(credit), reason, adminID, unix(now), d.ID); err != nil {
 		return DisputeDecision{}, fail(op, err, "")
 	}
-	if err := releaseFrozen(ctx, tx, d.ReservationID, now); err != nil {
+	settled, err := settledOn(ctx, tx, d.ReservationID)
+	if err != nil {
+		return DisputeDecision{}, fail(op, err, "")
+	}
+	if err := releaseFrozen(ctx, tx, settled, now); err != nil {
 		return DisputeDecision{}, fail(op, err, "")
 	}
 	if err := insertAudit(ctx, tx, AuditEntry{At: now, ActorID: adminID, Action: AuditDisputeDecide, SubjectKind: AuditSubjectDispute, SubjectID: d.ID,
@@ -463,8 +467,8 @@ func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credi
 // dispute of it is open: to the retrier when the provider can be paid,
 // held otherwise; the settlement's state follows.
 func releaseFrozen(ctx context.Context, tx *sql.Tx, reservationID int64, now time.Time) error {
-	var open int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM disputes WHERE reservation_id = ? AND status = ?`, reservationID, DisputeOpen).Scan(&open); err != nil {
+	open, err := openDisputes(ctx, tx, reservationID)
+	if err != nil {
 		return err
 	}
 	if open > 0 {
@@ -517,7 +521,11 @@ func (db *DB) RecordDisputeRefund(ctx context.Context, disputeID int64, refundRe
 	if d.RefundState != DisputeRefundPending {
 		return d, nil
 	}
-	e := market.LedgerEntry{ReservationID: d.ReservationID, Kind: market.EntryRefund, Debit: market.BuyerAccount(d.BuyerID),
+	settled, err := settledOn(ctx, tx, d.ReservationID)
+	if err != nil {
+		return DisputeCase{}, fail(op, err, "")
+	}
+	e := market.LedgerEntry{ReservationID: settled, Kind: market.EntryRefund, Debit: market.BuyerAccount(d.BuyerID),
 		Credit: market.AccountPlatformCash, Amount: d.CreditCents, StripeRef: refundRef, IdempotencyKey: market.DisputeKey(d.ID, market.EntryRefund, 0), At: now}
 	if err := insertEntries(ctx, tx, []market.LedgerEntry{e}); err != nil {
 		return DisputeCase{}, fail(op, err, "")
@@ -699,4 +707,74 @@ func (db *DB) CloseStripeDispute(ctx context.Context, eventID, eventType, proces
 		}
 	}
 	return true, fail(op, tx.Commit(), "")
+}
+
+// DisputeCreditLimit is the most a dispute may still credit (Max): what
+// was paid for the reservation's time, less every refund made or owed on
+// that payment (market.MaxDisputeCredit) — for a chargeback, also at most
+// what the bank took.
+type DisputeCreditLimit struct {
+	Max     market.Cents
+	Paid    market.Cents
+	Refunds market.PaymentRefunds
+}
+
+// FindDisputeCreditLimit returns the credit limit of a dispute, for the
+// admin's form.
+func (db *DB) FindDisputeCreditLimit(ctx context.Context, disputeID int64) (DisputeCreditLimit, error) {
+	const op = "find dispute credit limit"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return DisputeCreditLimit{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	d, err := getDisputeCase(ctx, tx, disputeID)
+	if err != nil {
+		return DisputeCreditLimit{}, fail(op, err, "")
+	}
+	lim, _, err := disputeCreditLimit(ctx, tx, d)
+	return lim, fail(op, err, "")
+}
+
+// disputeCreditLimit is d's credit limit and the payment it is refunded
+// on (paymentRefunds): the booking's payment, or for time bought on
+// resale the holder's.
+func disputeCreditLimit(ctx context.Context, q querier, d DisputeCase) (DisputeCreditLimit, PaymentOf, error) {
+	r, err := getReservation(ctx, q, d.ReservationID)
+	if err != nil {
+		return DisputeCreditLimit{}, PaymentOf{}, err
+	}
+	pay, err := paymentRefunds(ctx, q, r)
+	if err != nil {
+		return DisputeCreditLimit{}, PaymentOf{}, err
+	}
+	lim := DisputeCreditLimit{Paid: pay.Amount, Refunds: pay.Refunds, Max: market.MaxDisputeCredit(pay.Amount, pay.Refunds.Total())}
+	if d.Source == DisputeSourceStripe {
+		// A chargeback: the bank took back what it took; the credit is the
+		// part of it the providers bear.
+		lim.Max = min(lim.Max, d.AmountCents)
+	}
+	return lim, pay, nil
+}
+
+// settledOn is the reservation whose settlement and ledger hold id's
+// money: the original booking for time bought on resale, else id itself.
+func settledOn(ctx context.Context, q querier, id int64) (int64, error) {
+	var of sql.NullInt64
+	if err := q.QueryRowContext(ctx, `SELECT resale_of FROM reservations WHERE id = ?`, id).Scan(&of); err != nil {
+		return 0, err
+	}
+	if of.Valid && of.Int64 != 0 {
+		return of.Int64, nil
+	}
+	return id, nil
+}
+
+// openDisputes counts the open disputes of a reservation and of the time
+// bought on resale from it, which settles with it.
+func openDisputes(ctx context.Context, q querier, reservationID int64) (int, error) {
+	var n int
+	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM disputes WHERE status = ? AND (reservation_id = ?
+		OR reservation_id IN (SELECT n.id FROM reservations n WHERE n.resale_of = ?))`, DisputeOpen, reservationID, reservationID).Scan(&n)
+	return n, err
 }

@@ -604,12 +604,13 @@ func soldListing(ctx context.Context, q querier, reservationID int64) (market.Re
 	return l, err == nil, err
 }
 
-// settleResale, inside StartSettlement, settles the resold hours of r
-// with it: when r's time was sold, the acknowledged incidents on the
-// bought pieces count on r's pieces at the same positions (st is settled
-// again with them), and the credit they add (market.ResaleSLACredit,
-// against the statement of r's own incidents, in) is marked on st for
-// their holder. It returns the sale (ID 0 when there was none).
+// settleResale, inside StartSettlement, settles r under the resale rule
+// when its time was sold (market.SettleResold): the acknowledged incidents
+// on the bought pieces count on r's pieces at the same positions, beside
+// r's own, and each party's refund is capped by what is left on their
+// payment (paymentRefunds). st is replaced by that statement, whose
+// ResaleCredit is the holder's. It returns the sale (ID 0 when there was
+// none, and st is left as it is).
 func settleResale(ctx context.Context, tx querier, r market.Reservation, in market.SettlementInput, st *market.Statement) (market.ResaleListing, error) {
 	sale, ok, err := soldListing(ctx, tx, r.ID)
 	if err != nil || !ok {
@@ -622,9 +623,6 @@ func settleResale(ctx context.Context, tx querier, r market.Reservation, in mark
 	incs, err := queryIncidents(ctx, tx, `WHERE reservation_id = ?`, n.ID)
 	if err != nil {
 		return market.ResaleListing{}, err
-	}
-	if len(incs) == 0 {
-		return sale, nil
 	}
 	onOriginal := map[int64]int64{}
 	for i, p := range n.Pieces {
@@ -643,14 +641,98 @@ func settleResale(ctx context.Context, tx querier, r market.Reservation, in mark
 		inc.PieceID = id
 		full.Incidents = append(full.Incidents, inc)
 	}
-	withResold, err := market.Settle(full)
+	seller, err := paymentRefunds(ctx, tx, r)
 	if err != nil {
 		return market.ResaleListing{}, err
 	}
-	withResold.ResaleCredit = market.ResaleSLACredit(withResold, *st, sale.Price)
-	withResold.ResaleBuyerID, withResold.ResaleListingID = sale.BuyerID, sale.ID
+	holder, err := paymentRefunds(ctx, tx, n)
+	if err != nil {
+		return market.ResaleListing{}, err
+	}
+	withResold, err := market.SettleResold(full, market.ResaleSettlement{ListingID: sale.ID, HolderID: sale.BuyerID, From: sale.From,
+		Price: sale.Price, SellerRefunded: seller.Refunds.Total(), HolderRefunded: holder.Refunds.Total()})
+	if err != nil {
+		return market.ResaleListing{}, err
+	}
 	*st = withResold
 	return sale, nil
+}
+
+// PaymentOf is the payment that paid for a reservation's time and what
+// has been refunded or is owed on it: the booking's own payment, or for
+// time bought on resale the holder's payment of the listing.
+type PaymentOf struct {
+	ReservationID   int64 // whose ledger the payment's money sits on: the original's for bought time
+	PayerID         int64
+	PaymentIntentID string
+	Amount          market.Cents
+	Refunds         market.PaymentRefunds
+}
+
+// FindPaymentOf returns the payment that paid for a reservation's time
+// and what is refunded or owed on it (PaymentOf): the booking's own, or
+// for time bought on resale the holder's payment of the listing.
+func (db *DB) FindPaymentOf(ctx context.Context, reservationID int64) (PaymentOf, error) {
+	const op = "find payment of reservation"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return PaymentOf{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	r, err := getReservation(ctx, tx, reservationID)
+	if err != nil {
+		return PaymentOf{}, fail(op, err, "")
+	}
+	p, err := paymentRefunds(ctx, tx, r)
+	return p, fail(op, err, "")
+}
+
+// paymentRefunds returns the payment of r's time (PaymentOf) with what is
+// refunded or owed on it. For a booking: the settlement's refund to its
+// buyer, the seller's credit of a sale of its time, and dispute credits
+// granted on it. For time bought on resale: the listing's charge, the SLA
+// credit of its hours, and dispute credits granted on it. A booking
+// without a payment is not found; bought time without a sale recorded is
+// a conflict.
+func paymentRefunds(ctx context.Context, q querier, r market.Reservation) (PaymentOf, error) {
+	p := PaymentOf{ReservationID: r.ID, PayerID: r.BuyerID}
+	var disputes int64
+	if err := q.QueryRowContext(ctx, `SELECT COALESCE(SUM(credit_cents), 0) FROM disputes WHERE reservation_id = ? AND status = ?`,
+		r.ID, DisputeGranted).Scan(&disputes); err != nil {
+		return PaymentOf{}, err
+	}
+	p.Refunds.Disputes = market.Cents(disputes)
+	if r.ResaleOf != 0 {
+		l, err := scanResale(q.QueryRowContext(ctx, `SELECT `+resaleColumns+` FROM resale_listings l WHERE l.sold_reservation_id = ? AND l.state = ?`,
+			r.ID, string(market.ListingSold)))
+		if errors.Is(err, sql.ErrNoRows) {
+			return PaymentOf{}, conflict("This time bought on resale has no recorded payment.")
+		}
+		if err != nil {
+			return PaymentOf{}, err
+		}
+		p.ReservationID, p.PaymentIntentID, p.Amount, p.Refunds.Resale = l.ReservationID, l.ChargeRef, l.Price, l.SLACredit
+		return p, nil
+	}
+	pay, err := getPayment(ctx, q, r.ID)
+	if err != nil {
+		return PaymentOf{}, err
+	}
+	p.PaymentIntentID, p.Amount = pay.PaymentIntentID, pay.Amount
+	sale, sold, err := soldListing(ctx, q, r.ID)
+	if err != nil {
+		return PaymentOf{}, err
+	}
+	if sold {
+		p.Refunds.Resale = sale.Credit
+	}
+	var refund int64
+	err = q.QueryRowContext(ctx, `SELECT refund_cents FROM settlements WHERE reservation_id = ?`, r.ID).Scan(&refund)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return PaymentOf{}, err
+	}
+	p.Refunds.Settlement = market.Cents(refund)
+	return p, nil
 }
 
 // recordResaleSLACredit marks the sale's SLA credit of st as a step for

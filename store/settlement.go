@@ -337,8 +337,8 @@ func insertSettlement(ctx context.Context, tx *sql.Tx, st market.Statement, now 
 	if err != nil {
 		return err
 	}
-	var disputes int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM disputes WHERE reservation_id = ? AND status = ?`, st.ReservationID, DisputeOpen).Scan(&disputes); err != nil {
+	disputes, err := openDisputes(ctx, tx, st.ReservationID)
+	if err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO settlements (reservation_id, statement_json, refund_cents, refund_done, state,

@@ -230,8 +230,8 @@ func (h *Handler) adminDisputePage(c echo.Context, status int, id int64, credit,
 	if d.Status == store.DisputeOpen {
 		v.DecideAction, v.CreditValue, v.ReasonValue, v.Errors = fmt.Sprintf("/admin/disputes/%d/decide", d.ID), credit, reason, errs
 		v.MaxCredit = "what was paid"
-		if p, err := h.db.FindPayment(ctx, d.ReservationID); err == nil {
-			v.MaxCredit = p.Amount.String() + " less refunds"
+		if lim, err := h.db.FindDisputeCreditLimit(ctx, d.ID); err == nil {
+			v.MaxCredit = fmt.Sprintf("%s (%s paid less %s)", lim.Max, lim.Paid, lim.Refunds.Total())
 		}
 	}
 	if d.RefundState == store.DisputeRefundPending {

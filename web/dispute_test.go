@@ -193,3 +193,45 @@ func TestMoneyMovementsAreAudited(t *testing.T) {
 	mustContain(t, buyer.get("/notifications").body, `data-kind="incident_reported"`)
 	requireReconciled(t, app.testApp)
 }
+
+// The admin's form states the dispute's real maximum: what was paid less
+// every refund on the payment, the seller's resale credit included. The
+// seller's reservation is sold whole before it starts for its amount less
+// 1,001¢; the platform keeps 10% of the price and refunds the rest to the
+// seller, so at most amount − (price − fee) can still be credited.
+func TestAdminDisputeFormMaximumCountsTheResaleCredit(t *testing.T) {
+	app := newBillingApp(t)
+	ctx := context.Background()
+	prov := app.client()
+	prov.signUp("host@example.com", true)
+	app.ownOffer(prov.userID())
+	seller := app.client()
+	seller.signUp("seller@example.com", false)
+	r := app.bookAndPay(seller)
+	other := app.client()
+	other.signUp("other@example.com", false)
+	app.saveTestCard(other.userID(), "4242 4242 4242 4242")
+	price := r.AmountCents - 1001
+	l, err := app.handler.wf.ListRemainingTime(ctx, seller.userID(), r.ID, r.Start(), price)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.handler.wf.BuyResale(ctx, other.userID(), l.ID); err != nil {
+		t.Fatal(err)
+	}
+	d, err := app.db.OpenDispute(ctx, seller.userID(), r.ID, market.DisputeCharge, "I was charged for time I sold.", app.clock.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.tick(r.End().Add(time.Minute))
+	credit := price - shareHalfAway(price, 1000)
+	limit := r.AmountCents - credit
+	admin := app.adminClient("root@example.com")
+	adminPath := fmt.Sprintf("/admin/disputes/%d", d.ID)
+	mustContain(t, admin.get(adminPath).body, "At most "+limit.String()+" (")
+	over := (limit + 1).Decimal()
+	if res := admin.post(adminPath, adminPath+"/decide", url.Values{"decision": {"grant"}, "credit": {over}, "reason": {"x"}}); res.status != http.StatusUnprocessableEntity {
+		t.Errorf("credit 1¢ above the maximum: %d, want 422", res.status)
+	}
+	requireReconciled(t, app.testApp)
+}

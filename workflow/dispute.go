@@ -43,7 +43,8 @@ func (s *Service) RefundDispute(ctx context.Context, disputeID int64) error {
 	if d.RefundState != store.DisputeRefundPending {
 		return market.Errorf(market.CodeConflict, "There is no refund waiting on this dispute.")
 	}
-	p, err := s.db.FindPayment(ctx, d.ReservationID)
+	// Time bought on resale is refunded on the holder's own payment.
+	p, err := s.db.FindPaymentOf(ctx, d.ReservationID)
 	if err != nil {
 		return err
 	}

@@ -237,15 +237,17 @@ func TestResaleRaceRefundsTheLoser(t *testing.T) {
 }
 
 // An outage in the resold hours is the new holder's: reported on their
-// piece, it settles with the original under its terms, funded by the
-// provider as any credit, and the credit is refunded to the new holder.
-// Figures by hand: 2 of 8 devices down for 1 h of the 10 h booked is 2.5%
-// of the device-time, 498¢ pro rata; uptime 97.5% is below 99% → the 25%
-// tier, 4,980¢; 5,478¢ under the 50% cap. It is less than the 9,999¢ the
-// holder paid, so all of it is theirs; the seller's own hours had no
-// incident, so nothing comes back to the seller from the statement. The
-// provider keeps 19,920 − 5,478 = 14,442¢: fee 1,444¢, payout 12,998¢ —
-// what the same outage costs them without a resale.
+// piece, it settles with the original under its terms, on the holder's
+// part of it (docs/settlement.md), funded by the provider as any credit,
+// and the credit is refunded to the new holder. Figures by hand: the
+// holder's part is the last 6 of 10 h, 19,920 × 6/10 = 11,952¢ for 48
+// device-hours; 2 of 8 devices down for 1 h is 2 of them, pro rata
+// 11,952 × 2/48 = 498¢; the part's uptime 46/48 = 95.83% is below 99% →
+// the 25% tier, 2,988¢; 3,486¢ under the 50% cap of the part (5,976¢).
+// It is less than the 9,999¢ the holder paid, so all of it is theirs; the
+// seller's own hours had no incident, so nothing comes back to the seller
+// from the statement. The provider keeps 19,920 − 3,486 = 16,434¢: fee
+// 1,643.4 → 1,643¢, payout 14,791¢.
 func TestResaleSLACreditGoesToTheNewHolder(t *testing.T) {
 	f := newFixture(t, nil)
 	f.onboard()
@@ -282,8 +284,8 @@ func TestResaleSLACreditGoesToTheNewHolder(t *testing.T) {
 	f.tick(start.Add(10 * time.Hour))
 	f.tick(start.Add(10*time.Hour + time.Minute))
 	st := f.settlement(r.ID)
-	if st.State != store.SettlementDone || st.RefundCents != 0 || len(st.Transfers) != 1 || st.Transfers[0].Amount != 12998 ||
-		st.Statement.Refund != 5478 || st.Statement.ResaleCredit != 5478 || st.Statement.Fee != 1444 {
+	if st.State != store.SettlementDone || st.RefundCents != 0 || len(st.Transfers) != 1 || st.Transfers[0].Amount != 14791 ||
+		st.Statement.Refund != 3486 || st.Statement.ResaleCredit != 3486 || st.Statement.Fee != 1643 {
 		t.Fatalf("settlement = %+v (statement refund %s, resale credit %s, fee %s)", st, st.Statement.Refund, st.Statement.ResaleCredit, st.Statement.Fee)
 	}
 	es, err := f.db.ListLedger(f.ctx, r.ID)
@@ -299,19 +301,19 @@ func TestResaleSLACreditGoesToTheNewHolder(t *testing.T) {
 			toSeller += e.Amount
 		}
 	}
-	if toSecond != 5478 || toSeller != 8999 {
-		t.Fatalf("refunds: %s to the new holder, %s to the seller; want 54.78 and the 89.99 credit", toSecond, toSeller)
+	if toSecond != 3486 || toSeller != 8999 {
+		t.Fatalf("refunds: %s to the new holder, %s to the seller; want 34.86 and the 89.99 credit", toSecond, toSeller)
 	}
 	ls, err := f.db.ListReservationResales(f.ctx, n.ID)
-	if err != nil || len(ls) != 1 || ls[0].SLACredit != 5478 || !ls[0].SLACreditDone {
-		t.Fatalf("the sale's SLA credit = %+v, %v; want 54.78 refunded", ls, err)
+	if err != nil || len(ls) != 1 || ls[0].SLACredit != 3486 || !ls[0].SLACreditDone {
+		t.Fatalf("the sale's SLA credit = %+v, %v; want 34.86 refunded", ls, err)
 	}
-	if !f.notified(second.ID, "$54.78 of SLA credits") {
+	if !f.notified(second.ID, "$34.86 of SLA credits") {
 		t.Fatal("new holder not told of the credit")
 	}
 	b := f.balance(r.ID)
 	if b[market.BuyerAccount(f.buyer.ID)] != 0 || b[market.BuyerAccount(second.ID)] != 0 || b[market.ProviderAccount(f.prov.ID)] != 0 ||
-		b[market.AccountPlatformFees] != -(1444+1000) {
+		b[market.AccountPlatformFees] != -(1643+1000) {
 		t.Fatalf("balances = %v", b)
 	}
 	f.requireReconciled()

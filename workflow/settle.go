@@ -50,30 +50,33 @@ func (s *Service) settleTick(ctx context.Context, now time.Time) {
 	s.refundPendingDisputes(ctx)
 }
 
-// runSettlement makes the settlement's remaining money movements in order,
-// the refund first, then each provider's transfer, recording each as soon
-// as the processor confirms it. A payout of zero is never sent (the store
-// records it as done). The first failure stops the run and is recorded with
-// the time of the next attempt.
+// runSettlement makes the settlement's remaining money movements: the
+// refund, then each provider's transfer, recording each as soon as the
+// processor confirms it. A failed refund does not hold back the transfers
+// (they move different money; the refund is retried on its own); a failed
+// transfer stops the run. A payout of zero is never sent (the store
+// records it as done). A failure is recorded once per run, with the time
+// of the next attempt.
 func (s *Service) runSettlement(ctx context.Context, st store.Settlement, now time.Time) {
 	log := s.log.With("reservation_id", st.ReservationID)
 	if st.State != store.SettlementPending {
 		return
 	}
-	var err error
+	var failKind, failStep string
+	var failErr error
 	if !st.RefundDone {
-		var ref billing.Refund
-		ref, err = s.pay.Refund(ctx, st.PaymentIntentID, st.RefundCents, market.EntryKey(st.ReservationID, market.EntryRefund, 0))
-		if err != nil {
-			s.settlementFailed(ctx, st, metrics.StepRefund, "refund", err, now)
-			return
+		ref, err := s.pay.Refund(ctx, st.PaymentIntentID, st.RefundCents, market.EntryKey(st.ReservationID, market.EntryRefund, 0))
+		switch {
+		case err != nil:
+			failKind, failStep, failErr = metrics.StepRefund, "refund", err
+		default:
+			if _, err := s.db.RecordSettlementRefund(ctx, st.ReservationID, ref.ID, now); err != nil {
+				log.Error("settlement refund made but not recorded; will retry", "refund_id", ref.ID, "err", err)
+				return
+			}
+			s.metrics.SettlementStep(metrics.StepRefund)
+			log.Info("settlement refund made", "refund_id", ref.ID, "amount_cents", int64(st.RefundCents))
 		}
-		if st, err = s.db.RecordSettlementRefund(ctx, st.ReservationID, ref.ID, now); err != nil {
-			log.Error("settlement refund made but not recorded; will retry", "refund_id", ref.ID, "err", err)
-			return
-		}
-		s.metrics.SettlementStep(metrics.StepRefund)
-		log.Info("settlement refund made", "refund_id", ref.ID, "amount_cents", int64(st.RefundCents))
 	}
 	for _, t := range st.Transfers {
 		if t.State != store.TransferPending || t.Amount <= 0 {
@@ -82,8 +85,13 @@ func (s *Service) runSettlement(ctx context.Context, st store.Settlement, now ti
 		tr, err := s.pay.Transfer(ctx, t.AccountID, t.Amount, market.TransferGroup(st.ReservationID),
 			market.EntryKey(st.ReservationID, market.EntryTransfer, t.ProviderID))
 		if err != nil {
-			s.settlementFailed(ctx, st, metrics.StepTransfer, fmt.Sprintf("transfer to provider %d", t.ProviderID), err, now)
-			return
+			step := fmt.Sprintf("transfer to provider %d", t.ProviderID)
+			if failErr != nil {
+				step = failStep + "; " + step
+				err = fmt.Errorf("%v; %w", failErr, err)
+			}
+			failKind, failStep, failErr = metrics.StepTransfer, step, err
+			break
 		}
 		if _, err := s.db.RecordSettlementTransfer(ctx, st.ReservationID, t.ProviderID, tr.ID, now); err != nil {
 			log.Error("settlement transfer made but not recorded; will retry", "transfer_id", tr.ID, "err", err)
@@ -91,6 +99,9 @@ func (s *Service) runSettlement(ctx context.Context, st store.Settlement, now ti
 		}
 		s.metrics.SettlementStep(metrics.StepTransfer)
 		log.Info("settlement transfer made", "provider_id", t.ProviderID, "transfer_id", tr.ID, "amount_cents", int64(t.Amount))
+	}
+	if failErr != nil {
+		s.settlementFailed(ctx, st, failKind, failStep, failErr, now)
 	}
 }
 
