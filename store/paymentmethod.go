@@ -18,15 +18,19 @@ const (
 	msgPaymentMethodRemoved  = "You removed this card, so it is not saved again. Choose “Add a card” to add it anew."
 )
 
-const paymentMethodColumns = `id, user_id, customer_id, processor_method_id, label, created_at`
+const paymentMethodColumns = `id, user_id, customer_id, processor_method_id, label, created_at, last_charged_at`
 
 func scanPaymentMethod(s scanner) (market.PaymentMethod, error) {
 	var m market.PaymentMethod
 	var created int64
-	if err := s.Scan(&m.ID, &m.UserID, &m.Customer, &m.ProcessorMethodID, &m.Label, &created); err != nil {
+	var charged sql.NullInt64
+	if err := s.Scan(&m.ID, &m.UserID, &m.Customer, &m.ProcessorMethodID, &m.Label, &created, &charged); err != nil {
 		return market.PaymentMethod{}, err
 	}
 	m.CreatedAt = fromUnix(created)
+	if charged.Valid {
+		m.LastChargedAt = fromUnix(charged.Int64)
+	}
 	return m, nil
 }
 
@@ -151,6 +155,32 @@ func (db *DB) RemovePaymentMethod(ctx context.Context, userID, methodID int64, n
 			return fail(op, err, "")
 		}
 		return notFound(msgPaymentMethodNotFound)
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// RecordPaymentMethodCharged notes that a charge of the saved card
+// methodID succeeded at at (market.PaymentMethod.LastChargedAt, which
+// keeps the card good for spot bids: market.SpotCardProblem). An earlier
+// time than the one recorded changes nothing; an unknown card is not
+// found.
+func (db *DB) RecordPaymentMethodCharged(ctx context.Context, methodID int64, at time.Time) error {
+	const op = "record payment method charged"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM payment_methods WHERE id = ?`, methodID).Scan(&n); err != nil {
+		return fail(op, err, "")
+	}
+	if n == 0 {
+		return notFound(msgPaymentMethodNotFound)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE payment_methods SET last_charged_at = ? WHERE id = ? AND (last_charged_at IS NULL OR last_charged_at < ?)`,
+		unix(at), methodID, unix(at)); err != nil {
+		return fail(op, err, "")
 	}
 	return fail(op, tx.Commit(), "")
 }
