@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
@@ -87,6 +88,7 @@ func (s *Service) PayWithSavedMethod(ctx context.Context, buyerID, reservationID
 		log.Warn("saved card charge not settled yet", "payment_intent_id", pay.ID, "status", pay.Status)
 		return market.Reservation{}, market.Errorf(market.CodeConflict, msgChargePending)
 	}
+	s.noteCharged(ctx, m, now)
 	outcome, err := s.recordPayment(ctx, log, store.PaymentEvent{
 		EventType: savedEventType, ReservationID: r.ID, PaymentIntentID: pay.ID, ChargeID: pay.ChargeID,
 		Amount: pay.AmountReceived, Currency: market.Currency,
@@ -127,7 +129,17 @@ func (s *Service) ChargeSavedMethod(ctx context.Context, buyerID int64, amount m
 	if !pay.Succeeded {
 		return billing.Payment{}, market.Errorf(market.CodeConflict, msgChargePending)
 	}
+	s.noteCharged(ctx, m, s.now())
 	return pay, nil
+}
+
+// noteCharged records that a charge of the saved card m succeeded at now,
+// which keeps it good for spot bids (market.SpotCardProblem). The charge
+// stands whatever happens here: a failure is logged, not returned.
+func (s *Service) noteCharged(ctx context.Context, m market.PaymentMethod, now time.Time) {
+	if err := s.db.RecordPaymentMethodCharged(ctx, m.ID, now); err != nil {
+		s.log.Error("saved card charge not noted", "payment_method_id", m.ID, "err", err)
+	}
 }
 
 // SaveSetupCard keeps the card a completed setup checkout saved (read back
