@@ -50,7 +50,8 @@ func TestForwardCurve(t *testing.T) {
 	f := offer("us-east-va", 8, 1, 0, now, week(20), 1)
 
 	trade := func(buyer, provider int64, acc string, devices int, start time.Time, hours int, price Cents) Trade {
-		return Trade{BookedAt: now.Add(-24 * time.Hour), BuyerID: buyer, ProviderID: provider, AcceleratorID: acc, RegionID: "us-east-va",
+		// Providers are users 101, 102…, never a buyer: no wash trades.
+		return Trade{BookedAt: now.Add(-24 * time.Hour), BuyerID: buyer, ProviderID: 100 + provider, AcceleratorID: acc, RegionID: "us-east-va",
 			Devices: devices, Start: start, End: start.Add(time.Duration(hours) * time.Hour), PriceCents: price}
 	}
 	// Week 3: three trades, two buyers, two providers — published.

@@ -18,7 +18,18 @@ type PaymentMethod struct {
 	Customer          string
 	ProcessorMethodID string
 	Label             string
-	CreatedAt         time.Time
+	CreatedAt         time.Time // when it was saved: its setup verified it
+	// LastChargedAt is when a charge of it last succeeded (zero: never).
+	LastChargedAt time.Time
+}
+
+// LastVerified is when the card last proved it works: its latest
+// successful charge, or its saving, whichever is later.
+func (m PaymentMethod) LastVerified() time.Time {
+	if m.LastChargedAt.After(m.CreatedAt) {
+		return m.LastChargedAt
+	}
+	return m.CreatedAt
 }
 
 // MaxPaymentMethods bounds how many saved cards an account keeps.

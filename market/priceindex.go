@@ -77,6 +77,13 @@ type Trade struct {
 	PriceCents    Cents     // per device-hour, as booked
 }
 
+// Wash reports whether the trade is a provider booking its own offer: it
+// moves no capacity between parties and says nothing about the price, so
+// the index (and the forward curve) leave it out.
+func (t Trade) Wash() bool {
+	return t.BuyerID != 0 && t.BuyerID == t.ProviderID
+}
+
 // Class is the trade's price class.
 func (t Trade) Class() PriceClass {
 	return PriceClass{AcceleratorID: t.AcceleratorID, Interruptible: t.Interruptible}
@@ -144,7 +151,7 @@ const (
 // are withheld, and a series with no published day is left out. A trade
 // counts on the UTC date it was booked, with weight devices × delivery
 // seconds; trades with no volume, an unknown region or a non-positive price
-// are left out. Series are ordered by class label, then group (AllRegions
+// are left out, and so are wash trades (Trade.Wash). Series are ordered by class label, then group (AllRegions
 // first); points by day.
 func DailyIndex(trades []Trade) []Series {
 	return dailyIndex(trades, true)
@@ -254,7 +261,7 @@ func dailyIndex(trades []Trade, publish bool) []Series {
 	for _, t := range trades {
 		w := t.DeviceSeconds()
 		r, ok := FindRegion(t.RegionID)
-		if w <= 0 || !ok || t.PriceCents <= 0 {
+		if w <= 0 || !ok || t.PriceCents <= 0 || t.Wash() {
 			continue
 		}
 		day := Day(t.BookedAt).Unix()

@@ -410,3 +410,30 @@ func TestDailyIndexPublishesOnlyEnough(t *testing.T) {
 		t.Fatalf("the random trades do not exercise the rule: %d published, %d withheld, %d merged beside", shown, withheld, mergedBeside)
 	}
 }
+
+// TestDailyIndexLeavesOutWashTrades: a provider booking its own offer is
+// no trade. Three honest trades, 1 device-hour each at 200, 210 and 220
+// (two buyers, two providers): index (200 + 210 + 220) / 3 = 210, volume
+// 3 device-hours; a wash trade of 8 device-hours at 900 changes neither.
+func TestDailyIndexLeavesOutWashTrades(t *testing.T) {
+	day := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	tr := func(buyer, provider int64, devices int, price Cents) Trade {
+		return Trade{BookedAt: day.Add(time.Hour), BuyerID: buyer, ProviderID: provider, AcceleratorID: "nvidia-h100-80gb-sxm",
+			RegionID: "us-east-va", Devices: devices, Start: day.Add(10 * time.Hour), End: day.Add(11 * time.Hour), PriceCents: price}
+	}
+	trades := []Trade{tr(1, 101, 1, 200), tr(2, 102, 1, 210), tr(1, 102, 1, 220), tr(101, 101, 8, 900)}
+	series := DailyIndex(trades)
+	if len(series) == 0 {
+		t.Fatal("nothing published")
+	}
+	for _, s := range series {
+		if len(s.Points) != 1 {
+			t.Fatalf("%v: %d points", s.Key, len(s.Points))
+		}
+		p := s.Points[0]
+		if p.IndexCents != 210 || p.VolumeDeviceHours() != 3 || p.Trades != 3 || p.LowCents != 200 || p.HighCents != 220 {
+			t.Errorf("%v: index %d volume %d trades %d low %d high %d; want 210, 3, 3, 200, 220",
+				s.Key, p.IndexCents, p.VolumeDeviceHours(), p.Trades, p.LowCents, p.HighCents)
+		}
+	}
+}

@@ -27,6 +27,15 @@ const (
 	// replaces DefaultInterruptionPPMPerHour.
 	SpotRateWindow   = 30 * 24 * time.Hour
 	SpotRateMinHours = 24
+	// SpotBidMaxMultiple bounds a bid's maximum: at most this many times
+	// the offer's on-demand price per device-hour. A maximum above the
+	// on-demand price itself needs the buyer's explicit confirmation
+	// (SpotBid.ConfirmAboveOnDemand).
+	SpotBidMaxMultiple = 3
+	// SpotCardRecency is how recently the buyer's default saved card must
+	// have proved it works — a successful charge, or the verified setup
+	// that saved it — for a new bid (SpotCardProblem).
+	SpotCardRecency = 30 * 24 * time.Hour
 )
 
 // SpotBidState is where a bid stands.
@@ -68,6 +77,28 @@ type SpotBid struct {
 	// EndNote says why a bid stopped (cancelled by the buyer, a declined
 	// payment); empty while live.
 	EndNote string
+	// ConfirmAboveOnDemand is the buyer's acceptance, when placing the
+	// bid, of a maximum above the offer's on-demand price (not stored: it
+	// is asked for once, at placement).
+	ConfirmAboveOnDemand bool
+}
+
+// SpotBidCeiling is the highest maximum a bid on o may state:
+// SpotBidMaxMultiple × its on-demand price per device-hour.
+func SpotBidCeiling(o Offer) Cents {
+	return o.PriceCentsPerDeviceHour * SpotBidMaxMultiple
+}
+
+// SpotAboveOnDemandText is what a buyer accepts to bid up to max per
+// device-hour on an offer whose on-demand price is onDemand.
+func SpotAboveOnDemandText(max, onDemand Cents) string {
+	return fmt.Sprintf("I accept paying up to %s per device-hour, above the on-demand price %s.", max, onDemand)
+}
+
+// Wash reports whether the bid is the offer's own provider bidding on it:
+// a wash trade, refused at placement and never taking part in a clearing.
+func (b SpotBid) Wash(o Offer) bool {
+	return b.BuyerID != 0 && b.BuyerID == o.ProviderID
 }
 
 // Covers reports whether hour is in the bid's window.
@@ -81,11 +112,18 @@ func (b SpotBid) Covers(hour time.Time) bool {
 // first hour must still be open for bidding (its clearing, the hour less
 // the offer's notice, not yet past) and lie in the offer's availability;
 // the window is at most SpotMaxWindowHours; a maximum below the floor,
-// which could never win, is refused.
+// which could never win, is refused, and so is one above SpotBidCeiling; a
+// maximum above the on-demand price needs ConfirmAboveOnDemand (the field
+// "confirm_above_on_demand"). The offer's own provider cannot bid (a wash
+// trade).
 func ValidateSpotBid(b *SpotBid, o Offer, now time.Time) error {
 	p := Problems{}
 	if !o.Interruptible || o.InterruptibleCentsPerDH < 1 {
 		p.Add("offer", "This offer does not sell interruptible capacity.")
+		return p.Err()
+	}
+	if b.Wash(o) {
+		p.Add("offer", "You cannot bid on your own offer.")
 		return p.Err()
 	}
 	b.FirstHour, b.LastHour = b.FirstHour.UTC(), b.LastHour.UTC()
@@ -100,6 +138,12 @@ func ValidateSpotBid(b *SpotBid, o Offer, now time.Time) error {
 		p.Add("max_price", "Enter the most you pay per device-hour.")
 	case b.MaxCents < o.InterruptibleCentsPerDH:
 		p.Add("max_price", fmt.Sprintf("The provider's floor is %s per device-hour; a lower bid never wins.", o.InterruptibleCentsPerDH))
+	case b.MaxCents > SpotBidCeiling(o):
+		p.Add("max_price", fmt.Sprintf("Bid at most %s per device-hour: %d times the on-demand price, %s.",
+			SpotBidCeiling(o), SpotBidMaxMultiple, o.PriceCentsPerDeviceHour))
+	case b.MaxCents > o.PriceCentsPerDeviceHour && !b.ConfirmAboveOnDemand:
+		p.Add("confirm_above_on_demand", fmt.Sprintf("Your maximum, %s per device-hour, is above the on-demand price, %s: tick to confirm, or bid lower.",
+			b.MaxCents, o.PriceCentsPerDeviceHour))
 	}
 	switch {
 	case b.FirstHour.IsZero():
@@ -290,4 +334,79 @@ const SpotQuoteWindow = 24 * time.Hour
 // pays what they pay.
 func SpotQuotePrice(floor, onDemand, lastClearing Cents) Cents {
 	return min(max(floor, lastClearing), onDemand)
+}
+
+// SpotDelivery is what a won spot hour becomes: the piece's interval
+// [Start, End) and its amount.
+type SpotDelivery struct {
+	Start, End  time.Time
+	Minutes     int   // whole minutes in [Start, End); 0: nothing left to sell
+	AmountCents Cents // what the winner pays for them
+}
+
+// SpotHourDelivery is the delivery of hour (a whole UTC hour) won by a bid
+// of devices at price per device-hour, in a clearing made at clearedAt.
+// The rule: an hour cleared on time (at or before its start) is delivered
+// and charged in full, price × devices. An hour cleared late starts at the
+// clearing time rounded up to the next whole minute (a clearing at 02:40:00
+// starts at 02:40, one at 02:40:01 at 02:41) and is charged only for the
+// minutes that remain: price × devices × minutes / 60, rounded once, half
+// away from zero (MulDivRound, the one rounding rule for money), and at
+// least 1¢ when any minute remains. E.g. 130¢ × 3 devices cleared at
+// 02:40:20: 19 minutes from 02:41, 7,410 / 60 = 123.5, charged 124¢. A
+// clearing in the hour's last minute leaves 0 minutes: nothing is sold.
+// The arithmetic is checked: a product that does not fit is an internal
+// error, never a wrapped amount.
+func SpotHourDelivery(hour, clearedAt time.Time, price Cents, devices int) (SpotDelivery, error) {
+	hour = hour.UTC()
+	d := SpotDelivery{Start: hour, End: hour.Add(time.Hour)}
+	if at := clearedAt.UTC(); at.After(hour) {
+		d.Start = at.Truncate(time.Minute)
+		if d.Start.Before(at) {
+			d.Start = d.Start.Add(time.Minute)
+		}
+	}
+	if !d.Start.Before(d.End) {
+		return SpotDelivery{Start: d.End, End: d.End}, nil
+	}
+	d.Minutes = int(d.End.Sub(d.Start) / time.Minute)
+	perHour, ok := MulChecked(int64(price), int64(devices))
+	if !ok {
+		return SpotDelivery{}, Errorf(CodeInternal, "spot hour amount overflows: %d¢ × %d devices", int64(price), devices)
+	}
+	if d.Minutes == 60 {
+		d.AmountCents = Cents(perHour)
+		return d, nil
+	}
+	d.AmountCents = Cents(max(MulDivRound(perHour, int64(d.Minutes), 60), 1))
+	return d, nil
+}
+
+// SpotBidderBar is why a buyer may not place a spot bid at now, nor take
+// part in a clearing (their bids stay live and are skipped until it
+// passes), or "" when nothing bars them. Won spot hours count like any
+// booking: each is a held reservation until paid, so a buyer with held
+// MaxUnpaidHolds unexpired holds is barred; and lapses (spot hours won
+// and never paid, like standing-order fills) follow the lapse rule of
+// StandingOrdersBlockedUntil.
+func SpotBidderBar(held int, lapses []time.Time, now time.Time) string {
+	if held >= MaxUnpaidHolds {
+		return fmt.Sprintf("You already have %d unpaid reservations (won spot hours count). Pay for or cancel one before bidding.", held)
+	}
+	if until, blocked := StandingOrdersBlockedUntil(lapses, now); blocked {
+		return fmt.Sprintf("%d of your won spot hours or filled orders lapsed unpaid within %d days, so you cannot bid until %s.",
+			LapsesBeforeBlock, int(LapseWindow/(24*time.Hour)), FormatTime(until))
+	}
+	return ""
+}
+
+// SpotCardProblem says why the buyer's default saved card m cannot back a
+// new bid at now, or "" when it can: it must have succeeded in a charge,
+// or been saved (a verified setup), within SpotCardRecency before now.
+func SpotCardProblem(m PaymentMethod, now time.Time) string {
+	if now.Sub(m.LastVerified()) <= SpotCardRecency {
+		return ""
+	}
+	return fmt.Sprintf("Your saved card, %s, has not been charged or verified in the last %d days. Add a card again on your account page (it is verified when saved) before bidding.",
+		m.Label, int(SpotCardRecency/(24*time.Hour)))
 }

@@ -201,9 +201,9 @@ func TestSpotInterruptionPPM(t *testing.T) {
 
 func TestValidateSpotBid(t *testing.T) {
 	now := time.Date(2026, 12, 1, 10, 20, 0, 0, time.UTC)
-	o := Offer{ID: 1, DevicesPerNode: 4, Nodes: 1, Interruptible: true, InterruptibleCentsPerDH: 100, PreemptNoticeMins: 30,
-		AvailableFrom: now.Add(-24 * time.Hour), AvailableUntil: now.Add(30 * 24 * time.Hour)}
-	ok := SpotBid{Devices: 2, MaxCents: 150, FirstHour: time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC), LastHour: time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)}
+	o := Offer{ID: 1, ProviderID: 7, DevicesPerNode: 4, Nodes: 1, PriceCentsPerDeviceHour: 200, Interruptible: true, InterruptibleCentsPerDH: 100,
+		PreemptNoticeMins: 30, AvailableFrom: now.Add(-24 * time.Hour), AvailableUntil: now.Add(30 * 24 * time.Hour)}
+	ok := SpotBid{BuyerID: 8, Devices: 2, MaxCents: 150, FirstHour: time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC), LastHour: time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)}
 	tests := []struct {
 		name  string
 		edit  func(b *SpotBid, o *Offer)
@@ -220,6 +220,17 @@ func TestValidateSpotBid(t *testing.T) {
 		{"last before first", func(b *SpotBid, _ *Offer) { b.LastHour = b.FirstHour.Add(-time.Hour) }, "last_hour"},
 		{"over 7 days", func(b *SpotBid, _ *Offer) { b.LastHour = b.FirstHour.Add(168 * time.Hour) }, "last_hour"},
 		{"7 days exactly", func(b *SpotBid, _ *Offer) { b.LastHour = b.FirstHour.Add(167 * time.Hour) }, ""},
+		// The ceiling is 3 × the 200¢ on-demand price: 600¢.
+		{"9×10¹⁸¢", func(b *SpotBid, _ *Offer) { b.MaxCents, b.ConfirmAboveOnDemand = 9_000_000_000_000_000_000, true }, "max_price"},
+		{"one cent above the ceiling", func(b *SpotBid, _ *Offer) { b.MaxCents, b.ConfirmAboveOnDemand = 601, true }, "max_price"},
+		{"at the ceiling, confirmed", func(b *SpotBid, _ *Offer) { b.MaxCents, b.ConfirmAboveOnDemand = 600, true }, ""},
+		{"500.00 on a 0.55 offer", func(b *SpotBid, o *Offer) {
+			o.PriceCentsPerDeviceHour, o.InterruptibleCentsPerDH, b.MaxCents, b.ConfirmAboveOnDemand = 55, 30, 50_000, true
+		}, "max_price"},
+		{"above on-demand, not confirmed", func(b *SpotBid, _ *Offer) { b.MaxCents = 201 }, "confirm_above_on_demand"},
+		{"above on-demand, confirmed", func(b *SpotBid, _ *Offer) { b.MaxCents, b.ConfirmAboveOnDemand = 201, true }, ""},
+		{"at on-demand, no confirmation needed", func(b *SpotBid, _ *Offer) { b.MaxCents = 200 }, ""},
+		{"own offer", func(b *SpotBid, _ *Offer) { b.BuyerID = 7 }, "offer"},
 	}
 	for _, tc := range tests {
 		b, oo := ok, o
@@ -245,6 +256,128 @@ func TestSpotQuotePrice(t *testing.T) {
 	} {
 		if got := SpotQuotePrice(c.floor, c.onDemand, c.last); got != c.want {
 			t.Errorf("SpotQuotePrice(%d, %d, %d) = %d, want %d", c.floor, c.onDemand, c.last, got, c.want)
+		}
+	}
+}
+
+// TestSpotHourDelivery: a won hour cleared late is delivered from the
+// clearing time rounded up to the minute and charged for the minutes left,
+// price × devices × minutes / 60 rounded half away from zero. Expected
+// figures by hand.
+func TestSpotHourDelivery(t *testing.T) {
+	hour := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
+	at := func(h, m, s int) time.Time { return time.Date(2026, 12, 1, h, m, s, 0, time.UTC) }
+	tests := []struct {
+		name      string
+		clearedAt time.Time
+		price     Cents
+		devices   int
+		start     time.Time
+		minutes   int
+		amount    Cents
+	}{
+		// On time (01:30, 30 minutes' notice): the full hour, 130 × 3 = 390.
+		{"on time", at(1, 30, 0), 130, 3, hour, 60, 390},
+		{"at the hour's start", at(2, 0, 0), 130, 3, hour, 60, 390},
+		// 02:40:00: 20 minutes, 390 × 20 / 60 = 130 exactly.
+		{"02:40 on the minute", at(2, 40, 0), 130, 3, at(2, 40, 0), 20, 130},
+		// 02:40:20 rounds up to 02:41: 19 minutes, 7,410 / 60 = 123.5 → 124.
+		{"02:40:20 rounds up", at(2, 40, 20), 130, 3, at(2, 41, 0), 19, 124},
+		// 02:00:01 → 02:01: 59 minutes of 4 × 55 = 220: 12,980 / 60 = 216.33 → 216.
+		{"one second late", at(2, 0, 1), 55, 4, at(2, 1, 0), 59, 216},
+		// 02:31: 29 minutes of 1 × 1¢: 29 / 60 = 0.48 → 0, charged the 1¢ minimum.
+		{"under half a cent", at(2, 31, 0), 1, 1, at(2, 31, 0), 29, 1},
+		// 02:30: 30 minutes of 1¢: 0.5 → 1 (half away from zero).
+		{"half a cent", at(2, 30, 0), 1, 1, at(2, 30, 0), 30, 1},
+		// 02:59:30 → 03:00: nothing left.
+		{"last minute", at(2, 59, 30), 130, 3, at(3, 0, 0), 0, 0},
+	}
+	for _, tc := range tests {
+		d, err := SpotHourDelivery(hour, tc.clearedAt, tc.price, tc.devices)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !d.Start.Equal(tc.start) || !d.End.Equal(hour.Add(time.Hour)) || d.Minutes != tc.minutes || d.AmountCents != tc.amount {
+			t.Errorf("%s: %s–%s, %d minutes, %d¢; want from %s, %d minutes, %d¢", tc.name, d.Start, d.End, d.Minutes, d.AmountCents, tc.start, tc.minutes, tc.amount)
+		}
+	}
+	// 3×10¹⁸¢ × 4 devices does not fit in an int64: an error, not a wrapped amount.
+	if d, err := SpotHourDelivery(hour, hour, 3_000_000_000_000_000_000, 4); ErrorCode(err) != CodeInternal {
+		t.Fatalf("overflowing hour: %+v, %v", d, err)
+	}
+}
+
+// TestMulChecked: products that fit are exact; overflow and negatives are refused.
+func TestMulChecked(t *testing.T) {
+	for _, tc := range []struct {
+		a, b int64
+		want int64
+		ok   bool
+	}{
+		{130, 3, 390, true},
+		{0, 1 << 62, 0, true},
+		{1 << 62, 1, 1 << 62, true},
+		{1<<62 - 1, 2, 1<<63 - 2, true},
+		{1 << 62, 2, 0, false},
+		{3_000_000_000_000_000_000, 4, 0, false}, // the reported 4-device bid
+		{-1, 5, 0, false},
+	} {
+		got, ok := MulChecked(tc.a, tc.b)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("MulChecked(%d, %d) = %d, %v; want %d, %v", tc.a, tc.b, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestSpotBidderBar: three unpaid holds (won spot hours among them) bar
+// new bids and clearings; two lapses within 30 days bar them for 7 days
+// after the latest.
+func TestSpotBidderBar(t *testing.T) {
+	now := time.Date(2026, 12, 10, 12, 0, 0, 0, time.UTC)
+	day := 24 * time.Hour
+	for _, tc := range []struct {
+		name   string
+		held   int
+		lapses []time.Time
+		barred bool
+	}{
+		{"nothing", 0, nil, false},
+		{"two holds", 2, nil, false},
+		{"three holds", 3, nil, true},
+		{"one lapse", 0, []time.Time{now.Add(-day)}, false},
+		// 2 lapses 10 days apart, the latest 6 days ago: blocked until 1 day from now.
+		{"two lapses, blocked", 0, []time.Time{now.Add(-16 * day), now.Add(-6 * day)}, true},
+		// The latest 8 days ago: the 7-day block is over.
+		{"two lapses, block over", 0, []time.Time{now.Add(-18 * day), now.Add(-8 * day)}, false},
+		// 31 days apart: not within the window.
+		{"two lapses far apart", 0, []time.Time{now.Add(-32 * day), now.Add(-1 * day)}, false},
+	} {
+		msg := SpotBidderBar(tc.held, tc.lapses, now)
+		if (msg != "") != tc.barred {
+			t.Errorf("%s: %q, want barred %v", tc.name, msg, tc.barred)
+		}
+	}
+}
+
+// TestSpotCardProblem: a card saved or charged within 30 days backs a bid;
+// older than that it does not.
+func TestSpotCardProblem(t *testing.T) {
+	now := time.Date(2026, 12, 31, 12, 0, 0, 0, time.UTC)
+	day := 24 * time.Hour
+	for _, tc := range []struct {
+		name           string
+		saved, charged time.Time
+		ok             bool
+	}{
+		{"saved today", now, time.Time{}, true},
+		{"saved 30 days ago", now.Add(-30 * day), time.Time{}, true},
+		{"saved 31 days ago, never charged", now.Add(-31 * day), time.Time{}, false},
+		{"saved long ago, charged last week", now.Add(-300 * day), now.Add(-7 * day), true},
+		{"saved and charged long ago", now.Add(-300 * day), now.Add(-40 * day), false},
+	} {
+		m := PaymentMethod{Label: "Visa •••• 4242", CreatedAt: tc.saved, LastChargedAt: tc.charged}
+		if msg := SpotCardProblem(m, now); (msg == "") != tc.ok {
+			t.Errorf("%s: %q, want ok %v", tc.name, msg, tc.ok)
 		}
 	}
 }

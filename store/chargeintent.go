@@ -88,14 +88,24 @@ func insertChargeIntent(ctx context.Context, q querier, ci market.ChargeIntent, 
 
 // finishChargeIntent marks a pending intent done with the processor's
 // payment and how it ended, inside the transaction that records that
-// outcome. An intent already finished is left as it is (a second notice
+// outcome, and notes the card's successful charge on it. An intent already finished is left as it is (a second notice
 // of the same payment); id 0 does nothing.
 func finishChargeIntent(ctx context.Context, q querier, id int64, paymentIntentID, outcome string, now time.Time) error {
 	if id == 0 {
 		return nil
 	}
-	_, err := q.ExecContext(ctx, `UPDATE charge_intents SET state = ?, payment_intent_id = ?, outcome = ?, last_error = '', updated_at = ?
+	res, err := q.ExecContext(ctx, `UPDATE charge_intents SET state = ?, payment_intent_id = ?, outcome = ?, last_error = '', updated_at = ?
 		WHERE id = ? AND state = ?`, string(market.ChargeDone), paymentIntentID, outcome, unix(now), id, string(market.ChargePending))
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return err
+	}
+	// The card was charged: it stays good for spot bids (market.SpotCardRecency).
+	_, err = q.ExecContext(ctx, `UPDATE payment_methods SET last_charged_at = ?
+		WHERE id = (SELECT payment_method_id FROM charge_intents WHERE id = ?) AND (last_charged_at IS NULL OR last_charged_at < ?)`,
+		unix(now), id, unix(now))
 	return err
 }
 

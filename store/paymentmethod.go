@@ -18,15 +18,19 @@ const (
 	msgPaymentMethodRemoved  = "You removed this card, so it is not saved again. Choose “Add a card” to add it anew."
 )
 
-const paymentMethodColumns = `id, user_id, customer_id, processor_method_id, label, created_at`
+const paymentMethodColumns = `id, user_id, customer_id, processor_method_id, label, created_at, last_charged_at`
 
 func scanPaymentMethod(s scanner) (market.PaymentMethod, error) {
 	var m market.PaymentMethod
 	var created int64
-	if err := s.Scan(&m.ID, &m.UserID, &m.Customer, &m.ProcessorMethodID, &m.Label, &created); err != nil {
+	var charged sql.NullInt64
+	if err := s.Scan(&m.ID, &m.UserID, &m.Customer, &m.ProcessorMethodID, &m.Label, &created, &charged); err != nil {
 		return market.PaymentMethod{}, err
 	}
 	m.CreatedAt = fromUnix(created)
+	if charged.Valid {
+		m.LastChargedAt = fromUnix(charged.Int64)
+	}
 	return m, nil
 }
 
@@ -154,3 +158,4 @@ func (db *DB) RemovePaymentMethod(ctx context.Context, userID, methodID int64, n
 	}
 	return fail(op, tx.Commit(), "")
 }
+

@@ -29,9 +29,12 @@ const msgSpotBidNotFound = "That spot bid could not be found."
 
 // SpotHourWon is one hour a bid won, with the reservation it became.
 type SpotHourWon struct {
-	Hour          time.Time
-	Devices       int
-	PriceCents    market.Cents // the hour's clearing price per device-hour
+	Hour       time.Time
+	Devices    int
+	PriceCents market.Cents // the hour's clearing price per device-hour
+	// AmountCents is what the hour costs: price × devices, or only the
+	// minutes delivered when it cleared late (market.SpotHourDelivery).
+	AmountCents   market.Cents
 	ReservationID int64
 	State         market.ReservationState // of the reservation: confirmed once paid
 	Preempted     bool                    // the bid lost the next hour of its window
@@ -115,8 +118,10 @@ func scanSpotClearing(s scanner) (SpotClearingRow, error) {
 
 // PlaceSpotBid stores a buyer's bid on a listed offer that sells
 // interruptible capacity, checked by market.ValidateSpotBid at now; a
-// buyer may have at most market.SpotMaxLiveBids live bids, and may not bid
-// on their own offer.
+// buyer may have at most market.SpotMaxLiveBids live bids, may not bid
+// on their own offer (a wash trade), and may not bid while
+// market.SpotBidderBar bars them (unpaid holds, won spot hours among
+// them, or lapses).
 func (db *DB) PlaceSpotBid(ctx context.Context, b market.SpotBid, now time.Time) (market.SpotBid, error) {
 	const op = "place spot bid"
 	tx, err := db.begin(ctx)
@@ -152,6 +157,11 @@ func (db *DB) PlaceSpotBid(ctx context.Context, b market.SpotBid, now time.Time)
 	if live >= market.SpotMaxLiveBids {
 		return market.SpotBid{}, conflict(fmt.Sprintf("You already have %d live spot bids. Cancel one before placing another.", live))
 	}
+	if msg, err := spotBidderBar(ctx, tx, b.BuyerID, now); err != nil {
+		return market.SpotBid{}, fail(op, err, "")
+	} else if msg != "" {
+		return market.SpotBid{}, conflict(msg)
+	}
 	b.PlacedAt, b.State, b.EndNote = truncate(now), market.SpotBidLive, ""
 	if err := tx.QueryRowContext(ctx, `INSERT INTO spot_bids (buyer_id, offer_id, devices, max_cents, first_hour, last_hour, placed_at, state, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
@@ -159,6 +169,45 @@ func (db *DB) PlaceSpotBid(ctx context.Context, b market.SpotBid, now time.Time)
 		return market.SpotBid{}, fail(op, err, "")
 	}
 	return b, fail(op, tx.Commit(), "")
+}
+
+// spotBidderBar is market.SpotBidderBar for the buyer at now, inside tx.
+func spotBidderBar(ctx context.Context, tx querier, buyerID int64, now time.Time) (string, error) {
+	held, err := countHeld(ctx, tx, buyerID, now)
+	if err != nil {
+		return "", err
+	}
+	lapses, err := buyerLapses(ctx, tx, buyerID)
+	if err != nil {
+		return "", err
+	}
+	return market.SpotBidderBar(held, lapses, now), nil
+}
+
+// buyerLapses returns when the buyer's unpaid holds lapsed, for the lapse
+// rule (market.StandingOrdersBlockedUntil): each standing-order fill's
+// and each won spot hour's reservation that expired unpaid, at its hold's
+// expiry.
+func buyerLapses(ctx context.Context, q querier, buyerID int64) ([]time.Time, error) {
+	lapses, err := standingOrderLapses(ctx, q, buyerID)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT r.hold_expires_at FROM spot_allocations a
+		JOIN spot_bids b ON b.id = a.bid_id JOIN reservations r ON r.id = a.reservation_id
+		WHERE b.buyer_id = ? AND r.state = ?`, buyerID, string(market.ReservationExpired))
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var at int64
+		if err := rows.Scan(&at); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		lapses = append(lapses, fromUnix(at))
+	}
+	return lapses, closeRows(rows)
 }
 
 // CancelSpotBid stops a live bid of the buyer: it takes part in no further
@@ -235,21 +284,21 @@ func (db *DB) ListBuyerSpotBids(ctx context.Context, buyerID int64) ([]SpotBidRe
 	if err := closeRows(rows); err != nil {
 		return nil, fail(op, err, "")
 	}
-	rows, err = tx.QueryContext(ctx, `SELECT a.bid_id, a.hour, a.devices, a.price_cents, a.reservation_id, r.state, a.preempted
+	rows, err = tx.QueryContext(ctx, `SELECT a.bid_id, a.hour, a.devices, a.price_cents, r.amount_cents, a.reservation_id, r.state, a.preempted
 		FROM spot_allocations a JOIN spot_bids b ON b.id = a.bid_id JOIN reservations r ON r.id = a.reservation_id
 		WHERE b.buyer_id = ? ORDER BY a.bid_id, a.hour`, buyerID)
 	if err != nil {
 		return nil, fail(op, err, "")
 	}
 	for rows.Next() {
-		var bidID, hour, price int64
+		var bidID, hour, price, amount int64
 		var h SpotHourWon
 		var state string
-		if err := rows.Scan(&bidID, &hour, &h.Devices, &price, &h.ReservationID, &state, &h.Preempted); err != nil {
+		if err := rows.Scan(&bidID, &hour, &h.Devices, &price, &amount, &h.ReservationID, &state, &h.Preempted); err != nil {
 			rows.Close()
 			return nil, fail(op, err, "")
 		}
-		h.Hour, h.PriceCents, h.State = fromUnix(hour), market.Cents(price), market.ReservationState(state)
+		h.Hour, h.PriceCents, h.AmountCents, h.State = fromUnix(hour), market.Cents(price), market.Cents(amount), market.ReservationState(state)
 		if i, ok := index[bidID]; ok {
 			out[i].Hours = append(out[i].Hours, h)
 		}
@@ -387,8 +436,14 @@ func (db *DB) FinishSpotBids(ctx context.Context, now time.Time) (int64, error) 
 // capacity on sale is market.SpotCapacity of the commitments holding
 // capacity at now during the hour (none when the offer is not listed, its
 // provider suspended, or the hour outside its availability); the live bids
-// whose window covers the hour take part. Each winner's hour is booked as
-// a one-hour interruptible piece at the clearing price through the
+// whose window covers the hour take part, except bids by the offer's own
+// provider (wash trades, market.SpotBid.Wash) and bids of buyers that
+// market.SpotBidderBar bars at now (too many unpaid holds, or lapses):
+// those stay live and are skipped. An hour cleared late (now after its
+// start) is delivered and charged only from now rounded up to the minute
+// (market.SpotHourDelivery); cleared in its last minute, nothing is on
+// sale. Each winner's hour is booked as an interruptible piece at the
+// clearing price through the
 // booking's own capacity check and placement (placeOnOffer; spot rents by
 // the hour, whatever the offer's minimum rental), held until now+hold for
 // the workflow to pay at once. A live bid that won the hour before, whose
@@ -421,19 +476,42 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 	if err != nil {
 		return SpotResult{}, fail(op, err, "")
 	}
+	window, err := market.SpotHourDelivery(hour, now, 0, 0)
+	if err != nil {
+		return SpotResult{}, fail(op, err, "")
+	}
 	capacity := 0
-	if o.Listed() && !suspended && full.Interruptible && !hour.Before(o.AvailableFrom) && !end.After(o.AvailableUntil) {
+	if window.Minutes > 0 && o.Listed() && !suspended && full.Interruptible && !hour.Before(o.AvailableFrom) && !end.After(o.AvailableUntil) {
 		existing, err := queryCommitments(ctx, tx, now, bookingCommitmentsWhere, offerID, unix(hour), unix(end))
 		if err != nil {
 			return SpotResult{}, fail(op, err, "")
 		}
 		capacity = market.SpotCapacity(o, existing, hour)
 	}
-	bids, err := collect(ctx, tx, scanSpotBid, `SELECT `+spotBidColumns+` FROM spot_bids b
+	live, err := collect(ctx, tx, scanSpotBid, `SELECT `+spotBidColumns+` FROM spot_bids b
 		WHERE b.offer_id = ? AND b.state = ? AND b.first_hour <= ? AND b.last_hour >= ? ORDER BY b.id`,
 		offerID, string(market.SpotBidLive), unix(hour), unix(hour))
 	if err != nil {
 		return SpotResult{}, fail(op, err, "")
+	}
+	bids := make([]market.SpotBid, 0, len(live))
+	barred := map[int64]bool{}
+	for _, b := range live {
+		if b.Wash(full) {
+			continue
+		}
+		bar, seen := barred[b.BuyerID]
+		if !seen {
+			msg, err := spotBidderBar(ctx, tx, b.BuyerID, now)
+			if err != nil {
+				return SpotResult{}, fail(op, err, "")
+			}
+			bar = msg != ""
+			barred[b.BuyerID] = bar
+		}
+		if !bar {
+			bids = append(bids, b)
+		}
 	}
 	floor := full.InterruptibleCentsPerDH
 	c := market.ClearSpot(floor, capacity, bids)
@@ -447,17 +525,22 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 		return SpotResult{}, fail(op, err, "")
 	}
 
-	// Spot rents by the hour: the offer's rental limits are for on-demand bookings.
+	// Spot rents by the hour, or what is left of it when cleared late: the
+	// offer's rental limits are for on-demand bookings.
 	spotOffer := o
-	spotOffer.MinRentalHours, spotOffer.MaxRentalHours = 1, 0
+	spotOffer.MinRentalHours, spotOffer.MaxRentalHours = 0, 0
 	byID := map[int64]market.SpotBid{}
 	for _, b := range bids {
 		byID[b.ID] = b
 	}
 	for _, w := range c.Wins {
 		b := byID[w.BidID]
-		piece := market.ReservationPiece{OfferID: offerID, Devices: w.Devices, Start: hour, End: end, Interruptible: true,
-			PriceCents: c.PriceCents, AmountCents: c.PriceCents * market.Cents(w.Devices)}
+		d, err := market.SpotHourDelivery(hour, now, c.PriceCents, w.Devices)
+		if err != nil {
+			return SpotResult{}, fail(op, err, "")
+		}
+		piece := market.ReservationPiece{OfferID: offerID, Devices: w.Devices, Start: d.Start, End: d.End, Interruptible: true,
+			PriceCents: c.PriceCents, AmountCents: d.AmountCents}
 		r, _, _ := newHold(b.BuyerID, []market.ReservationPiece{piece}, now, hold)
 		r.RequestJSON = "{}"
 		if err := placeOnOffer(ctx, tx, spotOffer, r.Pieces, []int{0}, now); err != nil {
@@ -471,8 +554,8 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 			return SpotResult{}, fail(op, err, "")
 		}
 		if err := insertNotification(ctx, tx, Notification{UserID: b.BuyerID, Kind: NotifySpotWon, CreatedAt: now, URL: "/spot",
-			Message: fmt.Sprintf("Spot bid #%d won %d devices for %s at %s per device-hour (your maximum: %s); reservation #%d is charged to your saved payment method.",
-				b.ID, w.Devices, market.FormatSpan(hour, end), c.PriceCents, b.MaxCents, r.ID)}); err != nil {
+			Message: fmt.Sprintf("Spot bid #%d won %d devices for %s at %s per device-hour (your maximum: %s); reservation #%d, %s, is charged to your saved payment method.",
+				b.ID, w.Devices, market.FormatSpan(d.Start, d.End), c.PriceCents, b.MaxCents, r.ID, d.AmountCents)}); err != nil {
 			return SpotResult{}, fail(op, err, "")
 		}
 		// The charge is recorded with the hold it pays, so a crash

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,8 +33,9 @@ func spotOffer(t *testing.T, db *DB, providerID int64, perNode, nodes int) marke
 
 func placeBid(t *testing.T, db *DB, buyerID, offerID int64, devices int, max market.Cents, first, last time.Time, now time.Time) market.SpotBid {
 	t.Helper()
+	// Confirmed: some tests bid above the 249¢ on-demand price (within 3×).
 	b, err := db.PlaceSpotBid(context.Background(), market.SpotBid{BuyerID: buyerID, OfferID: offerID, Devices: devices, MaxCents: max,
-		FirstHour: first, LastHour: last}, now)
+		FirstHour: first, LastHour: last, ConfirmAboveOnDemand: true}, now)
 	if err != nil {
 		t.Fatalf("PlaceSpotBid: %v", err)
 	}
@@ -160,7 +162,10 @@ func TestSpotNeverOverbooks(t *testing.T) {
 	const races = 8
 	for i := 0; i < races; i++ {
 		h := hour.Add(time.Duration(4+4*i) * time.Hour)
-		placeBid(t, db, bidder.ID, o.ID, 5, 300, h, h, t0)
+		// A bidder per hour: each won hour is held unpaid, and a buyer with
+		// 3 unpaid holds takes no part in a clearing.
+		spotter := createUser(t, db, fmt.Sprintf("spotter%d@example.com", i), false)
+		placeBid(t, db, spotter.ID, o.ID, 5, 300, h, h, t0)
 		racer := createUser(t, db, fmt.Sprintf("racer%d@example.com", i), false)
 		wg.Add(2)
 		go func() {
@@ -344,3 +349,106 @@ func TestSpotInterruptionRates(t *testing.T) {
 		t.Fatalf("rate a month later: %d", got)
 	}
 }
+
+// TestSpotLateClearingChargesMinutes: an hour cleared 40 minutes 20
+// seconds late is booked from the clearing time rounded up to the minute
+// and charged only for the 19 minutes left. By hand: one 2-device bid
+// fits, so it pays the 100¢ floor; 100 × 2 × 19 / 60 = 63.33 → 63¢. An
+// hour cleared on time costs the full 200¢.
+func TestSpotLateClearingChargesMinutes(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	prov := createUser(t, db, "prov@example.com", true)
+	a := createUser(t, db, "a@example.com", false)
+	o := spotOffer(t, db, prov.ID, 4, 1)
+	h1 := t0.Add(2 * time.Hour)
+	h2 := h1.Add(time.Hour)
+	placeBid(t, db, a.ID, o.ID, 2, 150, h1, h2, t0)
+	res, err := db.ClearSpotHour(ctx, o.ID, h1, h1.Add(40*time.Minute+20*time.Second), time.Hour)
+	if err != nil || len(res.Awards) != 1 || res.Clearing.PriceCents != 100 {
+		t.Fatalf("late h1: %+v, %v", res, err)
+	}
+	r := res.Awards[0].Reservation
+	p := r.Pieces[0]
+	if !p.Start.Equal(h1.Add(41*time.Minute)) || !p.End.Equal(h2) || p.AmountCents != 63 || r.AmountCents != 63 || p.PriceCents != 100 {
+		t.Fatalf("late hour booked %s–%s at %d¢, amount %d¢ (reservation %d¢); want from %s, 63¢",
+			p.Start, p.End, p.PriceCents, p.AmountCents, r.AmountCents, h1.Add(41*time.Minute))
+	}
+	stored, err := db.FindReservation(ctx, r.ID)
+	if err != nil || stored.AmountCents != 63 || !stored.Start().Equal(h1.Add(41*time.Minute)) {
+		t.Fatalf("stored %+v, %v", stored, err)
+	}
+	confirmed(t, db, r)
+	res, err = db.ClearSpotHour(ctx, o.ID, h2, h2.Add(-30*time.Minute), time.Hour)
+	if err != nil || len(res.Awards) != 1 || res.Awards[0].Reservation.AmountCents != 200 || !res.Awards[0].Reservation.Start().Equal(h2) {
+		t.Fatalf("on-time h2: %+v, %v", res, err)
+	}
+	recs, err := db.ListBuyerSpotBids(ctx, a.ID)
+	if err != nil || len(recs) != 1 || len(recs[0].Hours) != 2 || recs[0].Hours[0].AmountCents != 63 || recs[0].Hours[1].AmountCents != 200 {
+		t.Fatalf("a's hours %+v, %v", recs, err)
+	}
+}
+
+// TestSpotBidderLimits: won spot hours count toward the 3-unpaid-holds
+// limit and the lapse rule. A buyer holding 3 unpaid won hours cannot
+// place a bid and takes no part in the next clearing (another buyer wins
+// it at the floor); once two of those hours lapse unpaid, the buyer
+// cannot bid, be cleared, or place a standing order for 7 days.
+func TestSpotBidderLimits(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	prov := createUser(t, db, "prov@example.com", true)
+	a := createUser(t, db, "a@example.com", false)
+	b := createUser(t, db, "b@example.com", false)
+	o := spotOffer(t, db, prov.ID, 4, 1)
+	h1 := t0.Add(2 * time.Hour)
+	at := func(k int) time.Time { return h1.Add(time.Duration(k) * time.Hour) }
+	bidA := placeBid(t, db, a.ID, o.ID, 4, 200, at(0), at(5), t0)
+	bidB := placeBid(t, db, b.ID, o.ID, 2, 120, at(3), at(5), t0)
+	// Three hours won by A, held 4 hours each and not paid.
+	for k := 0; k < 3; k++ {
+		res, err := db.ClearSpotHour(ctx, o.ID, at(k), at(k).Add(-30*time.Minute), 4*time.Hour)
+		if err != nil || len(res.Awards) != 1 || res.Awards[0].BidID != bidA.ID {
+			t.Fatalf("hour %d: %+v, %v", k, res, err)
+		}
+	}
+	clearing := at(3).Add(-30 * time.Minute)
+	if n, err := db.CountHeld(ctx, a.ID, clearing); err != nil || n != 3 {
+		t.Fatalf("a holds %d, %v", n, err)
+	}
+	_, err := db.PlaceSpotBid(ctx, market.SpotBid{BuyerID: a.ID, OfferID: o.ID, Devices: 1, MaxCents: 150, FirstHour: at(4), LastHour: at(4)}, clearing)
+	wantCode(t, err, market.CodeConflict)
+	if !strings.Contains(market.ErrorMessage(err), "3 unpaid reservations") {
+		t.Fatalf("holds message %q", market.ErrorMessage(err))
+	}
+	// Hour 3: A (200¢ × 4) is skipped; B alone fits: the 100¢ floor.
+	res, err := db.ClearSpotHour(ctx, o.ID, at(3), clearing, 4*time.Hour)
+	if err != nil || len(res.Awards) != 1 || res.Awards[0].BidID != bidB.ID || res.Clearing.PriceCents != 100 || res.Clearing.DevicesBid != 2 {
+		t.Fatalf("hour 3 with a over the limit: %+v, %v", res, err)
+	}
+	confirmed(t, db, res.Awards[0].Reservation)
+	// The holds lapse unpaid at at(k)+3h30: three lapses within 30 days.
+	after := at(2).Add(3*time.Hour + 31*time.Minute)
+	if _, err := db.ExpireHolds(ctx, after); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.CountHeld(ctx, a.ID, after); err != nil || n != 0 {
+		t.Fatalf("a holds %d after expiry, %v", n, err)
+	}
+	_, err = db.PlaceSpotBid(ctx, market.SpotBid{BuyerID: a.ID, OfferID: o.ID, Devices: 1, MaxCents: 150, FirstHour: at(7), LastHour: at(7)}, after)
+	wantCode(t, err, market.CodeConflict)
+	if !strings.Contains(market.ErrorMessage(err), "lapsed unpaid") {
+		t.Fatalf("lapse message %q", market.ErrorMessage(err))
+	}
+	until, blocked, err := db.StandingOrderBlock(ctx, a.ID, after)
+	// Latest lapse: hour 2's hold, at(2)-30m+4h = at(2)+3h30; blocked 7 days after.
+	if err != nil || !blocked || !until.Equal(at(2).Add(3*time.Hour+30*time.Minute).Add(7*24*time.Hour)) {
+		t.Fatalf("standing orders: until %s blocked %v, %v", until, blocked, err)
+	}
+	// Hour 5 (A's window still covers it): A is skipped again, B wins at the floor.
+	res, err = db.ClearSpotHour(ctx, o.ID, at(5), at(5).Add(-30*time.Minute), 4*time.Hour)
+	if err != nil || len(res.Awards) != 1 || res.Awards[0].BidID != bidB.ID || res.Clearing.PriceCents != 100 {
+		t.Fatalf("hour 5 with a blocked: %+v, %v", res, err)
+	}
+}
+

@@ -103,13 +103,13 @@ func (db *DB) CreateStandingOrder(ctx context.Context, o market.StandingOrder, n
 		return market.StandingOrder{}, conflict(fmt.Sprintf(
 			"You already have %d open standing orders, the most allowed. Cancel one before placing another.", open))
 	}
-	lapses, err := standingOrderLapses(ctx, tx, o.BuyerID)
+	lapses, err := buyerLapses(ctx, tx, o.BuyerID)
 	if err != nil {
 		return market.StandingOrder{}, fail(op, err, "")
 	}
 	if until, blocked := market.StandingOrdersBlockedUntil(lapses, now); blocked {
 		return market.StandingOrder{}, conflict(fmt.Sprintf(
-			"%d of your filled orders lapsed unpaid within %d days, so you cannot place standing orders until %s.",
+			"%d of your filled orders or won spot hours lapsed unpaid within %d days, so you cannot place standing orders until %s.",
 			market.LapsesBeforeBlock, int(market.LapseWindow/(24*time.Hour)), market.FormatTime(until)))
 	}
 	if err := tx.QueryRowContext(ctx, `INSERT INTO standing_orders (buyer_id, request_json, limit_kind, limit_cents,
@@ -147,7 +147,7 @@ func standingOrderLapses(ctx context.Context, q querier, buyerID int64) ([]time.
 // StandingOrderBlock says until when the lapse rule blocks the buyer's new
 // standing orders, and whether it does at now.
 func (db *DB) StandingOrderBlock(ctx context.Context, buyerID int64, now time.Time) (time.Time, bool, error) {
-	lapses, err := standingOrderLapses(ctx, db.reader, buyerID)
+	lapses, err := buyerLapses(ctx, db.reader, buyerID)
 	if err != nil {
 		return time.Time{}, false, fail("standing order block", err, "")
 	}

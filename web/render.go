@@ -26,7 +26,7 @@ func render(c echo.Context, status int, comp templ.Component) error {
 // page builds the layout model for a request: the user, the CSRF token and
 // any pending flash.
 func (h *Handler) page(c echo.Context, title string) views.Page {
-	p := views.Page{Title: title, Path: c.Request().URL.Path, Demo: h.cfg.Demo, CSRF: h.csrfToken(c)}
+	p := views.Page{Title: title, Path: c.Request().URL.Path, Demo: h.cfg.Demo, Simulated: h.simulated(), CSRF: h.csrfToken(c)}
 	if u := currentUser(c); u != nil {
 		p.User = &views.NavUser{Name: u.DisplayName, IsBuyer: u.IsBuyer, IsProvider: u.IsProvider, IsAdmin: u.IsAdmin, Unverified: !u.Verified()}
 		// One indexed COUNT per page view; a failure only hides the badge.

@@ -16,9 +16,11 @@ import (
 	"github.com/gpumarket/gpumarket/views"
 )
 
-// spotBidForm is the bid form as typed.
+// spotBidForm is the bid form as typed. ConfirmAboveOnDemand is the
+// checkbox ("1" when ticked) shown for a maximum above the on-demand price.
 type spotBidForm struct {
 	Devices, MaxPrice, FirstHour, LastHour string
+	ConfirmAboveOnDemand                   string
 }
 
 // spotHourLayout is how the form shows and reads an hour (UTC).
@@ -28,7 +30,7 @@ const spotHourLayout = formTimeLayout
 // field errors are those the form itself finds (numbers, times), the rest
 // is market.ValidateSpotBid's.
 func parseSpotBid(f spotBidForm, buyerID, offerID int64) (market.SpotBid, map[string]string) {
-	b := market.SpotBid{BuyerID: buyerID, OfferID: offerID}
+	b := market.SpotBid{BuyerID: buyerID, OfferID: offerID, ConfirmAboveOnDemand: f.ConfirmAboveOnDemand == "1"}
 	errs := map[string]string{}
 	if n, err := strconv.Atoi(strings.TrimSpace(f.Devices)); err != nil {
 		errs["devices"] = "Enter a whole number of devices."
@@ -81,10 +83,14 @@ func (h *Handler) spotPanel(ctx context.Context, o market.Offer, u *market.User,
 		}
 	}
 	if u != nil && !v.IsOwner {
-		if _, err := h.db.DefaultPaymentMethod(ctx, u.ID); market.ErrorCode(err) == market.CodeNotFound {
+		m, err := h.db.DefaultPaymentMethod(ctx, u.ID)
+		switch {
+		case market.ErrorCode(err) == market.CodeNotFound:
 			v.NeedsCard = true
-		} else if err != nil {
+		case err != nil:
 			return views.SpotPanelView{}, err
+		default:
+			v.CardProblem = market.SpotCardProblem(m, now)
 		}
 	}
 	if f == (spotBidForm{}) {
@@ -96,7 +102,14 @@ func (h *Handler) spotPanel(ctx context.Context, o market.Offer, u *market.User,
 	v.Devices = views.Field{Name: "devices", Label: "Devices", Type: "number", Value: f.Devices, Error: errs["devices"],
 		Help: "All or nothing: each hour you win gets all of them, or none.", Attrs: map[string]any{"min": "1", "max": v.MaxDevices}}
 	v.MaxPrice = views.Field{Name: "max_price", Label: "Your maximum per device-hour (US dollars)", Type: "text", Value: f.MaxPrice, Error: errs["max_price"],
-		Help: "At least the floor, " + v.Floor + ". You pay the hour's clearing price, never more than this.", Attrs: map[string]any{"inputmode": "decimal"}}
+		Help: fmt.Sprintf("At least the floor, %s; at most %s (%d× the on-demand price, %s). You pay the hour's clearing price, never more than this.",
+			v.Floor, market.SpotBidCeiling(o), market.SpotBidMaxMultiple, o.PriceCentsPerDeviceHour),
+		Attrs: map[string]any{"inputmode": "decimal"}}
+	// Above the on-demand price the buyer confirms the maximum they typed.
+	if max, err := market.ParseCents(f.MaxPrice); err == nil && max > o.PriceCentsPerDeviceHour && max <= market.SpotBidCeiling(o) {
+		v.Confirm = views.SpotConfirm{Show: true, Label: market.SpotAboveOnDemandText(max, o.PriceCentsPerDeviceHour),
+			Checked: f.ConfirmAboveOnDemand == "1", Error: errs["confirm_above_on_demand"]}
+	}
 	v.FirstHour = views.Field{Name: "first_hour", Label: "First hour (UTC)", Type: "datetime-local", Value: f.FirstHour, Error: errs["first_hour"],
 		Help: "A whole hour, HH:00.", Attrs: map[string]any{"step": "3600"}}
 	v.LastHourF = views.Field{Name: "last_hour", Label: "Last hour (UTC), included", Type: "datetime-local", Value: f.LastHour, Error: errs["last_hour"],
@@ -114,7 +127,7 @@ func (h *Handler) handleSpotBid(c echo.Context) error {
 	}
 	u := currentUser(c)
 	f := spotBidForm{Devices: c.FormValue("devices"), MaxPrice: c.FormValue("max_price"),
-		FirstHour: c.FormValue("first_hour"), LastHour: c.FormValue("last_hour")}
+		FirstHour: c.FormValue("first_hour"), LastHour: c.FormValue("last_hour"), ConfirmAboveOnDemand: c.FormValue("confirm_above_on_demand")}
 	b, errs := parseSpotBid(f, u.ID, id)
 	if len(errs) > 0 {
 		// The market's messages for the fields that did parse, beside the form's own.
@@ -170,7 +183,7 @@ func spotBidRow(r store.SpotBidRecord) views.SpotBidRow {
 	var spent market.Cents
 	won, preempted := 0, 0
 	for _, h := range r.Hours {
-		amount := h.PriceCents * market.Cents(h.Devices)
+		amount := h.AmountCents
 		paid := h.State != market.ReservationHeld && h.State != market.ReservationCancelled && h.State != market.ReservationExpired
 		if paid {
 			spent += amount

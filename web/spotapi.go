@@ -15,13 +15,36 @@ import (
 // form: market.ValidateSpotBid, a saved payment method).
 
 // apiSpotBidBody is POST /api/v1/spot/bids. The hours are whole UTC hours;
-// last_hour is the start of the last hour bid for.
+// last_hour is the start of the last hour bid for. A maximum above the
+// offer's on-demand price needs confirm_above_on_demand: true (and is at
+// most market.SpotBidMaxMultiple times it).
 type apiSpotBidBody struct {
-	OfferID   int64     `json:"offer_id"`
-	Devices   int       `json:"devices"`
-	MaxCents  int64     `json:"max_cents_per_device_hour"`
-	FirstHour time.Time `json:"first_hour"`
-	LastHour  time.Time `json:"last_hour"`
+	OfferID              int64     `json:"offer_id"`
+	Devices              int       `json:"devices"`
+	MaxCents             int64     `json:"max_cents_per_device_hour"`
+	FirstHour            time.Time `json:"first_hour"`
+	LastHour             time.Time `json:"last_hour"`
+	ConfirmAboveOnDemand bool      `json:"confirm_above_on_demand"`
+}
+
+// apiSpotBidFields names the bid's fields as the API body does, for the
+// market's field errors (its names are the form's).
+var apiSpotBidFields = map[string]string{"offer": "offer_id", "max_price": "max_cents_per_device_hour"}
+
+// apiSpotBidError renames the field errors of err to the body's fields.
+func apiSpotBidError(err error) error {
+	fields := market.FieldErrors(err)
+	if len(fields) == 0 {
+		return err
+	}
+	named := map[string]string{}
+	for k, msg := range fields {
+		if n, ok := apiSpotBidFields[k]; ok {
+			k = n
+		}
+		named[k] = msg
+	}
+	return &market.Error{Code: market.ErrorCode(err), Message: market.ErrorMessage(err), Fields: named}
 }
 
 type apiSpotHour struct {
@@ -78,9 +101,10 @@ func (h *Handler) handleAPISpotBidCreate(c echo.Context) error {
 	}
 	u := currentUser(c)
 	b, err := h.wf.PlaceSpotBid(c.Request().Context(), market.SpotBid{BuyerID: u.ID, OfferID: body.OfferID, Devices: body.Devices,
-		MaxCents: market.Cents(body.MaxCents), FirstHour: body.FirstHour.UTC(), LastHour: body.LastHour.UTC()})
+		MaxCents: market.Cents(body.MaxCents), FirstHour: body.FirstHour.UTC(), LastHour: body.LastHour.UTC(),
+		ConfirmAboveOnDemand: body.ConfirmAboveOnDemand})
 	if err != nil {
-		return err
+		return apiSpotBidError(err)
 	}
 	out, err := h.apiSpotBid(c, u.ID, b.ID)
 	if err != nil {

@@ -35,7 +35,7 @@ func TestSpotBidAPI(t *testing.T) {
 		t.Fatalf("bid without a card: %d %s", r.status, r.body)
 	}
 	app.saveTestCard(buyer.userID(), "4242 4242 4242 4242")
-	if r := app.apiCall("POST", "/api/v1/spot/bids", write, body(100)); r.status != http.StatusBadRequest || !strings.Contains(r.body, `"max_price"`) {
+	if r := app.apiCall("POST", "/api/v1/spot/bids", write, body(100)); r.status != http.StatusBadRequest || !strings.Contains(r.body, `"max_cents_per_device_hour"`) {
 		t.Fatalf("bid below the 120¢ floor: %d %s", r.status, r.body)
 	}
 	if r := app.apiCall("POST", "/api/v1/spot/bids", read, body(150)); r.status != http.StatusForbidden {

@@ -16,12 +16,20 @@ const spotHold = 10 * time.Minute
 
 // PlaceSpotBid places a buyer's bid for interruptible capacity. It needs a
 // saved payment method (each won hour is charged to it at once): without
-// one it is a market CodeInvalid error asking for one.
+// one it is a market CodeInvalid error asking for one, and so is a default
+// card that has neither been saved nor charged successfully within
+// market.SpotCardRecency (market.SpotCardProblem). The rest is
+// store.PlaceSpotBid's (market.ValidateSpotBid, the bidder limits).
 func (s *Service) PlaceSpotBid(ctx context.Context, b market.SpotBid) (market.SpotBid, error) {
-	if _, err := s.defaultMethod(ctx, b.BuyerID); err != nil {
+	now := s.now()
+	m, err := s.defaultMethod(ctx, b.BuyerID)
+	if err != nil {
 		return market.SpotBid{}, err
 	}
-	b, err := s.db.PlaceSpotBid(ctx, b, s.now())
+	if msg := market.SpotCardProblem(m, now); msg != "" {
+		return market.SpotBid{}, market.Errorf(market.CodeInvalid, "%s", msg)
+	}
+	b, err = s.db.PlaceSpotBid(ctx, b, now)
 	if err != nil {
 		return market.SpotBid{}, err
 	}

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +30,9 @@ func (f *fixture) spotOffer() market.Offer {
 
 func (f *fixture) bid(u market.User, o market.Offer, devices int, max market.Cents, first, last time.Time) market.SpotBid {
 	f.t.Helper()
-	b, err := f.wf.PlaceSpotBid(f.ctx, market.SpotBid{BuyerID: u.ID, OfferID: o.ID, Devices: devices, MaxCents: max, FirstHour: first, LastHour: last})
+	// Confirmed: some bids are above the 249¢ on-demand price (within 3×).
+	b, err := f.wf.PlaceSpotBid(f.ctx, market.SpotBid{BuyerID: u.ID, OfferID: o.ID, Devices: devices, MaxCents: max, FirstHour: first, LastHour: last,
+		ConfirmAboveOnDemand: true})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -203,7 +206,8 @@ func TestSpotObservedRateInQuotes(t *testing.T) {
 	h0 := t0.Add(2 * time.Hour)
 	bid := func(u market.User, max market.Cents, first, last time.Time) {
 		t.Helper()
-		if _, err := f.db.PlaceSpotBid(f.ctx, market.SpotBid{BuyerID: u.ID, OfferID: o.ID, Devices: 4, MaxCents: max, FirstHour: first, LastHour: last}, t0); err != nil {
+		if _, err := f.db.PlaceSpotBid(f.ctx, market.SpotBid{BuyerID: u.ID, OfferID: o.ID, Devices: 4, MaxCents: max, FirstHour: first, LastHour: last,
+			ConfirmAboveOnDemand: true}, t0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -238,4 +242,74 @@ func TestSpotObservedRateInQuotes(t *testing.T) {
 		t.Fatalf("after a refresh the failed work is %s, after a reload %s", got, reloaded)
 	}
 	t.Logf("expected failed work of 4 devices × 10 h: %s at the default rate, %s at the offer's observed rate", before, reloaded)
+}
+
+// TestSpotLateClearingChargesMinutesDelivered: the background work clears
+// the 11:00 hour late, at 11:40:20; the winner is charged for the 19
+// minutes from 11:41 only, and settles on that. By hand: one 2-device bid
+// fits, so it pays the 100¢ floor; 100 × 2 × 19 / 60 = 63.33 → 63¢
+// (today's code charged the full 200¢).
+func TestSpotLateClearingChargesMinutesDelivered(t *testing.T) {
+	f := newFixture(t, nil)
+	f.onboard()
+	o := f.spotOffer()
+	a := f.buyer
+	f.saveCard(a.ID, "4242 4242 4242 4242")
+	h1 := t0.Add(2 * time.Hour)
+	bid := f.bid(a, o, 2, 150, h1, h1)
+	f.tick(h1.Add(40*time.Minute + 20*time.Second))
+	hs := f.spotHours(a, bid.ID)
+	if len(hs) != 1 || hs[0].PriceCents != 100 || hs[0].AmountCents != 63 || hs[0].State != market.ReservationConfirmed {
+		t.Fatalf("late hour: %+v", hs)
+	}
+	if paid := f.ledgerSum(hs[0].ReservationID, market.EntryCharge); paid != 63 {
+		t.Fatalf("charged %d, want 63", paid)
+	}
+	r, err := f.db.FindReservation(f.ctx, hs[0].ReservationID)
+	if err != nil || !r.Start().Equal(h1.Add(41*time.Minute)) || !r.End().Equal(h1.Add(time.Hour)) || r.AmountCents != 63 {
+		t.Fatalf("reservation %+v, %v", r, err)
+	}
+	for at := h1.Add(41 * time.Minute); at.Before(h1.Add(4 * time.Hour)); at = at.Add(10 * time.Minute) {
+		f.tick(at)
+	}
+	s := f.settlement(r.ID)
+	if s.State != store.SettlementDone || s.RefundCents != 0 || len(s.Transfers) != 1 || s.Transfers[0].Amount+s.Transfers[0].Fee != 63 {
+		t.Fatalf("settled: state %s refund %d transfers %+v", s.State, s.RefundCents, s.Transfers)
+	}
+	f.requireReconciled()
+}
+
+// TestSpotBidNeedsRecentCard: a bid needs a default card saved or charged
+// successfully within 30 days. A card saved 31 days ago and never charged
+// is refused with a message asking for a card; once a charge of it
+// succeeds (a booking paid with it), the same bid is placed.
+func TestSpotBidNeedsRecentCard(t *testing.T) {
+	f := newFixture(t, nil)
+	f.onboard()
+	o := f.spotOffer()
+	a := f.buyer
+	now := f.now
+	f.now = now.Add(-31 * 24 * time.Hour)
+	f.saveCard(a.ID, "4242 4242 4242 4242")
+	f.now = now
+	h1 := t0.Add(2 * time.Hour)
+	want := market.SpotBid{BuyerID: a.ID, OfferID: o.ID, Devices: 2, MaxCents: 150, FirstHour: h1, LastHour: h1}
+	_, err := f.wf.PlaceSpotBid(f.ctx, want)
+	if market.ErrorCode(err) != market.CodeInvalid || !strings.Contains(market.ErrorMessage(err), "has not been charged or verified in the last 30 days") {
+		t.Fatalf("bid with a stale card: %v", err)
+	}
+	if recs, _ := f.db.ListBuyerSpotBids(f.ctx, a.ID); len(recs) != 0 {
+		t.Fatalf("refused bid stored: %+v", recs)
+	}
+	r := f.book(t0.Add(48 * time.Hour))
+	if _, err := f.wf.PayWithSavedMethod(f.ctx, a.ID, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := f.db.DefaultPaymentMethod(f.ctx, a.ID); err != nil || !m.LastChargedAt.Equal(now) {
+		t.Fatalf("card after the charge: %+v, %v", m, err)
+	}
+	if _, err := f.wf.PlaceSpotBid(f.ctx, want); err != nil {
+		t.Fatalf("bid after a successful charge: %v", err)
+	}
+	f.requireReconciled()
 }
