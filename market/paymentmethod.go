@@ -1,7 +1,6 @@
 package market
 
 import (
-	"strconv"
 	"strings"
 	"time"
 )
@@ -61,9 +60,3 @@ var cardBrandNames = map[string]string{
 	"diners": "Diners Club", "jcb": "JCB", "unionpay": "UnionPay", "cartes_bancaires": "Cartes Bancaires",
 }
 
-// SavedPaymentKey is the idempotency key of paying a held reservation with
-// a saved method: one charge per reservation and method, however often the
-// buyer presses the button or a request is retried ("res_12_saved_3").
-func SavedPaymentKey(reservationID, methodID int64) string {
-	return EntryKey(reservationID, "saved_"+strconv.FormatInt(methodID, 10), 0)
-}

@@ -21,11 +21,3 @@ func TestPaymentMethodLabel(t *testing.T) {
 	}
 }
 
-func TestSavedPaymentKey(t *testing.T) {
-	if got := SavedPaymentKey(12, 3); got != "res_12_saved_3" {
-		t.Errorf("SavedPaymentKey(12, 3) = %q", got)
-	}
-	if SavedPaymentKey(12, 3) == SavedPaymentKey(12, 4) || SavedPaymentKey(12, 3) == SavedPaymentKey(123, 0) {
-		t.Error("keys of different reservations or cards collide")
-	}
-}
