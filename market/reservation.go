@@ -34,6 +34,12 @@ func (s ReservationState) HoldsCapacity() bool {
 	return false
 }
 
+// PaidStates are the states of a reservation that was paid and not
+// cancelled: confirmed and every state after it.
+func PaidStates() []ReservationState {
+	return []ReservationState{ReservationConfirmed, ReservationActive, ReservationCompleted, ReservationSettled}
+}
+
 // Label is the display name.
 func (s ReservationState) Label() string {
 	switch s {

@@ -674,9 +674,12 @@ func (db *DB) spotRates(ctx context.Context, now time.Time, offerID int64) (map[
 }
 
 // SpotQuotePrices is, per offer, the clearing price of its latest spot
-// hour that sold devices among the hours from SpotQuoteWindow before now
-// on (cleared hours ahead included), for pricing interruptible capacity in
-// quotes (market.SpotQuotePrice). offerID 0 means every offer.
+// hour that sold devices, every one of them paid for, among the hours from
+// SpotQuoteWindow before now on (cleared hours ahead included), for pricing
+// interruptible capacity in quotes (market.SpotQuotePrice). A clearing
+// with a won hour not paid (its charge in flight, declined, or lapsed)
+// prices nothing: a bidder who never pays cannot set the price quotes
+// use. offerID 0 means every offer.
 func (db *DB) SpotQuotePrices(ctx context.Context, now time.Time, offerID int64) (map[int64]market.Cents, error) {
 	const op = "spot quote prices"
 	tx, err := db.read(ctx)
@@ -684,10 +687,21 @@ func (db *DB) SpotQuotePrices(ctx context.Context, now time.Time, offerID int64)
 		return nil, fail(op, err, "")
 	}
 	defer tx.Rollback()
+	// Only a clearing whose every won hour was paid prices quotes: a
+	// winner who never paid must not leave its price standing.
+	paid := market.PaidStates()
+	unpaid := `EXISTS (SELECT 1 FROM spot_allocations a JOIN reservations r ON r.id = a.reservation_id
+		WHERE a.clearing_id = %[1]s.id AND r.state NOT IN (?, ?, ?, ?))`
+	args := []any{unix(now.Add(-market.SpotQuoteWindow)), offerID, offerID}
+	for range 2 {
+		for _, st := range paid {
+			args = append(args, string(st))
+		}
+	}
 	rows, err := tx.QueryContext(ctx, `SELECT c.offer_id, c.price_cents FROM spot_clearings c
-		WHERE c.devices_sold > 0 AND c.hour >= ? AND (? = 0 OR c.offer_id = ?)
-		AND c.hour = (SELECT MAX(l.hour) FROM spot_clearings l WHERE l.offer_id = c.offer_id AND l.devices_sold > 0)`,
-		unix(now.Add(-market.SpotQuoteWindow)), offerID, offerID)
+		WHERE c.devices_sold > 0 AND c.hour >= ? AND (? = 0 OR c.offer_id = ?) AND NOT `+fmt.Sprintf(unpaid, "c")+`
+		AND c.hour = (SELECT MAX(l.hour) FROM spot_clearings l WHERE l.offer_id = c.offer_id AND l.devices_sold > 0
+			AND NOT `+fmt.Sprintf(unpaid, "l")+`)`, args...)
 	if err != nil {
 		return nil, fail(op, err, "")
 	}

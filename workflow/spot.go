@@ -80,9 +80,6 @@ func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.T
 	for _, a := range res.Awards {
 		s.holdCommitments(a.Reservation)
 	}
-	if c.DevicesSold > 0 {
-		s.RefreshOffer(ctx, offerID) // quotes price its interruptible capacity at this clearing (market.SpotQuotePrice)
-	}
 	for _, a := range res.Awards {
 		r := a.Reservation
 		var err error
@@ -107,6 +104,11 @@ func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.T
 				s.log.Error("spot bid not stopped", "bid_id", a.BidID, "err", err)
 			}
 		}
+	}
+	if c.DevicesSold > 0 {
+		// Quotes price its interruptible capacity at this clearing once
+		// every won hour is paid (market.SpotQuotePrice, store.SpotQuotePrices).
+		s.RefreshOffer(ctx, offerID)
 	}
 	return res, nil
 }

@@ -313,3 +313,52 @@ func TestSpotBidNeedsRecentCard(t *testing.T) {
 	}
 	f.requireReconciled()
 }
+
+// A winner whose card declines does not leave its price standing for
+// quotes. On a 4-device offer (floor 100¢, on-demand 249¢) three bids of 2
+// devices: d at 300¢ (declines), a at 150¢, b at 120¢. d and a win, the
+// price is the lowest winner's maximum, 150¢; d never pays. Quotes must
+// not price the offer's interruptible capacity at 150¢: with no other
+// clearing they price it at the floor, 100¢. A later clearing that every
+// winner paid (a alone, at the floor) prices it again.
+func TestUnpaidSpotWinDoesNotSetTheQuotePrice(t *testing.T) {
+	f := newFixture(t, nil)
+	f.onboard()
+	o := f.spotOffer()
+	a, b, d := f.buyer, f.user("b@example.com"), f.user("d@example.com")
+	f.saveCard(a.ID, "4242 4242 4242 4242")
+	f.saveCard(b.ID, "4242 4242 4242 4242")
+	f.saveCard(d.ID, "4000 0000 0000 0002")
+	h1 := t0.Add(2 * time.Hour)
+	h2 := h1.Add(time.Hour)
+	f.bid(d, o, 2, 300, h1, h1)
+	bidA := f.bid(a, o, 2, 150, h1, h1)
+	f.bid(b, o, 2, 120, h1, h1)
+
+	f.tick(h1.Add(-30 * time.Minute))
+	hs := f.spotHours(a, bidA.ID)
+	if len(hs) != 1 || hs[0].PriceCents != 150 || hs[0].State != market.ReservationConfirmed {
+		t.Fatalf("a's hours: %+v, want one confirmed at 150", hs)
+	}
+	prices, err := f.db.SpotQuotePrices(f.ctx, f.now, o.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := prices[o.ID]; ok {
+		t.Fatalf("quote price %d from a clearing whose winner never paid", p)
+	}
+	if got := market.SpotQuotePrice(o.InterruptibleCentsPerDH, o.PriceCentsPerDeviceHour, prices[o.ID]); got != 100 {
+		t.Fatalf("quoted interruptible price %d, want the floor 100", got)
+	}
+
+	bidA2 := f.bid(a, o, 2, 150, h2, h2)
+	f.tick(h2.Add(-30 * time.Minute))
+	if hs := f.spotHours(a, bidA2.ID); len(hs) != 1 || hs[0].PriceCents != 100 || hs[0].State != market.ReservationConfirmed {
+		t.Fatalf("a's 13:00 hours: %+v, want one confirmed at the floor", hs)
+	}
+	prices, err = f.db.SpotQuotePrices(f.ctx, f.now, o.ID)
+	if err != nil || prices[o.ID] != 100 {
+		t.Fatalf("quote prices after a paid clearing %v, %v; want 100", prices, err)
+	}
+	f.requireReconciled()
+}
