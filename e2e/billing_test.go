@@ -128,7 +128,7 @@ type settlement struct {
 }
 
 // settlementOf is the settlement of a wall-clock booking of devices for hours at priceCents
-// with outages (host failures) of lostDeviceMinutes in all, by the README's rules:
+// with outages (host failures) of lostDeviceMinutes in all, by the rules of docs/payments.md:
 //   - the amount paid is devices × hours × the price per device-hour;
 //   - uptime is delivered ÷ reserved device-time, in basis points rounded down;
 //   - the SLA credits are the pro-rata refund of the device-time lost plus the largest credit of

@@ -31,8 +31,8 @@ func (b Budget) relaxBudget() (perRun, total int) {
 }
 
 // DefaultBudget is the budget the marketplace serves quotes within: about
-// 50 ms of one core for the broadest request at 1,000,000 offers (see the
-// README), and above what any request naming a model or two regions
+// 50 ms of one core for the broadest request at 1,000,000 offers (see
+// docs/testing.md), and above what any request naming a model or two regions
 // evaluates there.
 var DefaultBudget = Budget{Offers: 50_000}
 

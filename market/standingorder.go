@@ -82,7 +82,7 @@ const (
 )
 
 // StandingOrderRules is the anti-speculation rule in words, for the form,
-// the orders page and the README.
+// the orders page and docs/exchange.md.
 func StandingOrderRules() []string {
 	return []string{
 		fmt.Sprintf("You may have at most %d open standing orders.", MaxOpenStandingOrders),

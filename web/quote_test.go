@@ -96,11 +96,11 @@ func TestReservePinnedStartStaysPut(t *testing.T) {
 	}
 }
 
-// apiASAPRequest is the README's request: no earliest start.
+// apiASAPRequest is the request of docs/api.md's example: no earliest start.
 const apiASAPRequest = `{"version":1,"workload":{"kind":"training","devices":8,"hours":24,"checkpoint_mins":60,"restart_mins":10},
  "constraints":{"families":["H100"]},"preferences":{"cost_weight":100},"limit":3}`
 
-// TestAPIQuoteWaitReserve is the README's curl example: quote, wait, reserve.
+// TestAPIQuoteWaitReserve is docs/api.md's curl example: quote, wait, reserve.
 // A lost race answers 409 with fresh quotes, one of which books.
 func TestAPIQuoteWaitReserve(t *testing.T) {
 	app := newBillingApp(t)

@@ -14,7 +14,7 @@ import (
 	"github.com/gpumarket/gpumarket/market"
 )
 
-// Quote limits (README, "Expensive requests are bounded"). Quoting runs
+// Quote limits (docs/booking.md, "Expensive requests are bounded"). Quoting runs
 // the matcher, the one request whose cost grows with the market, so it is
 // limited per client address for visitors, per account for signed-in
 // buyers (the API's tokens have their own limit, Config.APIRatePerSecond);
