@@ -59,4 +59,3 @@ var cardBrandNames = map[string]string{
 	"visa": "Visa", "mastercard": "Mastercard", "amex": "American Express", "discover": "Discover",
 	"diners": "Diners Club", "jcb": "JCB", "unionpay": "UnionPay", "cartes_bancaires": "Cartes Bancaires",
 }
-

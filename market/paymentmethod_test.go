@@ -20,4 +20,3 @@ func TestPaymentMethodLabel(t *testing.T) {
 		}
 	}
 }
-
