@@ -72,7 +72,7 @@ vet:
 # web's suites are long and mostly sequential, so they run without it, and again with it only for
 # their tests that run goroutines side by side (RACE_TESTS).
 RACE_PKGS  = $$($(GO) list ./... | grep -v -e '/e2e$$' -e '/market$$' -e '/web$$')
-RACE_TESTS = TestIndexConcurrent|TestFairShare|TestBackgroundLoop|TestAPIRateLimit|TestMetrics|TestReserveHoldsAndNeverDoubleBooks
+RACE_TESTS = TestIndexConcurrent|TestBackgroundLoop|TestAPIRateLimit|TestMetrics|TestReserveHoldsAndNeverDoubleBooks
 
 test-unit:
 	$(GO) test -race -timeout 30m $(RACE_PKGS)

@@ -321,7 +321,7 @@ func (h *Handler) handleAPIQuotes(c echo.Context) error {
 // carbon-aware start when asked), so a quote id books the same way from both.
 func (h *Handler) apiQuotes(c echo.Context, req market.Request) (apiQuotes, error) {
 	now := h.now()
-	res, _, err := h.matchCarbonAware(c.Request().Context(), req, now)
+	res, _, err := h.wf.Quote(c.Request().Context(), req, now)
 	if err != nil {
 		return apiQuotes{}, err
 	}
@@ -432,7 +432,7 @@ func (h *Handler) handleAPIReserve(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := h.book(c, currentUser(c).ID, req, body.QuoteID)
+	r, err := h.wf.BookQuote(c.Request().Context(), currentUser(c).ID, req, body.QuoteID, holdDuration)
 	if market.ErrorCode(err) == market.CodeConflict {
 		// The conflict carries the fresh quotes its message promises.
 		fresh, qerr := h.apiQuotes(c, req)

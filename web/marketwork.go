@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -14,51 +13,6 @@ import (
 	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/views"
 )
-
-// matchCarbonAware runs the matcher with hourly emissions estimates and,
-// when the request asks for it, the carbon-aware start. Quotes and
-// booking both use it, so a shifted quote books as shown: each match runs
-// within the quote budget (the same cut for the quote and its booking),
-// and a broad request holds one of the broad slots for all its matches.
-func (h *Handler) matchCarbonAware(ctx context.Context, req market.Request, now time.Time) (market.Result, []market.CarbonShift, error) {
-	profile, err := h.carbonProfiles(ctx)
-	if err != nil {
-		return market.Result{}, nil, err
-	}
-	idx := h.wf.Index()
-	release, err := h.broad.enter(ctx, idx, req, now)
-	if err != nil {
-		return market.Result{}, nil, err
-	}
-	defer release()
-	match := func(r market.Request, at time.Time) (market.Result, error) {
-		return idx.MatchWithin(r, at, h.cfg.QuoteBudget)
-	}
-	return market.MatchCarbonAware(match, req, now, profile)
-}
-
-// carbonProfiles returns the profile lookup for quote pieces: the offer's
-// own hourly profile, else its stated intensity, else its region's.
-func (h *Handler) carbonProfiles(ctx context.Context) (market.ProfileFunc, error) {
-	own, err := h.db.ListOfferCarbonProfiles(ctx)
-	if err != nil {
-		return nil, err
-	}
-	stated := map[int64]int{}
-	return func(p market.Piece) market.CarbonProfile {
-		if op, ok := own[p.OfferID]; ok {
-			return op
-		}
-		g, ok := stated[p.OfferID]
-		if !ok {
-			if l, err := h.db.FindOfferByID(ctx, p.OfferID); err == nil {
-				g = l.Offer.CarbonGPerKWh
-			}
-			stated[p.OfferID] = g
-		}
-		return market.OfferCarbonProfile(p.RegionID, g, nil)
-	}, nil
-}
 
 // quoteMarketNotes adds the carbon-aware start and measured work on the
 // quote's offers (or, without reports there, on their models).
@@ -230,7 +184,7 @@ func (h *Handler) handleCarbonProfileSave(c echo.Context) error {
 	if len(v.Errors) > 0 {
 		return render(c, http.StatusUnprocessableEntity, views.CarbonProfileForm(h.page(c, "Hourly carbon profile"), v))
 	}
-	if err := h.db.SetOfferCarbonProfile(ctx, u.ID, o.ID, prof, v.Source, h.now()); err != nil {
+	if err := h.wf.SetOfferCarbonProfile(ctx, u.ID, o.ID, prof, v.Source); err != nil {
 		return err
 	}
 	h.setFlash(c, "ok", "Hourly carbon profile saved; quotes now use it.")
@@ -243,7 +197,7 @@ func (h *Handler) handleCarbonProfileDelete(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.db.DeleteOfferCarbonProfile(c.Request().Context(), currentUser(c).ID, id); err != nil {
+	if err := h.wf.DeleteOfferCarbonProfile(c.Request().Context(), currentUser(c).ID, id); err != nil {
 		return err
 	}
 	h.setFlash(c, "ok", "The offer uses its region's carbon profile again.")

@@ -1,17 +1,13 @@
 package web
 
 import (
-	"context"
 	"fmt"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
-
-	"github.com/gpumarket/gpumarket/market"
 )
 
 // Quote limits (docs/booking.md, "Expensive requests are bounded"). Quoting runs
@@ -20,21 +16,13 @@ import (
 // buyers (the API's tokens have their own limit, Config.APIRatePerSecond);
 // every match runs within a work budget (market.DefaultBudget); and broad
 // matches take turns on a few slots, so that narrow ones never queue
-// behind them.
+// behind them (workflow.Quote).
 const (
 	anonQuotesPerSecond = 1  // steady rate per client address
 	anonQuoteBurst      = 20 // a visitor editing the builder refreshes about 3 times a second for a while
 	userQuotesPerSecond = 5  // per signed-in account
 	userQuoteBurst      = 50
-	// broadOffers: a request that evaluates more offers than this one by
-	// one is broad. Every request naming a model and a region or two
-	// evaluates fewer at 100,000 offers.
-	broadOffers = 10_000
-	// broadWaiting is the most broad matches waiting for a slot; more are
-	// refused at once. broadWait is the longest one waits.
-	broadWaiting = 64
-	broadWait    = 10 * time.Second
-	limiterIdle  = 10 * time.Minute // a key unseen this long is forgotten
+	limiterIdle         = 10 * time.Minute // a key unseen this long is forgotten
 )
 
 // limiter is a token bucket per key (a client address, an account, a
@@ -116,53 +104,4 @@ func (h *Handler) quoteAllowed(c echo.Context) (bool, string) {
 		msg += " Logged-in buyers may ask for quotes more often."
 	}
 	return false, msg
-}
-
-// fairShare lets a few broad matches run at once, so they use at most
-// that many cores, and lets narrow matches run at once without waiting
-// for them: a broad request cannot starve a narrow one.
-type fairShare struct {
-	broad   int // a request evaluating more offers than this is broad
-	slots   chan struct{}
-	waiting chan struct{}
-	wait    time.Duration
-}
-
-func newFairShare(slots int) *fairShare {
-	if slots <= 0 {
-		slots = max(1, runtime.GOMAXPROCS(0)/2)
-	}
-	return &fairShare{broad: broadOffers, slots: make(chan struct{}, slots), waiting: make(chan struct{}, broadWaiting), wait: broadWait}
-}
-
-// enter takes a slot when req is broad on idx (see broadOffers), waiting
-// up to broadWait; it returns the function that gives the slot back. A
-// broad request that cannot have a slot is refused as rate limited.
-func (f *fairShare) enter(ctx context.Context, idx *market.Index, req market.Request, now time.Time) (func(), error) {
-	n, err := idx.Examines(req, now)
-	if err != nil || n <= f.broad {
-		return func() {}, nil // an invalid request is the matcher's to refuse
-	}
-	busy := market.Errorf(market.CodeRateLimited, "The market is busy with other broad searches. Try again in a moment, or name models, regions or a maximum price.")
-	select {
-	case f.slots <- struct{}{}:
-		return func() { <-f.slots }, nil
-	default:
-	}
-	select {
-	case f.waiting <- struct{}{}:
-		defer func() { <-f.waiting }()
-	default:
-		return nil, busy
-	}
-	t := time.NewTimer(f.wait)
-	defer t.Stop()
-	select {
-	case f.slots <- struct{}{}:
-		return func() { <-f.slots }, nil
-	case <-t.C:
-		return nil, busy
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }

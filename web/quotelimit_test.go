@@ -1,14 +1,12 @@
 package web
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpumarket/gpumarket/market"
 )
@@ -164,65 +162,4 @@ func TestQuotesWithinBudget(t *testing.T) {
 	}
 	r = buyer.get("/requests?" + q.Encode())
 	mustNotContain(t, r.body, `data-testid="quotes-cut"`)
-}
-
-// TestFairShare: broad matches take turns on the slots while narrow ones
-// run at once; a broad match finding every slot and the queue full is
-// refused at once, one waiting too long is refused, and a slot given back
-// lets the next in.
-func TestFairShare(t *testing.T) {
-	idx := market.NewIndex()
-	for i := range 3 {
-		o := market.Offer{ID: int64(i + 1), ProviderID: 1, Title: "o", AcceleratorID: "nvidia-h100-80gb-sxm", MemoryGB: 80,
-			DevicesPerNode: 8, Nodes: 1, Interconnect: market.InterconnectNVLink, NetworkID: "none", CPUCores: 32, RAMGB: 256,
-			StorageGB: 1000, DriverVersion: "550.90", CUDAVersion: "12.4", OSImage: "Ubuntu 22.04", ContainerRuntime: "Docker",
-			RegionID: "us-east-va", AvailableFrom: testNow, AvailableUntil: testNow.AddDate(0, 1, 0), MinRentalHours: 1,
-			MaxRentalHours: 720, PriceCentsPerDeviceHour: 200, BillingBasis: market.BillingWallClock, UptimeBP: 9950,
-			Review: market.ReviewApproved, State: market.OfferActive}
-		if err := idx.Upsert(market.Candidate{Offer: o}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	broad := market.Request{Workload: market.Workload{Kind: market.WorkTraining, Devices: 8, Hours: 4}}
-	narrow := broad
-	narrow.Constraints.AcceleratorIDs = []string{"nvidia-a100-80gb-sxm"} // no such offers: evaluates none
-	f := newFairShare(1)
-	f.broad, f.wait = 2, 200*time.Millisecond
-	f.waiting = make(chan struct{}, 1)
-	ctx := context.Background()
-
-	release, err := f.enter(ctx, idx, broad, testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if rel, err := f.enter(ctx, idx, narrow, testNow); err != nil || time.Since(start) > 50*time.Millisecond {
-		t.Fatalf("narrow behind a broad one: %v after %s", err, time.Since(start))
-	} else {
-		rel()
-	}
-	got := make(chan error, 1)
-	go func() {
-		rel, err := f.enter(ctx, idx, broad, testNow)
-		if err == nil {
-			rel()
-		}
-		got <- err
-	}()
-	for len(f.waiting) == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	if _, err := f.enter(ctx, idx, broad, testNow); market.ErrorCode(err) != market.CodeRateLimited {
-		t.Fatalf("broad with the queue full: %v, want rate limited", err)
-	}
-	release()
-	if err := <-got; err != nil {
-		t.Fatalf("the waiting broad match after the slot was given back: %v", err)
-	}
-
-	release, _ = f.enter(ctx, idx, broad, testNow)
-	defer release()
-	if _, err := f.enter(ctx, idx, broad, testNow); market.ErrorCode(err) != market.CodeRateLimited {
-		t.Fatalf("broad waiting past the limit: %v, want rate limited", err)
-	}
 }

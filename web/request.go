@@ -107,7 +107,7 @@ func (h *Handler) builderView(c echo.Context, values views.RequestFormValues) vi
 // quotes runs the matcher and turns its answer into the quotes view.
 func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, error) {
 	now := h.now()
-	res, shifts, err := h.matchCarbonAware(c.Request().Context(), req, now)
+	res, shifts, err := h.wf.Quote(c.Request().Context(), req, now)
 	if err != nil {
 		return views.QuotesView{}, err
 	}

@@ -12,59 +12,6 @@ import (
 	"github.com/gpumarket/gpumarket/views"
 )
 
-// book re-runs the matcher for req and reserves the live quote that honours
-// the quote id the buyer saw (market.QuoteKey: the same pieces at the
-// quoted prices or lower, within the quote's validity; "as soon as
-// possible" starts now), in one database transaction that re-checks
-// capacity. It is shared by the browser and the API, and counts bookings
-// and conflicts (a quote gone or capacity taken meanwhile) for metrics.
-func (h *Handler) book(c echo.Context, buyerID int64, req market.Request, quoteID string) (_ market.Reservation, err error) {
-	defer func() {
-		if err == nil {
-			h.cfg.Metrics.Booked()
-		} else if market.ErrorCode(err) == market.CodeConflict {
-			h.cfg.Metrics.BookingConflict()
-		}
-	}()
-	ctx := c.Request().Context()
-	key, err := market.ParseQuoteKey(quoteID)
-	if err != nil {
-		return market.Reservation{}, err
-	}
-	now := h.now()
-	// Every quote, not only the buyer's limit: the quoted one may rank lower now.
-	all := req
-	all.Limit = market.MaxQuoteLimit
-	res, _, err := h.matchCarbonAware(ctx, all, now)
-	if err != nil {
-		return market.Reservation{}, err
-	}
-	quote, err := key.Honour(res.Quotes, now)
-	if err != nil {
-		return market.Reservation{}, err
-	}
-	offers := map[int64]market.Offer{}
-	for _, p := range quote.Pieces {
-		l, err := h.db.FindOfferByID(ctx, p.OfferID)
-		if market.ErrorCode(err) == market.CodeNotFound {
-			return market.Reservation{}, market.Errorf(market.CodeConflict, "An offer in that quote was withdrawn. Here are fresh quotes.")
-		}
-		if err != nil {
-			return market.Reservation{}, err
-		}
-		offers[p.OfferID] = l.Offer
-	}
-	pieces, err := market.PiecesFromQuote(quote, offers)
-	if err != nil {
-		return market.Reservation{}, err
-	}
-	reqJSON, err := market.EncodeRequestJSON(req)
-	if err != nil {
-		return market.Reservation{}, err
-	}
-	return h.wf.Book(ctx, buyerID, pieces, string(reqJSON), holdDuration)
-}
-
 // cancel cancels the signed-in buyer's reservation under its policy
 // (workflow.Cancel: capacity released, a paid one refunded less the fee);
 // shared by the browser and the API.
@@ -78,7 +25,7 @@ func (h *Handler) handleReserve(c echo.Context) error {
 	if err != nil {
 		return market.Errorf(market.CodeInvalid, "The quote could not be read; please get fresh quotes.")
 	}
-	r, err := h.book(c, u.ID, req, c.FormValue("quote_id"))
+	r, err := h.wf.BookQuote(c.Request().Context(), u.ID, req, c.FormValue("quote_id"), holdDuration)
 	if code := market.ErrorCode(err); code == market.CodeConflict || (code == market.CodeInvalid && market.FieldErrors(err)["quote_id"] != "") {
 		// Whoever loses a race gets the reason and fresh quotes, never a 500.
 		values := requestValues(req)

@@ -58,12 +58,10 @@ type Config struct {
 	// IndexMaxAge is how old the matcher index may be before /healthz
 	// reports this replica unhealthy; 0 means workflow.IndexMaxAge(0).
 	IndexMaxAge time.Duration
-	// QuoteBudget bounds the work of each match (quotes and bookings);
-	// the zero Budget means market.DefaultBudget.
+	// QuoteBudget and BroadSlots are the workflow's (workflow.Config),
+	// used when New builds the workflow itself (Workflow nil).
 	QuoteBudget market.Budget
-	// BroadSlots is how many broad matches run at once; 0 means half the
-	// cores, at least one.
-	BroadSlots int
+	BroadSlots  int
 }
 
 // Handler holds what the handlers share. It is created once by New.
@@ -95,9 +93,8 @@ type Handler struct {
 	// nearest template Echo leaves in its context.
 	routeSet map[string]bool
 	// anonQuotes and userQuotes limit the builder's quotes per client
-	// address and per account; broad shares the matcher fairly.
+	// address and per account (the workflow shares the matcher fairly).
 	anonQuotes, userQuotes *limiter
-	broad                  *fairShare
 }
 
 // Limits on abuse, kept together.
@@ -141,7 +138,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	h := &Handler{cfg: cfg, db: db, log: log, secure: strings.EqualFold(u.Scheme, "https")}
 	if cfg.Workflow == nil {
 		cfg.Workflow, err = workflow.New(ctx, workflow.Config{Billing: cfg.Billing, PlatformFeeBP: cfg.PlatformFeeBP, Now: cfg.Now,
-			Metrics: cfg.Metrics, BaseURL: cfg.BaseURL}, db, log)
+			Metrics: cfg.Metrics, BaseURL: cfg.BaseURL, QuoteBudget: cfg.QuoteBudget, BroadSlots: cfg.BroadSlots}, db, log)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -149,12 +146,8 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	h.wf, h.cfg.Workflow = cfg.Workflow, cfg.Workflow
 	h.pay, h.baseURL = h.wf.Processor(), strings.TrimSuffix(cfg.BaseURL, "/")
 	h.local, _ = h.pay.(localProcessor)
-	if h.cfg.QuoteBudget == (market.Budget{}) {
-		h.cfg.QuoteBudget = market.DefaultBudget
-	}
 	h.anonQuotes = newLimiter(anonQuotesPerSecond, anonQuoteBurst)
 	h.userQuotes = newLimiter(userQuotesPerSecond, userQuoteBurst)
-	h.broad = newFairShare(cfg.BroadSlots)
 	h.pwCost = cfg.PasswordCost
 	if h.pwCost == 0 {
 		h.pwCost = DefaultPasswordCost

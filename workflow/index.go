@@ -69,6 +69,11 @@ func (s *Service) ReloadIndex(ctx context.Context) error {
 	s.idx.Store(idx)
 	s.scores.Store(&scores)
 	s.loadedAt.Store(now.UnixNano())
+	offers := make([]market.Offer, 0, len(listings))
+	for _, l := range listings {
+		offers = append(offers, l.Offer)
+	}
+	s.carbon.reset(offers)
 	return nil
 }
 
@@ -129,8 +134,10 @@ func (s *Service) refreshOffer(ctx context.Context, offerID int64) {
 	if err != nil {
 		s.log.Warn("index: offer not refreshed", "offer_id", offerID, "err", err)
 		s.Index().Remove(offerID)
+		s.carbon.forget(offerID)
 		return
 	}
+	s.carbon.noteOffer(l.Offer)
 	if l.ProviderSuspended {
 		s.Index().Remove(offerID)
 		return

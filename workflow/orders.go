@@ -180,8 +180,13 @@ func (s *Service) matchOrders(ctx context.Context, changed map[int64]bool) {
 		open = keep
 	}
 	market.SortByPriority(open)
+	// The same ranking as a quote the buyer asks for: the quote budget,
+	// hourly emissions and the carbon-aware start (quote.go).
 	idx := s.Index()
-	match := func(r market.Request) (market.Result, error) { return idx.Match(r, now) }
+	match := func(r market.Request) (market.Result, error) {
+		res, _, err := s.quoteOn(ctx, idx, r, now)
+		return res, err
+	}
 	for len(open) > 0 {
 		i, q, ok := market.NextFill(open, match, now)
 		if !ok {

@@ -66,6 +66,12 @@ type Config struct {
 	Mail *mail.Sender
 	// BaseURL is the server's public address, for links in mail.
 	BaseURL string
+	// QuoteBudget bounds the work of each match (quotes, bookings,
+	// standing orders); zero means market.DefaultBudget.
+	QuoteBudget market.Budget
+	// BroadSlots is how many broad matches run at once; 0 means half the
+	// processors (at least one).
+	BroadSlots int
 }
 
 // Service runs the workflows over one database and one processor. It is
@@ -107,6 +113,13 @@ type Service struct {
 	// orders queues the offers changed since the standing orders were
 	// last matched (orders.go).
 	orders *orderQueue
+
+	// budget bounds each match; broad shares the matcher fairly between
+	// broad requests; carbon keeps what quotes need for emissions
+	// (quote.go).
+	budget market.Budget
+	broad  *fairShare
+	carbon *carbonCache
 }
 
 // New builds the service and loads the matcher index from the database.
@@ -125,7 +138,11 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 	}
 	s := &Service{db: db, pay: cfg.Billing, log: log, feeBP: cfg.PlatformFeeBP, now: func() time.Time { return cfg.Now().UTC() },
 		metrics: cfg.Metrics, holder: fmt.Sprintf("%s/%d/%08x", cfg.Replica, os.Getpid(), rand.Uint32()),
-		mail: cfg.Mail, compose: mail.Composer{BaseURL: cfg.BaseURL}, orders: newOrderQueue()}
+		mail: cfg.Mail, compose: mail.Composer{BaseURL: cfg.BaseURL}, orders: newOrderQueue(),
+		budget: cfg.QuoteBudget, broad: newFairShare(cfg.BroadSlots), carbon: newCarbonCache()}
+	if s.budget == (market.Budget{}) {
+		s.budget = market.DefaultBudget
+	}
 	if err := s.ReloadIndex(ctx); err != nil {
 		return nil, err
 	}
