@@ -157,6 +157,9 @@ func (db *DB) CreateHostToken(ctx context.Context, providerID, offerID int64, no
 	if suspended {
 		return HostToken{}, "", &market.Error{Code: market.CodeForbidden, Message: "This account is suspended."}
 	}
+	if err := mayAct(ctx, tx, providerID); err != nil {
+		return HostToken{}, "", fail(op, err, "")
+	}
 	o, err := getOwnOffer(ctx, tx, providerID, offerID)
 	if err != nil {
 		return HostToken{}, "", fail(op, err, "")

@@ -1,0 +1,208 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/gpumarket/gpumarket/store"
+)
+
+// Issue 23: trust between accounts. An address belongs to its owner.
+
+// Nothing that acts for the account can be created before its address is
+// confirmed: each refusal is the page saying so, with the button that
+// mails the link again; nothing is stored.
+func TestUnconfirmedAccountHoldsNothingThatActsForIt(t *testing.T) {
+	app := newBillingApp(t)
+	c := app.client()
+	c.signUpUnverified("squat@example.com", true)
+	key := publicKeyLine(t, "ed25519")
+	refused := []struct {
+		what, from, path string
+		form             url.Values
+	}{
+		{"an API token", "/account", "/account/tokens", url.Values{"token_name": {"ci"}, "token_scope": {"write"}}},
+		{"an SSH key", "/account", "/account/ssh-keys", url.Values{"public_key": {key}}},
+		{"a saved card", "/account", "/account/payment-methods", url.Values{}},
+		{"a host token", "/provider/hosts", "/provider/hosts/tokens", url.Values{"offer_id": {"1"}, "node": {"0"}}},
+		{"a standing order", "/account", "/orders", url.Values{}},
+		{"a spot bid", "/account", "/offers/1/spot-bids", url.Values{}},
+		{"a resale listing", "/account", "/reservations/1/resale", url.Values{}},
+	}
+	for _, x := range refused {
+		r := c.post(x.from, x.path, x.form)
+		if r.status != http.StatusForbidden {
+			t.Errorf("%s unconfirmed: %d, want 403\n%.1500s", x.what, r.status, r.body)
+			continue
+		}
+		mustContain(t, r.body, `data-testid="verify-needed"`, "Confirm your e-mail address first", "API or host tokens, SSH keys or saved cards",
+			`data-testid="resend-verification"`)
+	}
+	ctx := context.Background()
+	id := c.userID()
+	if n := app.tokenCount(id); n != 0 {
+		t.Errorf("%d API tokens on an unconfirmed account", n)
+	}
+	if keys, _ := app.db.ListSSHKeys(ctx, id); len(keys) != 0 {
+		t.Errorf("%d SSH keys on an unconfirmed account", len(keys))
+	}
+	// The store refuses too, whoever calls it.
+	if _, _, err := app.db.CreateAPIToken(ctx, id, "direct", scopeWrite, testNow); err == nil || !strings.Contains(err.Error(), "Confirm your e-mail") {
+		t.Errorf("store.CreateAPIToken for an unconfirmed account: %v", err)
+	}
+}
+
+// The address's owner takes the account back from whoever signed up with
+// it: her first confirmation logs the squatter's session out, and her
+// password reset revokes the API tokens, removes the SSH keys (listed on
+// the page and in a mail) and ends the half-done two-factor log-ins; the
+// saved card left is named, and she is taken to it after logging in.
+func TestOwnerTakesTheAccountBackFromASquatter(t *testing.T) {
+	app := newBillingApp(t)
+	squatter := app.client()
+	squatter.signUpUnverified("owner@example.com", false)
+	id := squatter.userID()
+
+	// The owner follows the confirmation link in her own browser.
+	owner := app.client()
+	if r := owner.get(app.mailLink("owner@example.com", store.MailVerifyAddress)); r.status != http.StatusSeeOther {
+		t.Fatalf("owner confirms: %d", r.status)
+	}
+	if r := squatter.get("/account"); r.status != http.StatusSeeOther || !strings.HasPrefix(r.location, "/login") {
+		t.Fatalf("the squatter's session after the owner's confirmation: %d → %q, want logged out", r.status, r.location)
+	}
+
+	// The squatter, who knows the password, logs in again and equips the account.
+	if r := squatter.login("owner@example.com", testPassword, "/"); r.status != http.StatusSeeOther {
+		t.Fatalf("squatter logs in again: %d", r.status)
+	}
+	token := squatter.createToken("mine", scopeWrite)
+	key := publicKeyLine(t, "ed25519")
+	addSSHKey(t, squatter, key)
+	keys, _ := app.db.ListSSHKeys(context.Background(), id)
+	if len(keys) != 1 {
+		t.Fatalf("%d keys", len(keys))
+	}
+	app.addCard(squatter, "4242424242424242")
+	secret := app.enrolTOTP(id)
+	half := app.client()
+	if r := half.login("owner@example.com", testPassword, "/"); r.location != "/login/code" {
+		t.Fatalf("half-done login: %d → %q", r.status, r.location)
+	}
+
+	// The owner resets the password.
+	link := app.resetLink("owner@example.com")
+	r := owner.post(link, "/password/reset", url.Values{"token": {mustQuery(t, link, "token")}, "new_password": {"the owner's own password"}})
+	if r.status != http.StatusSeeOther || r.location != "/login?next=%2Faccount%23payment-methods" {
+		t.Fatalf("reset: %d → %q, want the log-in page leading to the saved cards", r.status, r.location)
+	}
+	page := owner.get(r.location).body
+	mustContain(t, page, "1 API token was revoked.", "SSH keys removed: ssh-ed25519 "+keys[0].Fingerprint,
+		"Half-done two-factor log-ins ended: 1.", "Your account still has 1 saved card(s)")
+	if api := app.apiCall(http.MethodGet, "/api/v1/ping", token, ""); api.status != http.StatusUnauthorized {
+		t.Errorf("the squatter's token after the owner's reset: %d, want 401", api.status)
+	}
+	if keys, _ := app.db.ListSSHKeys(context.Background(), id); len(keys) != 0 {
+		t.Errorf("%d SSH keys after the reset", len(keys))
+	}
+	if cards := app.savedCards(id); len(cards) != 1 {
+		t.Errorf("%d saved cards after the reset, want the one left for the owner to judge", len(cards))
+	}
+	if r := half.post("/login", "/login/code", url.Values{"code": {app.freshCode(id, secret)}}); r.location != "/login" {
+		t.Errorf("the squatter's half-done login completed after the reset")
+	}
+	mail := app.mailBody("owner@example.com", store.MailAccessRemoved)
+	for _, want := range []string{"API tokens revoked: 1", keys[0].Fingerprint, "1 saved card(s)"} {
+		if !strings.Contains(mail, want) {
+			t.Errorf("the mail does not say %q:\n%s", want, mail)
+		}
+	}
+	requireReconciled(t, app.testApp)
+}
+
+// A confirmed address change logs out every other session of the account.
+func TestAddressChangeEndsTheOtherSessions(t *testing.T) {
+	app := newTestApp(t)
+	here, there := app.client(), app.client()
+	here.signUp("move@example.com", false)
+	there.login("move@example.com", testPassword, "/")
+	r := here.post("/account", "/account/email", url.Values{"new_email": {"moved@example.com"}, "email_password": {testPassword}})
+	if r.status != http.StatusSeeOther {
+		t.Fatalf("ask change: %d\n%s", r.status, r.body)
+	}
+	if r := here.get(app.mailLink("moved@example.com", store.MailVerifyAddress)); r.status != http.StatusSeeOther || r.location != "/account" {
+		t.Fatalf("confirm: %d → %q", r.status, r.location)
+	}
+	if r := here.get("/account"); r.status != http.StatusOK || !strings.Contains(r.body, "every other session of the account was logged out") {
+		t.Fatalf("the confirming browser: %d", r.status)
+	}
+	if r := there.get("/account"); r.status != http.StatusSeeOther {
+		t.Fatalf("the other session after the change: %d, want logged out", r.status)
+	}
+}
+
+// Links that confirm an address or set a password are shown only to their
+// addressee: the admin's outbox shows them redacted, and the demo mailbox
+// does not show an account the link confirming an address it does not own.
+func TestSecretLinksShownOnlyToTheAddressee(t *testing.T) {
+	app := newTestAppWith(t, func(cfg *Config) { cfg.Demo = true })
+	ada := app.client()
+	ada.signUp("ada@example.com", false)
+	admin := app.adminClient("root@example.com")
+	reset := app.resetLink("ada@example.com")
+	mails, _ := app.db.ListMail(context.Background(), 0, 100)
+	var resetID, verifyID int64
+	for _, m := range mails {
+		if m.To == "ada@example.com" && m.Kind == store.MailPasswordReset {
+			resetID = m.ID
+		}
+	}
+	token := mustQuery(t, reset, "token")
+	for _, path := range []string{fmt.Sprintf("/admin/mail/%d", resetID), fmt.Sprintf("/mailbox/%d", resetID)} {
+		r := admin.get(path)
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: %d", path, r.status)
+		}
+		mustContain(t, r.body, "[link sent to the addressee]")
+		mustNotContain(t, r.body, token, `data-testid="mail-link"`)
+	}
+	// Ada sees her own reset link.
+	mustContain(t, ada.get(fmt.Sprintf("/mailbox/%d", resetID)).body, `data-testid="mail-link"`)
+
+	// Ada asks to move to an address she does not own here: her mailbox
+	// does not hand her the link.
+	r := ada.post("/account", "/account/email", url.Values{"new_email": {"bob@bigcorp.example"}, "email_password": {testPassword}})
+	if r.status != http.StatusSeeOther {
+		t.Fatalf("ask change: %d", r.status)
+	}
+	link := app.mailLink("bob@bigcorp.example", store.MailVerifyAddress)
+	mails, _ = app.db.ListMail(context.Background(), 0, 100)
+	for _, m := range mails {
+		if m.To == "bob@bigcorp.example" {
+			verifyID = m.ID
+		}
+	}
+	body := ada.get(fmt.Sprintf("/mailbox/%d", verifyID)).body
+	mustContain(t, body, "[link sent to the addressee]")
+	mustNotContain(t, body, mustQuery(t, link, "token"))
+}
+
+// mailBody is the body of the newest message of kind to the address.
+func (a *testApp) mailBody(to, kind string) string {
+	a.t.Helper()
+	all, err := a.db.ListMail(context.Background(), 0, 1000)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	for _, m := range all {
+		if m.To == to && m.Kind == kind {
+			return m.Body
+		}
+	}
+	a.t.Fatalf("no %s mail to %s", kind, to)
+	return ""
+}
