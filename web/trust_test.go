@@ -206,3 +206,27 @@ func (a *testApp) mailBody(to, kind string) string {
 	a.t.Fatalf("no %s mail to %s", kind, to)
 	return ""
 }
+
+// Successful log-ins do not count against the client address: an office
+// behind one address logs in more than loginPerAddress times in the
+// window; its failures still do, and the per-account limit is kept.
+func TestOfficeBehindOneAddressIsNotLockedOut(t *testing.T) {
+	app := newTestApp(t)
+	for i := 0; i < 4; i++ {
+		app.storeUser(fmt.Sprintf("staff%d@example.com", i), false)
+	}
+	for i := 0; i <= loginPerAddress+5; i++ {
+		if r := app.client().login(fmt.Sprintf("staff%d@example.com", i%4), testPassword, "/"); r.status != http.StatusSeeOther {
+			t.Fatalf("log-in %d from the office: %d, want 303", i+1, r.status)
+		}
+	}
+	c := app.client()
+	for i := 0; i < loginPerAddress; i++ {
+		if r := c.login(fmt.Sprintf("nobody%d@example.com", i), "wrong password!", "/"); r.status != http.StatusUnauthorized {
+			t.Fatalf("failure %d: %d, want 401", i+1, r.status)
+		}
+	}
+	if r := app.client().login("staff0@example.com", testPassword, "/"); r.status != http.StatusTooManyRequests {
+		t.Fatalf("after %d failures from the address: %d, want 429", loginPerAddress, r.status)
+	}
+}
