@@ -461,3 +461,28 @@ func MarketSilence(p ReservationPiece, runs []ServerRun, last, until time.Time) 
 	}
 	return SilenceOutage(p, last, until)
 }
+
+// MaxSeqStep is how far one heartbeat's seq may jump above the highest
+// seen with its token (issue 23): the agent adds one per heartbeat, so a
+// bigger step is a bug or a forgery, which would otherwise lock the token
+// out for good (every later seq would be "not above" it). A jump to the
+// agent's fresh-state-file start — the current Unix time in milliseconds
+// (docs/agent.md) — is always allowed, up to a day ahead of the server's
+// clock.
+const MaxSeqStep = 1_000_000
+
+// SeqProblem returns why a heartbeat's seq, after the highest seen last,
+// is refused at now, or "" when it may be recorded. A seq not above last
+// is not a problem here: it is a replay, which changes nothing.
+func SeqProblem(last, seq int64, now time.Time) string {
+	limit := int64(math.MaxInt64)
+	if last <= math.MaxInt64-MaxSeqStep {
+		limit = last + MaxSeqStep
+	}
+	limit = max(limit, now.UnixMilli()+24*3600*1000)
+	if seq > limit {
+		return fmt.Sprintf("seq jumps too far: at most %d above the last one (%d), or a fresh start at the current Unix time in milliseconds. "+
+			"Start the agent with a new state file.", MaxSeqStep, last)
+	}
+	return ""
+}

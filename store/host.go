@@ -272,6 +272,9 @@ func (db *DB) RecordHeartbeat(ctx context.Context, tokenID int64, hb market.Hear
 	if hb.Seq <= t.LastSeq {
 		return false, nil
 	}
+	if msg := market.SeqProblem(t.LastSeq, hb.Seq, now); msg != "" {
+		return false, &market.Error{Code: market.CodeInvalid, Message: msg, Fields: map[string]string{"seq": msg}}
+	}
 	if _, err := tx.ExecContext(ctx, `UPDATE host_tokens SET last_seq = ?, last_used_at = ? WHERE id = ?`, hb.Seq, unix(now), t.ID); err != nil {
 		return false, fail(op, err, "")
 	}

@@ -261,7 +261,7 @@ func (h *Handler) handleAdminSuspend(c echo.Context) error {
 		h.wf.RemoveOffer(offerID)
 	}
 	logger(c).Info("provider suspended", "provider_id", id, "admin_id", currentUser(c).ID, "flagged", s.Flagged)
-	h.setFlash(c, "ok", fmt.Sprintf("Provider suspended: %d offer(s) unlisted, %d open reservation(s) flagged for review, %d API token(s) revoked.", len(s.OfferIDs), s.Flagged, s.RevokedTokens))
+	h.setFlash(c, "ok", fmt.Sprintf("Provider suspended: %d offer(s) unlisted, %d open reservation(s) flagged for review, %d API token(s) and %d host token(s) revoked.", len(s.OfferIDs), s.Flagged, s.RevokedTokens, s.RevokedHostTokens))
 	return c.Redirect(http.StatusSeeOther, "/admin/providers")
 }
 

@@ -2,10 +2,13 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gpumarket/gpumarket/store"
@@ -228,5 +231,132 @@ func TestOfficeBehindOneAddressIsNotLockedOut(t *testing.T) {
 	}
 	if r := app.client().login("staff0@example.com", testPassword, "/"); r.status != http.StatusTooManyRequests {
 		t.Fatalf("after %d failures from the address: %d, want 429", loginPerAddress, r.status)
+	}
+}
+
+// Twenty-four simultaneous wrong codes for one account: at most
+// codeFailuresPerAccount are checked, the rest refused (429), because
+// each attempt is counted in one conditional UPDATE before its check.
+func TestSimultaneousWrongCodesStayWithinTheLimit(t *testing.T) {
+	app := newTestApp(t)
+	u := app.storeUser("racer@example.com", false)
+	app.enrolTOTP(u.ID)
+	const n = 24
+	type half struct {
+		c     *client
+		token string
+	}
+	halves := make([]half, n)
+	for i := range halves {
+		c := app.clientFrom(fmt.Sprintf("127.0.0.%d", 2+i%8)) // spread over addresses: the per-address limit is not the one under test
+		if r := c.login("racer@example.com", testPassword, "/"); r.location != "/login/code" {
+			t.Fatalf("login %d: %d → %q", i, r.status, r.location)
+		}
+		halves[i] = half{c, c.csrf("/login/code")}
+	}
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	for i, h := range halves {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := h.c.http.PostForm(app.srv.URL+"/login/code", url.Values{"_csrf": {h.token}, "code": {"000000"}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			statuses[i] = resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	checked := 0
+	for _, s := range statuses {
+		switch s {
+		case http.StatusUnauthorized:
+			checked++
+		case http.StatusTooManyRequests:
+		default:
+			t.Errorf("status %d", s)
+		}
+	}
+	if checked > codeFailuresPerAccount {
+		t.Fatalf("%d of %d simultaneous wrong codes were checked, want at most %d", checked, n, codeFailuresPerAccount)
+	}
+}
+
+// JSON bodies with anything after the one value are refused on the agent,
+// standing-order and spot routes, as on the others.
+func TestTrailingJSONIsRefused(t *testing.T) {
+	app := newBillingApp(t)
+	prov := app.client()
+	prov.signUp("trail-host@example.com", true)
+	o := app.ownOffer(prov.userID())
+	hostToken := createHostToken(t, prov, o.ID, 0)
+	buyer := app.client()
+	buyer.signUp("trail@example.com", false)
+	token := buyer.createToken("ci", scopeWrite)
+	for path, body := range map[string]string{"/api/v1/orders": `{} {}`, "/api/v1/spot/bids": `{"offer_id": 1} {"offer_id": 2}`} {
+		r := app.apiCall(http.MethodPost, path, token, body)
+		if r.status != http.StatusBadRequest || !strings.Contains(r.body, "trailing data") {
+			t.Errorf("%s with trailing data: %d %s", path, r.status, r.body)
+		}
+	}
+	beat, err := json.Marshal(heartbeatBody(1, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, app.srv.URL+"/agent/v1/heartbeat", strings.NewReader(string(beat)+` {"seq": 99}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+hostToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := read(t, resp)
+	if r.status != http.StatusBadRequest || !strings.Contains(r.body, "trailing data") {
+		t.Errorf("heartbeat with trailing data: %d %s", r.status, r.body)
+	}
+}
+
+// A suspension revokes the provider's host tokens, which stay revoked
+// after reinstatement, like API tokens.
+func TestHostTokensDoNotComeBackAtReinstatement(t *testing.T) {
+	app := newBillingApp(t)
+	prov := app.client()
+	prov.signUp("suspended-host@example.com", true)
+	o := app.ownOffer(prov.userID())
+	hostToken := createHostToken(t, prov, o.ID, 0)
+	app.beat(hostToken, heartbeatBody(1, 8))
+	id := prov.userID()
+	app.suspend(id)
+	admin := app.adminClient("reinstater@example.com")
+	if r := admin.post("/admin/providers", "/admin/providers/"+itoa(id)+"/reinstate", url.Values{}); r.status != http.StatusSeeOther {
+		t.Fatalf("reinstate: %d", r.status)
+	}
+	if r := app.agentPost(hostToken, "/agent/v1/heartbeat", heartbeatBody(2, 8)); r.status != http.StatusUnauthorized {
+		t.Fatalf("the host token after reinstatement: %d, want 401", r.status)
+	}
+}
+
+// A heartbeat whose seq jumps beyond market.MaxSeqStep (and past the
+// fresh-start clock value) is refused and recorded nowhere, so the token
+// keeps working; a fresh start at the Unix time in milliseconds is taken.
+func TestHeartbeatSeqIsBounded(t *testing.T) {
+	app := newBillingApp(t)
+	prov := app.client()
+	prov.signUp("seq-host@example.com", true)
+	o := app.ownOffer(prov.userID())
+	hostToken := createHostToken(t, prov, o.ID, 0)
+	app.beat(hostToken, heartbeatBody(1, 8))
+	r := app.agentPost(hostToken, "/agent/v1/heartbeat", heartbeatBody(math.MaxInt64, 8))
+	if r.status != http.StatusBadRequest || !strings.Contains(r.body, "seq jumps too far") {
+		t.Fatalf("seq 2^63-1: %d %s", r.status, r.body)
+	}
+	if got := app.beat(hostToken, heartbeatBody(2, 8)); !got.Accepted {
+		t.Fatal("the next heartbeat after a refused jump is not accepted")
+	}
+	if got := app.beat(hostToken, heartbeatBody(testNow.UnixMilli(), 8)); !got.Accepted {
+		t.Fatal("a fresh state file's start is not accepted")
 	}
 }

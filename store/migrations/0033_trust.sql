@@ -15,3 +15,9 @@ CREATE TABLE server_runs (
     PRIMARY KEY (replica, started_at)
 );
 CREATE INDEX server_runs_seen ON server_runs (seen_at);
+
+-- Attempts at a second factor in the account's current window (issue 23):
+-- counted by one conditional UPDATE (store.TakeCodeAttempt), so that
+-- simultaneous wrong codes cannot all pass the limit.
+ALTER TABLE user_totp ADD COLUMN code_attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE user_totp ADD COLUMN code_window_start INTEGER NOT NULL DEFAULT 0;
