@@ -155,7 +155,6 @@ func (h *Handler) codeThrottle(c echo.Context, userID int64) (string, error) {
 	return "", nil
 }
 
-
 // askSecondFactor is the login's step after a correct password: when the
 // account has two-factor sign-in on, it records a half-done login (no
 // session: the password alone grants nothing), gives the browser its id
