@@ -65,7 +65,7 @@ const (
 // Label is how pages name the source.
 func (s ReliabilitySource) Label() string {
 	if s == ReliabilityMeasured {
-		return "measured by agent"
+		return "reported by the provider’s agent"
 	}
 	return "self-reported"
 }
