@@ -40,8 +40,8 @@ func ReliabilityBP(r ProviderRecord) int {
 
 // ScoredLostDeviceSeconds is the device-time lost that the reliability
 // score counts: on the pieces the provider's agents measured, the outages
-// their heartbeats showed (the parties' reports on those pieces no longer
-// count); on the others, the outages reported and acknowledged. Negative
+// their heartbeats showed (the agent's and the provider's reports on those
+// pieces no longer count; the buyers' acknowledged ones do); on the others, the outages reported and acknowledged. Negative
 // inputs count as zero.
 func (r ProviderRecord) ScoredLostDeviceSeconds() int64 {
 	reported := max(r.LostDeviceSeconds, 0)
