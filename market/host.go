@@ -5,6 +5,7 @@ import (
 	"math"
 	"net"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 	"unicode"
@@ -382,4 +383,106 @@ func SilenceOutage(p ReservationPiece, last, until time.Time) (time.Time, bool) 
 		return p.Start, true
 	}
 	return last, true
+}
+
+// The market's own up-time (issue 23, docs/agent.md). A node's silence is
+// the provider's fault only while the market was up and reachable: while
+// the server is down, or restarting, no agent can reach it, and an agent
+// that reconnects after the restart (after its retry backoff) did not fail.
+const (
+	// ServerBeatInterval is how often a server process records that it is
+	// up (store.RecordServerBeat, from its background loop).
+	ServerBeatInterval = 15 * time.Second
+	// ServerUpSlack is how long after its last record a server process
+	// still counts as up: a loop a little late is not the market down.
+	ServerUpSlack = 2 * ServerBeatInterval
+)
+
+// ServerRun is one server process's up-time as it recorded it: from its
+// start to the last time it recorded itself up (Seen).
+type ServerRun struct {
+	Start, Seen time.Time
+}
+
+// upIntervals merges the runs' intervals [Start, Seen+ServerUpSlack),
+// sorted by start.
+func upIntervals(runs []ServerRun) [][2]time.Time {
+	rs := append([]ServerRun(nil), runs...)
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Start.Before(rs[j].Start) })
+	var out [][2]time.Time
+	for _, r := range rs {
+		end := r.Seen.Add(ServerUpSlack)
+		if n := len(out); n > 0 && !r.Start.After(out[n-1][1]) {
+			if end.After(out[n-1][1]) {
+				out[n-1][1] = end
+			}
+			continue
+		}
+		out = append(out, [2]time.Time{r.Start, end})
+	}
+	return out
+}
+
+// MarketUpSince says since when the market had been up, without a break,
+// at at: the start of the merged up-time (over every replica's runs) that
+// holds at; at itself when the market was down at at. ok is false when no
+// run is recorded at all (a server that does not record its up-time, as
+// before issue 23): then nothing bounds a silence.
+func MarketUpSince(runs []ServerRun, at time.Time) (time.Time, bool) {
+	if len(runs) == 0 {
+		return time.Time{}, false
+	}
+	for _, iv := range upIntervals(runs) {
+		if !at.Before(iv[0]) && at.Before(iv[1]) {
+			return iv[0], true
+		}
+	}
+	return at, true
+}
+
+// MarketDownAfter says when the market went down after t: the end of the
+// merged up-time that holds t. ok is false when no run is recorded, or t
+// is in no up-time.
+func MarketDownAfter(runs []ServerRun, t time.Time) (time.Time, bool) {
+	for _, iv := range upIntervals(runs) {
+		if !t.Before(iv[0]) && t.Before(iv[1]) {
+			return iv[1], true
+		}
+	}
+	return time.Time{}, false
+}
+
+// MarketSilence is SilenceOutage counted only while the market was up: a
+// silence since last is measured from the later of last and the market's
+// last coming up before until (MarketUpSince).
+func MarketSilence(p ReservationPiece, runs []ServerRun, last, until time.Time) (time.Time, bool) {
+	if since, ok := MarketUpSince(runs, until); ok && since.After(last) {
+		last = since
+	}
+	return SilenceOutage(p, last, until)
+}
+
+// MaxSeqStep is how far one heartbeat's seq may jump above the highest
+// seen with its token (issue 23): the agent adds one per heartbeat, so a
+// bigger step is a bug or a forgery, which would otherwise lock the token
+// out for good (every later seq would be "not above" it). A jump to the
+// agent's fresh-state-file start — the current Unix time in milliseconds
+// (docs/agent.md) — is always allowed, up to a day ahead of the server's
+// clock.
+const MaxSeqStep = 1_000_000
+
+// SeqProblem returns why a heartbeat's seq, after the highest seen last,
+// is refused at now, or "" when it may be recorded. A seq not above last
+// is not a problem here: it is a replay, which changes nothing.
+func SeqProblem(last, seq int64, now time.Time) string {
+	limit := int64(math.MaxInt64)
+	if last <= math.MaxInt64-MaxSeqStep {
+		limit = last + MaxSeqStep
+	}
+	limit = max(limit, now.UnixMilli()+24*3600*1000)
+	if seq > limit {
+		return fmt.Sprintf("seq jumps too far: at most %d above the last one (%d), or a fresh start at the current Unix time in milliseconds. "+
+			"Start the agent with a new state file.", MaxSeqStep, last)
+	}
+	return ""
 }

@@ -262,3 +262,36 @@ func TestMeasuredOutageRules(t *testing.T) {
 		}
 	}
 }
+
+// The market's up-time bounds a silence: runs merged over replicas, with
+// ServerUpSlack (30 s) after each run's last record.
+func TestMarketSilence(t *testing.T) {
+	s := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	p := ReservationPiece{Start: s, End: s.Add(2 * time.Hour)}
+	down := []ServerRun{{Start: s.Add(-time.Hour), Seen: s.Add(10 * time.Second)}, {Start: s.Add(100 * time.Second), Seen: s.Add(time.Hour)}}
+	overlap := []ServerRun{{Start: s.Add(-time.Hour), Seen: s.Add(time.Hour)}, {Start: s.Add(100 * time.Second), Seen: s.Add(time.Hour)}}
+	for _, tc := range []struct {
+		name        string
+		runs        []ServerRun
+		last, until time.Duration
+		start       time.Duration
+		ok          bool
+	}{
+		{"no runs recorded: as before", nil, 10 * time.Second, 160 * time.Second, 10 * time.Second, true},
+		{"restart: counted from the restart, 60 s is within the grace", down, 10 * time.Second, 160 * time.Second, 0, false},
+		{"restart: 61 s after it is an outage from the restart", down, 10 * time.Second, 161 * time.Second, 100 * time.Second, true},
+		{"another replica was up meanwhile: from the last heartbeat", overlap, 10 * time.Second, 160 * time.Second, 10 * time.Second, true},
+		{"silence within one run", down, 5 * time.Minute, 7 * time.Minute, 5 * time.Minute, true},
+	} {
+		start, ok := MarketSilence(p, tc.runs, s.Add(tc.last), s.Add(tc.until))
+		if ok != tc.ok || (ok && !start.Equal(s.Add(tc.start))) {
+			t.Errorf("%s: %s %v, want +%s %v", tc.name, start, ok, tc.start, tc.ok)
+		}
+	}
+	if at, ok := MarketDownAfter(down, s); !ok || !at.Equal(s.Add(40*time.Second)) {
+		t.Errorf("down after: %s %v, want +40s", at, ok)
+	}
+	if _, ok := MarketDownAfter(down, s.Add(time.Minute)); ok {
+		t.Error("down after a time the market was down")
+	}
+}

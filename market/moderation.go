@@ -36,8 +36,10 @@ type ProviderRecord struct {
 	// pieces the provider's agents measured (AgentMeasured);
 	// MeasuredLostDeviceSeconds the device-time of those pieces that their
 	// heartbeats showed lost to outages; ReportedLostOnMeasured the part
-	// of LostDeviceSeconds reported on those pieces, which the measurement
-	// replaces (ScoredLostDeviceSeconds).
+	// of LostDeviceSeconds reported on those pieces by the agent or the
+	// provider, which the measurement replaces (ScoredLostDeviceSeconds).
+	// A buyer's acknowledged report keeps counting: the agent is the
+	// provider's word (issue 23).
 	MeasuredDeviceSeconds     int64
 	MeasuredLostDeviceSeconds int64
 	ReportedLostOnMeasured    int64

@@ -51,7 +51,7 @@ func TestCheckRejection(t *testing.T) {
 			if ok && !from.Equal(tc.r.Start()) {
 				t.Errorf("window from %s, want the start %s", from, tc.r.Start())
 			}
-			err := CheckRejection(tc.r, tc.now)
+			err := CheckRejection(tc.r, tc.now, RejectionGrounds{})
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Errorf("refused: %v", err)
@@ -72,11 +72,12 @@ func TestRejectionStatement(t *testing.T) {
 		{ID: 2, ProviderID: 21, OfferID: 6, Devices: 1, AmountCents: 678, Start: start, End: start.Add(8 * time.Hour), RejectMinutes: 45},
 		{ID: 3, ProviderID: 20, OfferID: 7, Devices: 1, AmountCents: 1000, Start: start, End: start.Add(8 * time.Hour), RejectMinutes: 30},
 	}}
-	st, err := RejectionStatement(r, now, 1500)
+	failed := RejectionGrounds{FailedAcceptance: true}
+	st, err := RejectionStatement(r, now, 1500, failed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Everything back to the buyer: what each piece cost, nothing kept.
+	// A failed acceptance test: everything back to the buyer: what each piece cost, nothing kept.
 	if !st.Rejected || !st.Cancelled || !st.CancelledAt.Equal(now) {
 		t.Errorf("rejected %v cancelled %v at %s", st.Rejected, st.Cancelled, st.CancelledAt)
 	}
@@ -113,10 +114,10 @@ func TestRejectionStatement(t *testing.T) {
 		}
 	}
 	// Too late, or a bad fee, is no statement.
-	if _, err := RejectionStatement(r, start.Add(30*time.Minute), 1500); ErrorCode(err) != CodeConflict {
+	if _, err := RejectionStatement(r, start.Add(30*time.Minute), 1500, failed); ErrorCode(err) != CodeConflict {
 		t.Errorf("at the deadline: %v", err)
 	}
-	if _, err := RejectionStatement(r, now, 10001); ErrorCode(err) != CodeInvalid {
+	if _, err := RejectionStatement(r, now, 10001, failed); ErrorCode(err) != CodeInvalid {
 		t.Errorf("fee 100.01%%: %v", err)
 	}
 }
@@ -150,13 +151,84 @@ func TestValidateRejectReason(t *testing.T) {
 func TestRejectionPolicyText(t *testing.T) {
 	for m, want := range map[int]string{
 		0:  "No acceptance period: once started, the rental cannot be rejected.",
-		1:  "You may reject the rental for a full refund within the first 1 minute of its start.",
-		30: "You may reject the rental for a full refund within the first 30 minutes of its start.",
-		60: "You may reject the rental for a full refund within the first 1 hour of its start.",
-		90: "You may reject the rental for a full refund within the first 1 hour 30 minutes of its start.",
+		1:  "You may reject the rental within the first 1 minute of its start: in full if the agent measured a failed acceptance test or an outage, otherwise paying for the minutes used (at least 10).",
+		30: "You may reject the rental within the first 30 minutes of its start: in full if the agent measured a failed acceptance test or an outage, otherwise paying for the minutes used (at least 10).",
+		60: "You may reject the rental within the first 1 hour of its start: in full if the agent measured a failed acceptance test or an outage, otherwise paying for the minutes used (at least 10).",
+		90: "You may reject the rental within the first 1 hour 30 minutes of its start: in full if the agent measured a failed acceptance test or an outage, otherwise paying for the minutes used (at least 10).",
 	} {
 		if got := RejectionPolicyText(m); got != want {
 			t.Errorf("%d: %q, want %q", m, got, want)
 		}
+	}
+}
+
+// The minutes used, by hand: a piece of 8 hours (480 minutes) for $123.45.
+// Its charge is amount × minutes used (rounded up, at least 10, at most
+// 480) / 480, rounded half up to the cent.
+func TestRejectionCharge(t *testing.T) {
+	start := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	p := ReservationPiece{AmountCents: 12345, Start: start, End: start.Add(8 * time.Hour), RejectMinutes: 30}
+	for _, tc := range []struct {
+		name string
+		at   time.Duration
+		want Cents
+	}{
+		{"before the start", -time.Minute, 0},
+		{"at the start: the 10-minute minimum", 0, 257},                        // 12345×10/480 = 257.19
+		{"9 minutes: the minimum", 9 * time.Minute, 257},                       // 257.19
+		{"12 minutes", 12 * time.Minute, 309},                                  // 12345×12/480 = 308.625 → 309
+		{"12 minutes 1 second: 13 minutes", 12*time.Minute + time.Second, 334}, // 12345×13/480 = 334.34
+		{"29 minutes", 29 * time.Minute, 746},                                  // 12345×29/480 = 745.84
+		{"past the end: the whole piece", 9 * time.Hour, 12345},
+	} {
+		if got := RejectionCharge(p, start.Add(tc.at)); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	// A piece of 5 minutes charges at most its amount.
+	short := ReservationPiece{AmountCents: 100, Start: start, End: start.Add(5 * time.Minute)}
+	if got := RejectionCharge(short, start.Add(time.Minute)); got != 100 {
+		t.Errorf("5-minute piece: %s, want all 100", got)
+	}
+}
+
+// An unfounded rejection keeps the minutes used for the provider, less the
+// fee; the limit, and spot hours, are refused.
+func TestUnfoundedRejection(t *testing.T) {
+	start := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	now := start.Add(12 * time.Minute)
+	r := Reservation{ID: 9, BuyerID: 4, State: ReservationActive, AmountCents: 12345, Pieces: []ReservationPiece{
+		{ID: 1, ProviderID: 20, OfferID: 5, Devices: 4, AmountCents: 12345, Start: start, End: start.Add(8 * time.Hour), RejectMinutes: 30}}}
+	st, err := RejectionStatement(r, now, 1500, RejectionGrounds{RecentUnfounded: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 309 kept (12 minutes of 480); fee 15% of 309 = 46.35 → 46; payout 263; refund 12036.
+	p := st.Pieces[0]
+	if p.Kept != 309 || p.Refund != 12036 || p.Fee != 46 || p.Payout != 263 || st.Refund != 12036 || st.Payout != 263 || st.Fee != 46 {
+		t.Errorf("kept %s refund %s fee %s payout %s", p.Kept, p.Refund, p.Fee, p.Payout)
+	}
+	entries, err := ChargeEntries(r, "pi_1", start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckSettled(append(entries, SettlementEntries(st, now)...), r.ID); err != nil {
+		t.Error(err)
+	}
+	if _, err := RejectionStatement(r, now, 1500, RejectionGrounds{RecentUnfounded: RejectLimit}); ErrorCode(err) != CodeConflict ||
+		!strings.Contains(ErrorMessage(err), "the most allowed") {
+		t.Errorf("over the limit: %v", err)
+	}
+	if _, err := RejectionStatement(r, now, 1500, RejectionGrounds{RecentUnfounded: RejectLimit, MeasuredOutage: true}); err != nil {
+		t.Errorf("a founded rejection over the limit: %v", err)
+	}
+	spot := r
+	spot.Pieces = []ReservationPiece{r.Pieces[0]}
+	spot.Pieces[0].Interruptible = true
+	if err := CheckRejection(spot, now, RejectionGrounds{MeasuredOutage: true}); ErrorCode(err) != CodeConflict || !strings.Contains(ErrorMessage(err), "spot") {
+		t.Errorf("spot hours with an outage: %v", err)
+	}
+	if err := CheckRejection(spot, now, RejectionGrounds{FailedAcceptance: true}); err != nil {
+		t.Errorf("spot hours with a failed acceptance test: %v", err)
 	}
 }

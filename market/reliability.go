@@ -40,8 +40,8 @@ func ReliabilityBP(r ProviderRecord) int {
 
 // ScoredLostDeviceSeconds is the device-time lost that the reliability
 // score counts: on the pieces the provider's agents measured, the outages
-// their heartbeats showed (the parties' reports on those pieces no longer
-// count); on the others, the outages reported and acknowledged. Negative
+// their heartbeats showed (the agent's and the provider's reports on those
+// pieces no longer count; the buyers' acknowledged ones do); on the others, the outages reported and acknowledged. Negative
 // inputs count as zero.
 func (r ProviderRecord) ScoredLostDeviceSeconds() int64 {
 	reported := max(r.LostDeviceSeconds, 0)
@@ -65,7 +65,7 @@ const (
 // Label is how pages name the source.
 func (s ReliabilitySource) Label() string {
 	if s == ReliabilityMeasured {
-		return "measured by agent"
+		return "reported by the provider’s agent"
 	}
 	return "self-reported"
 }

@@ -113,7 +113,7 @@ func TestReliabilityMeasuredOrReported(t *testing.T) {
 			}
 		})
 	}
-	if ReliabilityMeasured.Label() != "measured by agent" || ReliabilitySelfReported.Label() != "self-reported" {
+	if ReliabilityMeasured.Label() != "reported by the provider’s agent" || ReliabilitySelfReported.Label() != "self-reported" {
 		t.Errorf("labels %q, %q", ReliabilityMeasured.Label(), ReliabilitySelfReported.Label())
 	}
 	if p := PriorReliability(); p.BP != 9500 || p.Source != ReliabilitySelfReported {

@@ -27,16 +27,24 @@ type User struct {
 // Verified reports whether the account's e-mail address is confirmed.
 func (u User) Verified() bool { return !u.EmailVerifiedAt.IsZero() }
 
-// MayTrade reports whether the account may book compute, list offers or be
-// paid out: only once its e-mail address is confirmed, so that the people
-// it trades with, and its receipts, reach someone. Browsing and quoting need
+// MayAct reports whether anything may act for the account: book compute,
+// list offers, bid, leave standing orders, list reserved time for resale,
+// be paid out, or hold the things that act for it without its owner at
+// the keyboard (API tokens, host tokens, SSH keys, saved cards). Only once
+// its e-mail address is confirmed: until then the account may belong to
+// someone who typed another person's address (a squatter), and whatever it
+// created would outlive the real owner's reset. Browsing and quoting need
 // no confirmation. The error is forbidden and says what to do.
-func (u User) MayTrade() error {
+//
+// This is the one rule; the store's create methods and web's
+// requireVerified both call it.
+func (u User) MayAct() error {
 	if u.Verified() {
 		return nil
 	}
 	return &Error{Code: CodeForbidden, Message: "Confirm your e-mail address first: follow the link we sent to " + u.Email +
-		". Until then you can browse and get quotes, but not book, list offers or be paid out."}
+		". Until then you can browse and get quotes, but nothing can act for the account: no bookings, offers, bids, " +
+		"standing orders, resale listings, payouts, API or host tokens, SSH keys or saved cards."}
 }
 
 // How long the links mailed for account recovery and verification work.

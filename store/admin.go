@@ -198,6 +198,9 @@ type Suspension struct {
 	// RevokedTokens counts the API tokens revoked by the suspension; they
 	// stay revoked when the provider is reinstated.
 	RevokedTokens int
+	// RevokedHostTokens counts the agents' host tokens revoked; they too
+	// stay revoked.
+	RevokedHostTokens int
 }
 
 // suspensionState is a user's suspension as the audit trail records it.
@@ -280,6 +283,12 @@ func (db *DB) SuspendProvider(ctx context.Context, adminID, userID int64, reason
 	// Revoked, not merely refused while suspended: a token that may have
 	// been misused must not come back to life at reinstatement.
 	if out.RevokedTokens, err = revokeAPITokens(ctx, tx, userID, now); err != nil {
+		return Suspension{}, fail(op, err, "")
+	}
+	// The agents' host tokens too (issue 23): a reinstated provider makes
+	// new ones on the hosts page.
+	if out.RevokedHostTokens, err = execCount(ctx, tx, `UPDATE host_tokens SET revoked_at = ?
+		WHERE revoked_at IS NULL AND offer_id IN (SELECT id FROM offers WHERE provider_id = ?)`, unix(now), userID); err != nil {
 		return Suspension{}, fail(op, err, "")
 	}
 	if err := insertAudit(ctx, tx, AuditEntry{At: now, ActorID: adminID, Action: AuditProviderSuspend, SubjectKind: AuditSubjectUser, SubjectID: userID,

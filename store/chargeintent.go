@@ -120,6 +120,9 @@ func (db *DB) CreateReservationCharge(ctx context.Context, buyerID, reservationI
 		return market.ChargeIntent{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
+	if err := mayAct(ctx, tx, buyerID); err != nil {
+		return market.ChargeIntent{}, fail(op, err, "")
+	}
 	r, err := getReservation(ctx, tx, reservationID)
 	if err != nil || r.BuyerID != buyerID {
 		return market.ChargeIntent{}, fail(op, notFound(msgReservationNotFound), "")
@@ -154,6 +157,9 @@ func (db *DB) CreateResaleCharge(ctx context.Context, buyerID, listingID int64, 
 		return market.ChargeIntent{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
+	if err := mayAct(ctx, tx, buyerID); err != nil {
+		return market.ChargeIntent{}, fail(op, err, "")
+	}
 	l, err := getResale(ctx, tx, listingID)
 	if err != nil {
 		return market.ChargeIntent{}, fail(op, err, "")

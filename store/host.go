@@ -157,6 +157,9 @@ func (db *DB) CreateHostToken(ctx context.Context, providerID, offerID int64, no
 	if suspended {
 		return HostToken{}, "", &market.Error{Code: market.CodeForbidden, Message: "This account is suspended."}
 	}
+	if err := mayAct(ctx, tx, providerID); err != nil {
+		return HostToken{}, "", fail(op, err, "")
+	}
 	o, err := getOwnOffer(ctx, tx, providerID, offerID)
 	if err != nil {
 		return HostToken{}, "", fail(op, err, "")
@@ -268,6 +271,9 @@ func (db *DB) RecordHeartbeat(ctx context.Context, tokenID int64, hb market.Hear
 	}
 	if hb.Seq <= t.LastSeq {
 		return false, nil
+	}
+	if msg := market.SeqProblem(t.LastSeq, hb.Seq, now); msg != "" {
+		return false, &market.Error{Code: market.CodeInvalid, Message: msg, Fields: map[string]string{"seq": msg}}
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE host_tokens SET last_seq = ?, last_used_at = ? WHERE id = ?`, hb.Seq, unix(now), t.ID); err != nil {
 		return false, fail(op, err, "")

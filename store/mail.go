@@ -41,13 +41,22 @@ const (
 	MailAddressChange = "address_changed" // to the old address when it changes
 	MailAccountExists = "account_exists"  // a sign-up with an address that has an account
 	MailSignInMethod  = "sign_in_method"  // two-factor sign-in turned on or off, reset
+	MailAccessRemoved = "access_removed"  // tokens and SSH keys removed when the account was taken back
 )
+
+// SecretLinkMail reports whether mail of kind carries a link that is a
+// secret of its addressee: following it confirms an address or sets a
+// password. Such a link is shown only to the addressee (web redacts it on
+// the admin's outbox and on another account's view of the demo mailbox).
+func SecretLinkMail(kind string) bool {
+	return kind == MailVerifyAddress || kind == MailPasswordReset
+}
 
 // SecurityMail reports whether kind is security mail, which cannot be
 // turned off.
 func SecurityMail(kind string) bool {
 	switch kind {
-	case MailVerifyAddress, MailPasswordReset, MailAddressChange, MailAccountExists, MailSignInMethod:
+	case MailVerifyAddress, MailPasswordReset, MailAddressChange, MailAccountExists, MailSignInMethod, MailAccessRemoved:
 		return true
 	}
 	return false

@@ -76,9 +76,14 @@ func measurable(r HostRental) bool {
 }
 
 // openSilence opens the host failure a node's silence since last is for a
-// rental at until, if it is one (market.SilenceOutage).
+// rental at until, if it is one, counted only while the market itself was
+// up (market.MarketSilence over the server runs recorded).
 func openSilence(ctx context.Context, tx *sql.Tx, r HostRental, node int, last, until, now time.Time) error {
-	start, ok := market.SilenceOutage(r.Piece, last, until)
+	runs, err := serverRuns(ctx, tx, last)
+	if err != nil {
+		return err
+	}
+	start, ok := market.MarketSilence(r.Piece, runs, last, until)
 	if !ok || !measurable(r) {
 		return nil
 	}
@@ -107,7 +112,7 @@ func measureHeartbeat(ctx context.Context, tx *sql.Tx, offerID int64, node int, 
 				return err
 			}
 		}
-		if err := closeOutages(ctx, tx, p.ID, node, market.IncidentHostFailure, minTime(now, p.End)); err != nil {
+		if err := closeHostFailures(ctx, tx, p.ID, node, minTime(now, p.End)); err != nil {
 			return err
 		}
 		if !runningAt(r, now) {
@@ -132,6 +137,66 @@ func measureHeartbeat(ctx context.Context, tx *sql.Tx, offerID int64, node int, 
 		}
 	}
 	return nil
+}
+
+// closeHostFailures ends the open host failures of a piece on a node at
+// end, or, for one that began before the market itself went down, when it
+// went down (market.MarketDownAfter): the time the market was down is not
+// the provider's; a silence still going on after the restart is a new
+// outage from the restart (openSilence).
+func closeHostFailures(ctx context.Context, tx *sql.Tx, pieceID int64, node int, end time.Time) error {
+	open, err := collect(ctx, tx, scanOutage, `SELECT `+outageColumns+` FROM measured_outages
+		WHERE piece_id = ? AND node = ? AND kind = ? AND end_at IS NULL`, pieceID, node, string(market.IncidentHostFailure))
+	if err != nil {
+		return err
+	}
+	for _, o := range open {
+		at := end
+		runs, err := serverRuns(ctx, tx, o.Start)
+		if err != nil {
+			return err
+		}
+		if down, ok := market.MarketDownAfter(runs, o.Start); ok && down.Before(at) {
+			at = down
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE measured_outages SET end_at = CASE WHEN start_at > ? THEN start_at ELSE ? END WHERE id = ?`,
+			unix(at), unix(at), o.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serverRuns returns the server runs (market.ServerRun) that were up at
+// or after since.
+func serverRuns(ctx context.Context, q querier, since time.Time) ([]market.ServerRun, error) {
+	return collect(ctx, q, func(s scanner) (market.ServerRun, error) {
+		var start, seen int64
+		err := s.Scan(&start, &seen)
+		return market.ServerRun{Start: fromUnix(start), Seen: fromUnix(seen)}, err
+	}, `SELECT started_at, seen_at FROM server_runs WHERE seen_at >= ? ORDER BY started_at`, unix(since.Add(-market.ServerUpSlack)))
+}
+
+// RecordServerBeat records that the server process replica, started at
+// started, is up at now (docs/agent.md): its run's last-seen time. The
+// background loop of every replica calls it every
+// market.ServerBeatInterval.
+func (db *DB) RecordServerBeat(ctx context.Context, replica string, started, now time.Time) error {
+	const op = "record server beat"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO server_runs (replica, started_at, seen_at) VALUES (?, ?, ?)
+		ON CONFLICT (replica, started_at) DO UPDATE SET seen_at = excluded.seen_at`, replica, unix(started), unix(now)); err != nil {
+		return fail(op, err, "")
+	}
+	// Runs a month old bound no silence any more.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM server_runs WHERE seen_at < ?`, unix(now.Add(-30*24*time.Hour))); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
 }
 
 func minTime(a, b time.Time) time.Time {

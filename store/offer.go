@@ -116,6 +116,9 @@ func (db *DB) CreateOffer(ctx context.Context, o market.Offer, now time.Time) (m
 		return market.Offer{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
+	if err := mayAct(ctx, tx, o.ProviderID); err != nil {
+		return market.Offer{}, fail(op, err, "")
+	}
 
 	o.Review, o.ReviewNote, o.State = market.ReviewPending, "", market.OfferActive
 	cols, args := offerFields(o)

@@ -56,6 +56,9 @@ func (db *DB) SavePaymentMethod(ctx context.Context, userID int64, m market.Paym
 		return market.PaymentMethod{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
+	if err := mayAct(ctx, tx, userID); err != nil {
+		return market.PaymentMethod{}, fail(op, err, "")
+	}
 	var id int64
 	var removed sql.NullInt64
 	err = tx.QueryRowContext(ctx, `SELECT id, removed_at FROM payment_methods WHERE user_id = ? AND processor_method_id = ?`,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/gpumarket/gpumarket/market"
@@ -130,6 +131,86 @@ func markLinkUsed(ctx context.Context, tx *sql.Tx, id int64, now time.Time) erro
 	return nil
 }
 
+// AccountCleanup is what taking an account back did: how many sessions it
+// ended, API tokens it revoked and half-done two-factor logins it ended,
+// the SSH keys it removed, and how many saved cards it left in place
+// (their owner is offered to remove them: a card may be the owner's own).
+type AccountCleanup struct {
+	Sessions   int
+	Tokens     int
+	HalfLogins int
+	SSHKeys    []market.SSHKey
+	Cards      int
+}
+
+// takeBackAccount is what a password reset and the first confirmation of
+// an address do, in the caller's transaction: whoever held the account
+// before the address's owner showed up may have left things that act for
+// it, so its API tokens are revoked, its SSH keys removed and its half-done
+// two-factor logins ended, and every session but keepSessionID (raw; ""
+// for none) ends. Saved cards are counted, not removed. The address is
+// mailed what was removed (MailAccessRemoved) when anything was.
+func takeBackAccount(ctx context.Context, tx *sql.Tx, u market.User, keepSessionID string, now time.Time) (AccountCleanup, error) {
+	var c AccountCleanup
+	var err error
+	if c.Tokens, err = revokeAPITokens(ctx, tx, u.ID, now); err != nil {
+		return c, err
+	}
+	if c.SSHKeys, err = userSSHKeys(ctx, tx, u.ID); err != nil {
+		return c, err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM ssh_keys WHERE user_id = ?`, u.ID); err != nil {
+		return c, err
+	}
+	if c.HalfLogins, err = execCount(ctx, tx, `DELETE FROM login_challenges WHERE user_id = ?`, u.ID); err != nil {
+		return c, err
+	}
+	if c.Sessions, err = execCount(ctx, tx, `DELETE FROM sessions WHERE user_id = ? AND id_hash <> ?`, u.ID, hashSessionID(keepSessionID)); err != nil {
+		return c, err
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM payment_methods WHERE user_id = ? AND removed_at IS NULL`, u.ID).Scan(&c.Cards); err != nil {
+		return c, err
+	}
+	if c.Tokens == 0 && len(c.SSHKeys) == 0 && c.HalfLogins == 0 && c.Cards == 0 {
+		return c, nil
+	}
+	body := fmt.Sprintf("Hello %s,\n\nThe password of your gpumarket account was reset, or its address confirmed for the first time, "+
+		"on %s UTC. Whoever used the account before may not have been you, so what could act for it without your password was removed:\n\n%s"+
+		"\nCreate new API tokens and add your SSH keys again on your account page.", u.DisplayName, now.UTC().Format("2 January 2006 at 15:04"), c.Text())
+	return c, queueMail(ctx, tx, OutboxMail{UserID: u.ID, To: u.Email, Kind: MailAccessRemoved, CreatedAt: now,
+		Subject: "API tokens and SSH keys of your gpumarket account were removed", Body: body, URLPath: "/account"})
+}
+
+// Text says what the cleanup did, a line each, for the mail and the page.
+func (c AccountCleanup) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "- API tokens revoked: %d\n", c.Tokens)
+	if len(c.SSHKeys) == 0 {
+		b.WriteString("- SSH keys removed: none\n")
+	}
+	for _, k := range c.SSHKeys {
+		fmt.Fprintf(&b, "- SSH key removed: %s %s %s\n", k.Type, k.Fingerprint, k.Comment)
+	}
+	if c.HalfLogins > 0 {
+		fmt.Fprintf(&b, "- Half-done two-factor log-ins ended: %d\n", c.HalfLogins)
+	}
+	if c.Cards > 0 {
+		fmt.Fprintf(&b, "\nThe account still has %d saved card(s). If you did not save them, remove them under "+
+			"Payment methods on your account page.\n", c.Cards)
+	}
+	return b.String()
+}
+
+// execCount runs a statement and returns how many rows it changed.
+func execCount(ctx context.Context, tx *sql.Tx, query string, args ...any) (int, error) {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
 // queueVerifyMail mails the link confirming the account's address.
 func queueVerifyMail(ctx context.Context, tx *sql.Tx, u market.User, raw string, now time.Time) error {
 	return queueMail(ctx, tx, OutboxMail{UserID: u.ID, To: u.Email, Kind: MailVerifyAddress, CreatedAt: now,
@@ -221,31 +302,41 @@ func (db *DB) ResendVerification(ctx context.Context, userID int64, now time.Tim
 // VerifyAddress confirms the address that the verification link with the
 // raw token was mailed to, at now, and returns the account. The link works
 // once, until it expires, and only while the address is still the
-// account's.
-func (db *DB) VerifyAddress(ctx context.Context, raw string, now time.Time) (market.User, error) {
+// account's. The first confirmation takes the account back for the
+// address's owner (takeBackAccount): whoever signed up with the address
+// before its owner followed the link loses the sessions (but
+// keepSessionID, the raw id of the browser following the link if it is
+// the account's) and whatever else could act for it.
+func (db *DB) VerifyAddress(ctx context.Context, raw, keepSessionID string, now time.Time) (market.User, AccountCleanup, error) {
 	const op = "verify address"
 	tx, err := db.begin(ctx)
 	if err != nil {
-		return market.User{}, fail(op, err, "")
+		return market.User{}, AccountCleanup{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
 
 	l, err := useLink(ctx, tx, linkVerify, raw, now)
 	if err != nil {
-		return market.User{}, fail(op, err, "")
+		return market.User{}, AccountCleanup{}, fail(op, err, "")
 	}
 	if err := markLinkUsed(ctx, tx, l.id, now); err != nil {
-		return market.User{}, fail(op, err, "")
+		return market.User{}, AccountCleanup{}, fail(op, err, "")
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE users SET email_verified_at = ? WHERE id = ? AND email_verified_at IS NULL`,
-		unix(now), l.userID); err != nil {
-		return market.User{}, fail(op, err, "")
+	first, err := execCount(ctx, tx, `UPDATE users SET email_verified_at = ? WHERE id = ? AND email_verified_at IS NULL`, unix(now), l.userID)
+	if err != nil {
+		return market.User{}, AccountCleanup{}, fail(op, err, "")
 	}
 	u, err := scanUser(tx.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE id = ?`, l.userID))
 	if err != nil {
-		return market.User{}, fail(op, err, "")
+		return market.User{}, AccountCleanup{}, fail(op, err, "")
 	}
-	return u, fail(op, tx.Commit(), "")
+	var c AccountCleanup
+	if first == 1 {
+		if c, err = takeBackAccount(ctx, tx, u, keepSessionID, now); err != nil {
+			return market.User{}, AccountCleanup{}, fail(op, err, "")
+		}
+	}
+	return u, c, fail(op, tx.Commit(), "")
 }
 
 // RequestPasswordReset mails a single-use link to set a new password
@@ -303,41 +394,39 @@ func (db *DB) CheckResetLink(ctx context.Context, raw string, now time.Time) err
 }
 
 // ResetPassword uses the reset link with the raw token at now: it sets the
-// password hash, ends every session of the account and retires its other
-// reset links, and returns the account and how many sessions it ended.
-// Having received the link, the address also counts as confirmed.
-func (db *DB) ResetPassword(ctx context.Context, raw string, passwordHash []byte, now time.Time) (market.User, int, error) {
+// password hash, retires the account's other reset links and takes the
+// account back for the address's owner (takeBackAccount: every session
+// ends, API tokens are revoked, SSH keys removed, half-done two-factor
+// logins ended), and returns the account and what was done. Having
+// received the link, the address also counts as confirmed.
+func (db *DB) ResetPassword(ctx context.Context, raw string, passwordHash []byte, now time.Time) (market.User, AccountCleanup, error) {
 	const op = "reset password"
 	tx, err := db.begin(ctx)
 	if err != nil {
-		return market.User{}, 0, fail(op, err, "")
+		return market.User{}, AccountCleanup{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
 
 	l, err := useLink(ctx, tx, linkReset, raw, now)
 	if err != nil {
-		return market.User{}, 0, fail(op, err, "")
+		return market.User{}, AccountCleanup{}, fail(op, err, "")
 	}
 	if err := retireLinks(ctx, tx, l.userID, linkReset, now); err != nil {
-		return market.User{}, 0, fail(op, err, "")
+		return market.User{}, AccountCleanup{}, fail(op, err, "")
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE users SET password_hash = ?, email_verified_at = COALESCE(email_verified_at, ?) WHERE id = ?`,
 		passwordHash, unix(now), l.userID); err != nil {
-		return market.User{}, 0, fail(op, err, "")
-	}
-	res, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE user_id = ?`, l.userID)
-	if err != nil {
-		return market.User{}, 0, fail(op, err, "")
-	}
-	ended, err := res.RowsAffected()
-	if err != nil {
-		return market.User{}, 0, fail(op, err, "")
+		return market.User{}, AccountCleanup{}, fail(op, err, "")
 	}
 	u, err := scanUser(tx.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE id = ?`, l.userID))
 	if err != nil {
-		return market.User{}, 0, fail(op, err, "")
+		return market.User{}, AccountCleanup{}, fail(op, err, "")
 	}
-	return u, int(ended), fail(op, tx.Commit(), "")
+	c, err := takeBackAccount(ctx, tx, u, "", now)
+	if err != nil {
+		return market.User{}, AccountCleanup{}, fail(op, err, "")
+	}
+	return u, c, fail(op, tx.Commit(), "")
 }
 
 // RequestAddressChange asks to change the user's address to newEmail
@@ -403,8 +492,10 @@ func (db *DB) RequestAddressChange(ctx context.Context, userID int64, newEmail s
 // now: the account's address becomes the one the link was mailed to,
 // confirmed, and the old address is told (MailAddressChange). It returns
 // the account as changed and its old address. An address taken by another
-// account meanwhile is a conflict.
-func (db *DB) ConfirmAddressChange(ctx context.Context, raw string, now time.Time) (market.User, string, error) {
+// account meanwhile is a conflict. Every session of the account ends but
+// keepSessionID (the raw id of the browser following the link, if it is
+// the account's): whoever held the old address's sessions is out.
+func (db *DB) ConfirmAddressChange(ctx context.Context, raw, keepSessionID string, now time.Time) (market.User, string, error) {
 	const op = "confirm address change"
 	tx, err := db.begin(ctx)
 	if err != nil {
@@ -422,6 +513,9 @@ func (db *DB) ConfirmAddressChange(ctx context.Context, raw string, now time.Tim
 	if _, err := tx.ExecContext(ctx, `UPDATE users SET email = ?, email_verified_at = ? WHERE id = ?`,
 		l.email, unix(now), l.userID); err != nil {
 		return market.User{}, "", fail(op, err, "That address now belongs to another account, so yours was not changed.")
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE user_id = ? AND id_hash <> ?`, l.userID, hashSessionID(keepSessionID)); err != nil {
+		return market.User{}, "", fail(op, err, "")
 	}
 	u, err := scanUser(tx.QueryRowContext(ctx, `SELECT `+userColumns+` FROM users WHERE id = ?`, l.userID))
 	if err != nil {

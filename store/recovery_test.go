@@ -46,7 +46,7 @@ func TestSignUpMailsAVerificationLinkThatWorksOnce(t *testing.T) {
 	if err != nil || u.Verified() || u.Email != "ada@example.com" {
 		t.Fatalf("new account %+v, %v: want unverified ada@example.com", u, err)
 	}
-	wantCode(t, u.MayTrade(), market.CodeForbidden)
+	wantCode(t, u.MayAct(), market.CodeForbidden)
 	// The address as an existing account's: no account, the owner told.
 	id2, existed, err := db.SignUp(ctx, market.User{Email: "ADA@example.com", DisplayName: "Other", IsBuyer: true}, []byte("h2"), t0)
 	if err != nil || !existed || id2 != id {
@@ -62,12 +62,12 @@ func TestSignUpMailsAVerificationLinkThatWorksOnce(t *testing.T) {
 	}
 
 	raw := linkToken(t, db, "ada@example.com", MailVerifyAddress, VerifyPath)
-	wantCode(t, func() error { _, err := db.VerifyAddress(ctx, raw+"x", t0); return err }(), market.CodeNotFound)
-	v, err := db.VerifyAddress(ctx, raw, t0.Add(time.Hour))
-	if err != nil || !v.Verified() || !v.EmailVerifiedAt.Equal(t0.Add(time.Hour)) || v.MayTrade() != nil {
+	wantCode(t, func() error { _, _, err := db.VerifyAddress(ctx, raw+"x", "", t0); return err }(), market.CodeNotFound)
+	v, _, err := db.VerifyAddress(ctx, raw, "", t0.Add(time.Hour))
+	if err != nil || !v.Verified() || !v.EmailVerifiedAt.Equal(t0.Add(time.Hour)) || v.MayAct() != nil {
 		t.Fatalf("VerifyAddress = %+v, %v", v, err)
 	}
-	_, err = db.VerifyAddress(ctx, raw, t0.Add(time.Hour))
+	_, _, err = db.VerifyAddress(ctx, raw, "", t0.Add(time.Hour))
 	wantCode(t, err, market.CodeConflict)
 	if !strings.Contains(market.ErrorMessage(err), "already been used") {
 		t.Fatalf("reuse: %v", err)
@@ -98,7 +98,7 @@ func TestVerificationLinkExpiresAndResendReplacesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := linkToken(t, db, "bo@example.com", MailVerifyAddress, VerifyPath)
-	_, err = db.VerifyAddress(ctx, first, t0.Add(market.VerifyLinkTTL))
+	_, _, err = db.VerifyAddress(ctx, first, "", t0.Add(market.VerifyLinkTTL))
 	wantCode(t, err, market.CodeConflict)
 	if !strings.Contains(market.ErrorMessage(err), "expired") {
 		t.Fatalf("expired link: %v", err)
@@ -110,7 +110,7 @@ func TestVerificationLinkExpiresAndResendReplacesIt(t *testing.T) {
 	if second == first {
 		t.Fatal("the resent link is the first one")
 	}
-	if _, err := db.VerifyAddress(ctx, second, t0.Add(market.VerifyLinkTTL+time.Minute)); err != nil {
+	if _, _, err := db.VerifyAddress(ctx, second, "", t0.Add(market.VerifyLinkTTL+time.Minute)); err != nil {
 		t.Fatalf("resent link: %v", err)
 	}
 }
@@ -151,8 +151,8 @@ func TestPasswordResetLink(t *testing.T) {
 	wantCode(t, err, market.CodeConflict)
 
 	got, ended, err := db.ResetPassword(ctx, raw, []byte("new"), t0.Add(time.Minute))
-	if err != nil || got.ID != u.ID || ended != 2 {
-		t.Fatalf("ResetPassword = %+v, %d, %v; want 2 sessions ended", got, ended, err)
+	if err != nil || got.ID != u.ID || ended.Sessions != 2 {
+		t.Fatalf("ResetPassword = %+v, %+v, %v; want 2 sessions ended", got, ended, err)
 	}
 	if _, hash, _ := db.FindUserByEmail(ctx, "cy@example.com"); string(hash) != "new" {
 		t.Fatalf("hash %q after reset", hash)
@@ -188,7 +188,7 @@ func TestAddressChangeIsConfirmedByTheNewAddress(t *testing.T) {
 	if still, _ := db.FindUserByID(ctx, u.ID); still.Email != "old@example.com" {
 		t.Fatalf("address changed before confirmation: %s", still.Email)
 	}
-	got, old, err := db.ConfirmAddressChange(ctx, raw, t0.Add(time.Hour))
+	got, old, err := db.ConfirmAddressChange(ctx, raw, "", t0.Add(time.Hour))
 	if err != nil || old != "old@example.com" || got.Email != "new@example.com" || !got.EmailVerifiedAt.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("ConfirmAddressChange = %+v, %q, %v", got, old, err)
 	}
@@ -196,7 +196,7 @@ func TestAddressChangeIsConfirmedByTheNewAddress(t *testing.T) {
 	if len(all) == 0 || all[0].Kind != MailAddressChange || all[0].To != "old@example.com" || !strings.Contains(all[0].Body, "new@example.com") {
 		t.Fatalf("the old address was not told: %+v", all)
 	}
-	_, _, err = db.ConfirmAddressChange(ctx, raw, t0.Add(time.Hour))
+	_, _, err = db.ConfirmAddressChange(ctx, raw, "", t0.Add(time.Hour))
 	wantCode(t, err, market.CodeConflict)
 
 	// Taken between the request and the confirmation.
@@ -205,7 +205,7 @@ func TestAddressChangeIsConfirmedByTheNewAddress(t *testing.T) {
 	}
 	raw = linkToken(t, db, "later@example.com", MailVerifyAddress, AddressChangePath)
 	createUser(t, db, "later@example.com", true)
-	_, _, err = db.ConfirmAddressChange(ctx, raw, t0.Add(time.Hour))
+	_, _, err = db.ConfirmAddressChange(ctx, raw, "", t0.Add(time.Hour))
 	wantCode(t, err, market.CodeConflict)
 	if still, _ := db.FindUserByID(ctx, u.ID); still.Email != "new@example.com" {
 		t.Fatalf("address %s after a refused change", still.Email)
@@ -218,7 +218,7 @@ func TestAddressChangeIsConfirmedByTheNewAddress(t *testing.T) {
 	if err := db.RequestAddressChange(ctx, u.ID, "third@example.com", t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := db.ConfirmAddressChange(ctx, linkToken(t, db, "third@example.com", MailVerifyAddress, AddressChangePath), t0); err != nil {
+	if _, _, err := db.ConfirmAddressChange(ctx, linkToken(t, db, "third@example.com", MailVerifyAddress, AddressChangePath), "", t0); err != nil {
 		t.Fatal(err)
 	}
 	wantCode(t, db.CheckResetLink(ctx, reset, t0), market.CodeConflict)

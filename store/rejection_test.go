@@ -79,6 +79,9 @@ func TestRejectReservation(t *testing.T) {
 		t.Fatalf("refusals changed the state to %s", got.State)
 	}
 
+	// The agent's acceptance test could not run: the rental failed its
+	// contract, so the rejection refunds everything.
+	failAcceptance(t, db, prov.ID, r, at.Add(-time.Minute))
 	got, err := db.RejectReservation(ctx, buyer.ID, r.ID, "  Acceptance test 40% below the listing. ", 1000, at)
 	if err != nil {
 		t.Fatal(err)
@@ -163,4 +166,19 @@ func TestRejectReservationNeedsAPeriodOnEveryPiece(t *testing.T) {
 	h := book(t, db, buyer.ID, t0, piece(o, 2, start.Add(5*time.Hour), 2))
 	_, err = db.RejectReservation(ctx, buyer.ID, h.ID, "", 1000, start.Add(5*time.Hour+time.Minute))
 	wantMessage(t, err, market.CodeConflict, "not paid")
+}
+
+// failAcceptance has the agent of node 0 of r's first piece report, at at,
+// an acceptance test that could not run.
+func failAcceptance(t *testing.T, db *DB, providerID int64, r market.Reservation, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	p := r.Pieces[0]
+	tok, _, err := db.CreateHostToken(ctx, providerID, p.OfferID, 0, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.RecordAcceptance(ctx, tok.ID, p.ID, market.AcceptanceResult{Metric: market.FigureBF16TFLOPS, Error: "GPU 3 missing"}, at); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -117,9 +117,9 @@ func measuredRecords(ctx context.Context, q querier, providerID int64, since, no
 	}
 	reportedLost, err := perPiece(`SELECT i.piece_id, SUM(`+incidentLostSeconds+`)
 		FROM incidents i JOIN reservation_pieces p ON p.id = i.piece_id JOIN reservations r ON r.id = p.reservation_id
-		WHERE i.acknowledged = 1 AND i.kind IN `+kindIn+` AND i.start_at >= ? AND i.end_at > i.start_at
+		WHERE i.acknowledged = 1 AND i.reported_by <> ? AND i.kind IN `+kindIn+` AND i.start_at >= ? AND i.end_at > i.start_at
 			AND `+deliveredPiece+hasAgent+provider+` GROUP BY i.piece_id`,
-		append(append(append(kinds, since), delivered...), pa...)...)
+		append(append(append(append([]any{ReportedByBuyer}, kinds...), since), delivered...), pa...)...)
 	if err != nil {
 		return err
 	}

@@ -81,9 +81,11 @@ func TestProviderRecordMeasuredByAgent(t *testing.T) {
 	want := market.ProviderRecord{ProviderID: prov.ID, ApprovedOffers: 1, DeliveredReservations: 2, MaxDeliveredDevices: 8,
 		RecentIncidents: 4, PromisedDeviceSeconds: promised,
 		// The agent's two incidents count as reported too, until the
-		// measurement replaces every report on its piece.
+		// measurement replaces the agent's and the provider's reports on
+		// its piece; the buyer's acknowledged report keeps counting (issue
+		// 23: the agent is the provider's word).
 		LostDeviceSeconds:     measuredLost + buyerA + buyerB,
-		MeasuredDeviceSeconds: measured, MeasuredLostDeviceSeconds: measuredLost, ReportedLostOnMeasured: measuredLost + buyerA}
+		MeasuredDeviceSeconds: measured, MeasuredLostDeviceSeconds: measuredLost, ReportedLostOnMeasured: measuredLost}
 	one, err := db.ProviderRecord(ctx, prov.ID, now)
 	if err != nil || one != want {
 		t.Fatalf("ProviderRecord = %+v, %v\nwant             %+v", one, err, want)
@@ -95,10 +97,10 @@ func TestProviderRecordMeasuredByAgent(t *testing.T) {
 	if r, ok := all[quiet.ID]; !ok || r.MeasuredDeviceSeconds != 0 || r.ReliabilitySource() != market.ReliabilitySelfReported {
 		t.Errorf("quiet provider's record = %+v (%v)", r, ok)
 	}
-	// Scored: the measured 162 device-minutes on A and the 120 reported
-	// on B of 1,920 promised; half measured.
-	if got := one.ScoredLostDeviceSeconds(); got != measuredLost+buyerB {
-		t.Errorf("scored lost = %d, want %d", got, measuredLost+buyerB)
+	// Scored: the measured 162 device-minutes on A, the buyer's 480 on A
+	// and the 120 reported on B of 1,920 promised; half measured.
+	if got := one.ScoredLostDeviceSeconds(); got != measuredLost+buyerA+buyerB {
+		t.Errorf("scored lost = %d, want %d", got, measuredLost+buyerA+buyerB)
 	}
 	if src := one.ReliabilitySource(); src != market.ReliabilityMeasured {
 		t.Errorf("source %q, want measured", src)

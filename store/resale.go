@@ -155,6 +155,9 @@ func (db *DB) CreateResaleListing(ctx context.Context, sellerID, reservationID i
 		return market.ResaleListing{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
+	if err := mayAct(ctx, tx, sellerID); err != nil {
+		return market.ResaleListing{}, fail(op, err, "")
+	}
 	r, err := getBuyerReservation(ctx, tx, sellerID, reservationID)
 	if err != nil {
 		return market.ResaleListing{}, fail(op, err, "")

@@ -129,6 +129,9 @@ func (db *DB) PlaceSpotBid(ctx context.Context, b market.SpotBid, now time.Time)
 		return market.SpotBid{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
+	if err := mayAct(ctx, tx, b.BuyerID); err != nil {
+		return market.SpotBid{}, fail(op, err, "")
+	}
 	o, suspended, err := scanBookableOffer(tx.QueryRowContext(ctx, bookableOfferQuery, b.OfferID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return market.SpotBid{}, notFound(msgOfferNotFound)

@@ -452,3 +452,24 @@ func TestSpotBidderLimits(t *testing.T) {
 	}
 }
 
+
+// An account whose address is not confirmed places no spot bid and has no
+// saved card charged: the store refuses in the transactions themselves
+// (market.User.MayAct), whatever the caller checked.
+func TestUnconfirmedAccountBidsAndPaysNothing(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	prov := createUser(t, db, "prov@example.com", true)
+	o := spotOffer(t, db, prov.ID, 4, 1)
+	id, _, err := db.SignUp(ctx, market.User{Email: "squat@example.com", DisplayName: "Squat", IsBuyer: true}, []byte("h"), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1 := t0.Add(2 * time.Hour)
+	_, err = db.PlaceSpotBid(ctx, market.SpotBid{BuyerID: id, OfferID: o.ID, Devices: 1, MaxCents: 150, FirstHour: h1, LastHour: h1}, t0)
+	wantCode(t, err, market.CodeForbidden)
+	_, err = db.CreateReservationCharge(ctx, id, 1, t0)
+	wantCode(t, err, market.CodeForbidden)
+	_, err = db.CreateResaleCharge(ctx, id, 1, t0)
+	wantCode(t, err, market.CodeForbidden)
+}

@@ -35,6 +35,9 @@ func (db *DB) AddSSHKey(ctx context.Context, userID int64, k market.SSHKey, now 
 		return market.SSHKey{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
+	if err := mayAct(ctx, tx, userID); err != nil {
+		return market.SSHKey{}, fail(op, err, "")
+	}
 	var n int
 	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM ssh_keys WHERE user_id = ?`, userID).Scan(&n); err != nil {
 		return market.SSHKey{}, fail(op, err, "")

@@ -94,6 +94,9 @@ func (db *DB) CreateStandingOrder(ctx context.Context, o market.StandingOrder, n
 		return market.StandingOrder{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
+	if err := mayAct(ctx, tx, o.BuyerID); err != nil {
+		return market.StandingOrder{}, fail(op, err, "")
+	}
 	var open int
 	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM standing_orders WHERE buyer_id = ? AND state = ?`,
 		o.BuyerID, string(market.OrderOpen)).Scan(&open); err != nil {

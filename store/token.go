@@ -119,6 +119,9 @@ func (db *DB) CreateAPIToken(ctx context.Context, userID int64, name, scope stri
 	if suspended {
 		return APIToken{}, "", &market.Error{Code: market.CodeForbidden, Message: "This account is suspended."}
 	}
+	if err := mayAct(ctx, tx, userID); err != nil {
+		return APIToken{}, "", fail(op, err, "")
+	}
 	err = tx.QueryRowContext(ctx, `
 		INSERT INTO api_tokens (user_id, name, scope, prefix, token_hash, created_at) VALUES (?, ?, ?, ?, ?, ?)
 		RETURNING id`, t.UserID, t.Name, t.Scope, t.Prefix, hashToken(raw), unix(t.CreatedAt)).Scan(&t.ID)

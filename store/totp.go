@@ -424,3 +424,56 @@ func (db *DB) DeleteLoginChallenge(ctx context.Context, id string) error {
 func unauthorized(msg string) error {
 	return &market.Error{Code: market.CodeUnauthorized, Message: msg}
 }
+
+// TakeCodeAttempt counts an attempt at the user's second factor at now
+// and reports whether it may go ahead: at most limit attempts per fixed
+// window of the given length, from the window's first attempt. It is one
+// conditional UPDATE (the row's lock serialises simultaneous attempts on
+// both engines), so a burst of simultaneous codes cannot all pass the
+// check before any is counted. A refused attempt is not counted; wait is
+// how long until the window ends. An account without two-factor sign-in
+// is allowed (there is nothing to guess).
+func (db *DB) TakeCodeAttempt(ctx context.Context, userID int64, now time.Time, window time.Duration, limit int) (bool, time.Duration, error) {
+	const op = "take code attempt"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return false, 0, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	expired := unix(now.Add(-window))
+	n, err := execCount(ctx, tx, `UPDATE user_totp SET
+		code_attempts = CASE WHEN code_window_start <= ? THEN 1 ELSE code_attempts + 1 END,
+		code_window_start = CASE WHEN code_window_start <= ? THEN ? ELSE code_window_start END
+		WHERE user_id = ? AND (code_window_start <= ? OR code_attempts < ?)`,
+		expired, expired, unix(now), userID, expired, limit)
+	if err != nil {
+		return false, 0, fail(op, err, "")
+	}
+	if n == 1 {
+		return true, 0, fail(op, tx.Commit(), "")
+	}
+	var start int64
+	err = tx.QueryRowContext(ctx, `SELECT code_window_start FROM user_totp WHERE user_id = ?`, userID).Scan(&start)
+	if errors.Is(err, sql.ErrNoRows) {
+		return true, 0, nil
+	}
+	if err != nil {
+		return false, 0, fail(op, err, "")
+	}
+	return false, fromUnix(start).Add(window).Sub(now), nil
+}
+
+// ResetCodeAttempts forgets the user's attempts at a second factor (a
+// correct one was given).
+func (db *DB) ResetCodeAttempts(ctx context.Context, userID int64) error {
+	const op = "reset code attempts"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE user_totp SET code_attempts = 0, code_window_start = 0 WHERE user_id = ?`, userID); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}

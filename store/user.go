@@ -194,3 +194,14 @@ func (db *DB) CountUsers(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// mayAct checks, inside the caller's transaction, that the account may
+// create something that acts for it (market.User.MayAct): a missing
+// account is not found, an unconfirmed one forbidden.
+func mayAct(ctx context.Context, q querier, userID int64) error {
+	u, err := findUserIn(ctx, q, userID)
+	if err != nil {
+		return err
+	}
+	return u.MayAct()
+}

@@ -86,7 +86,7 @@ type OfferCard struct {
 	Carbon             string
 	Verified           bool
 	Reliability        string // provider reliability, e.g. "97.5%"
-	// ReliabilitySource says what the score rests on: "measured by agent"
+	// ReliabilitySource says what the score rests on: "reported by the provider’s agent"
 	// (ReliabilityMeasured) or "self-reported".
 	ReliabilitySource   string
 	ReliabilityMeasured bool
@@ -1093,7 +1093,7 @@ type OfferDetailView struct {
 	Market   OfferMarketView  // measured work and hourly carbon (market data)
 	Agent    AgentFiguresView // figures measured by the providers' agents
 	// Reliability is the provider's score from their delivery record;
-	// ReliabilitySource what it rests on, "measured by agent"
+	// ReliabilitySource what it rests on, "reported by the provider’s agent"
 	// (ReliabilityMeasured) or "self-reported".
 	Reliability         string
 	ReliabilitySource   string

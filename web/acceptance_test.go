@@ -93,7 +93,7 @@ func TestAcceptanceUnderperformanceAndAgentFigure(t *testing.T) {
 		t.Fatalf("acceptance asked for again: %+v", rep.Assignments)
 	}
 	offerPage := buyer.get(fmt.Sprintf("/offers/%d", o.ID)).body
-	mustContain(t, offerPage, `data-testid="agent-figures"`, "Measured by agent", "BF16 throughput per device", "900 TFLOPS",
+	mustContain(t, offerPage, `data-testid="agent-figures"`, "Reported by the provider’s agent", "BF16 throughput per device", "900 TFLOPS",
 		"900 TFLOPS, guaranteed", "median of 8 device(s) in 1 acceptance test(s)")
 
 	beatUntil(p.End)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -191,7 +192,25 @@ func (h *Handler) handleAdminProviders(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	since := h.now().Add(-market.RejectLimitWindow)
+	provRej, err := h.db.CountProviderRejections(ctx, since)
+	if err != nil {
+		return err
+	}
+	buyerRej, err := h.db.CountBuyerRejections(ctx, since)
+	if err != nil {
+		return err
+	}
 	v := views.AdminProvidersView{}
+	for id, n := range buyerRej {
+		u, err := h.db.FindUserByID(ctx, id)
+		if err != nil {
+			return err
+		}
+		v.Buyers = append(v.Buyers, views.AdminRejectionRow{ID: strconv.FormatInt(id, 10), Name: u.DisplayName, Email: u.Email,
+			Rejections: rejectionCountText(n), Limited: n.Unfounded >= market.RejectLimit})
+	}
+	sort.Slice(v.Buyers, func(i, j int) bool { return v.Buyers[i].Email < v.Buyers[j].Email })
 	for _, p := range ps {
 		id := strconv.FormatInt(p.User.ID, 10)
 		r := p.Record
@@ -202,6 +221,7 @@ func (h *Handler) handleAdminProviders(c echo.Context) error {
 			Reliability: market.FormatPercentBP(market.ReliabilityBP(r)) + "%", Clean: r.CleanTrackRecord(),
 			Suspended: p.User.Suspended, SuspensionReason: p.SuspensionReason, SuspendedAt: formatTime(p.SuspendedAt),
 			SuspendAction: "/admin/providers/" + id + "/suspend", ReinstateAction: "/admin/providers/" + id + "/reinstate",
+			Rejections: rejectionCountText(provRej[p.User.ID]),
 		}
 		v.Providers = append(v.Providers, row)
 	}
@@ -214,6 +234,11 @@ func (h *Handler) handleAdminProviders(c echo.Context) error {
 		})
 	}
 	return render(c, http.StatusOK, views.AdminProviders(h.page(c, "Providers"), v))
+}
+
+// rejectionCountText is "3 (2 unfounded)".
+func rejectionCountText(n store.RejectionCount) string {
+	return fmt.Sprintf("%d (%d unfounded)", n.Total, n.Unfounded)
 }
 
 func (h *Handler) handleAdminSuspend(c echo.Context) error {
@@ -236,7 +261,7 @@ func (h *Handler) handleAdminSuspend(c echo.Context) error {
 		h.wf.RemoveOffer(offerID)
 	}
 	logger(c).Info("provider suspended", "provider_id", id, "admin_id", currentUser(c).ID, "flagged", s.Flagged)
-	h.setFlash(c, "ok", fmt.Sprintf("Provider suspended: %d offer(s) unlisted, %d open reservation(s) flagged for review, %d API token(s) revoked.", len(s.OfferIDs), s.Flagged, s.RevokedTokens))
+	h.setFlash(c, "ok", fmt.Sprintf("Provider suspended: %d offer(s) unlisted, %d open reservation(s) flagged for review, %d API token(s) and %d host token(s) revoked.", len(s.OfferIDs), s.Flagged, s.RevokedTokens, s.RevokedHostTokens))
 	return c.Redirect(http.StatusSeeOther, "/admin/providers")
 }
 

@@ -88,6 +88,11 @@ func decodeBody(c echo.Context, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return &market.Error{Code: market.CodeInvalid, Message: "The JSON body is malformed: " + jsonProblem(err), Fields: jsonProblemField(err)}
 	}
+	// One value only: anything after it (a second object, stray text) is
+	// refused, as market.DecodeRequestJSON refuses it on the other routes.
+	if _, err := dec.Token(); err != io.EOF {
+		return market.Errorf(market.CodeInvalid, "The JSON body is malformed: trailing data after the JSON object.")
+	}
 	return nil
 }
 

@@ -81,14 +81,15 @@ func (h *Handler) handleLogin(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	now := h.now()
-	// Every attempt counts against the client address; only failures count
-	// against the account, from this address and from all of them.
+	// Only failures count: against the client address (so that an office or
+	// a lab behind one address is not locked out by its own successful
+	// log-ins), against the account from this address, and against the
+	// account from all of them.
 	addr := clientNetwork(c)
-	ok, wait, err := h.db.ThrottleHit(ctx, "login-ip:"+addr, now, loginWindow, loginPerAddress)
-	if err != nil {
+	ipKey := "login-ip:" + addr
+	if blocked, wait, err := h.db.ThrottlePeek(ctx, ipKey, now, loginWindow, loginPerAddress); err != nil {
 		return err
-	}
-	if !ok {
+	} else if blocked {
 		return fail(http.StatusTooManyRequests, throttledMessage(wait))
 	}
 	pairKey, acctKey := "login-pair:"+email+" "+addr, "login-acct:"+email
@@ -128,6 +129,9 @@ func (h *Handler) handleLogin(c echo.Context) error {
 			return err
 		}
 		if _, _, err := h.db.ThrottleHit(ctx, acctKey, now, loginDay, loginPerAccount); err != nil {
+			return err
+		}
+		if _, _, err := h.db.ThrottleHit(ctx, ipKey, now, loginWindow, loginPerAddress); err != nil {
 			return err
 		}
 		return fail(http.StatusUnauthorized, "That email and password do not match an account.")

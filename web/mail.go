@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -90,7 +91,7 @@ func (h *Handler) handleAdminMailShow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v := h.mailMessage(m, "/admin/mail")
+	v := h.mailMessage(m, "/admin/mail", currentUser(c))
 	v.Admin = true
 	if m.Failed() {
 		v.RetryAction = fmt.Sprintf("/admin/mail/%d/retry", m.ID)
@@ -147,9 +148,18 @@ func (h *Handler) handleMailboxShow(c echo.Context) error {
 	if u := currentUser(c); !u.IsAdmin && m.UserID != u.ID {
 		return market.Errorf(market.CodeNotFound, "No such message.")
 	}
-	v := h.mailMessage(m, "/mailbox")
+	v := h.mailMessage(m, "/mailbox", currentUser(c))
 	v.Demo = true
 	return render(c, http.StatusOK, views.MailMessage(h.page(c, m.Subject), v))
+}
+
+// mailAddressee reports whether reader is the addressee of m: the account
+// it is for, whose address is the one it was sent to. A mail to another
+// address (a new address not yet confirmed) is nobody's on this server:
+// the demo mailbox must not let an account confirm an address it does not
+// own.
+func mailAddressee(m store.OutboxMail, reader *market.User) bool {
+	return reader != nil && m.UserID == reader.ID && m.To == reader.Email
 }
 
 func (h *Handler) findMail(c echo.Context) (store.OutboxMail, error) {
@@ -160,9 +170,19 @@ func (h *Handler) findMail(c echo.Context) (store.OutboxMail, error) {
 	return h.db.FindMail(c.Request().Context(), id)
 }
 
-// mailMessage shows m as the sender makes it (workflow.MailMessage).
-func (h *Handler) mailMessage(m store.OutboxMail, back string) views.MailMessageView {
+// redactedLink stands where a secret link was (store.SecretLinkMail).
+const redactedLink = "[link sent to the addressee]"
+
+// mailMessage shows m as the sender makes it (workflow.MailMessage). A
+// secret link (store.SecretLinkMail) is shown only to its addressee (the
+// account the mail is for, at the address it was sent to); anyone else
+// (an admin, another account) sees redactedLink in its place.
+func (h *Handler) mailMessage(m store.OutboxMail, back string, reader *market.User) views.MailMessageView {
 	compose, msg := h.wf.MailComposer(), workflow.MailMessage(m)
+	if store.SecretLinkMail(m.Kind) && !mailAddressee(m, reader) {
+		msg.Path = ""
+		msg.Body = strings.TrimSpace(msg.Body) + "\n\n" + redactedLink
+	}
 	v := views.MailMessageView{Row: h.mailRow(m, ""), From: h.wf.MailFrom(), MessageID: compose.MessageID(m.ID),
 		Link: compose.Link(msg), Text: compose.Text(msg), BackURL: back}
 	if msg.Notification {

@@ -103,3 +103,82 @@ func TestMeasuredOutagesSettle(t *testing.T) {
 	mustContain(t, booking, "the provider&#39;s agent (measured)")
 	requireReconciled(t, app.testApp)
 }
+
+// TestServerDowntimeIsNotAHostFailure (issue 23): the market's own
+// downtime is not billed to the provider. The server stops for 90 s while
+// a rental runs; the agent, backing off, reconnects 60 s after the
+// restart: no host failure. A silence while the market is up is still one,
+// from its last heartbeat.
+func TestServerDowntimeIsNotAHostFailure(t *testing.T) {
+	app := newBillingApp(t)
+	prov := app.client()
+	prov.signUp("uptime@example.com", true)
+	o := app.ownOffer(prov.userID())
+	buyer := app.client()
+	buyer.signUp("uptime-buyer@example.com", false)
+	q := trainingQuery()
+	q.Set("workload.hours", "2")
+	r := app.bookAndPayQuery(buyer, q)
+	p := r.Pieces[0]
+	app.connectPayouts(prov)
+	token := createHostToken(t, prov, o.ID, 0)
+	s := p.Start
+	ctx := context.Background()
+	// up records that server process replica, started at started, was up
+	// from then until until, as its background loop does.
+	up := func(replica string, started, until time.Time) {
+		t.Helper()
+		for at := started; !at.After(until); at = at.Add(market.ServerBeatInterval) {
+			if err := app.db.RecordServerBeat(ctx, replica, started, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	seq := int64(0)
+	beatAt := func(d time.Duration) {
+		t.Helper()
+		seq++
+		if seq > 6 {
+			time.Sleep(time.Second / agentRatePerSecond) // the host token's rate limit runs on the wall clock
+		}
+		app.clock.set(s.Add(d))
+		app.beat(token, heartbeatBody(seq, 8))
+	}
+	up("a", s.Add(-time.Minute), s.Add(10*time.Second))
+	app.tick(s)
+	beatAt(0)
+	beatAt(10 * time.Second)
+	// The server is down from s+10s to s+100s; the agent's backoff brings it
+	// back 60 s after the restart.
+	up("b", s.Add(100*time.Second), s.Add(130*time.Second))
+	app.tick(s.Add(130 * time.Second))
+	up("b", s.Add(100*time.Second), s.Add(160*time.Second))
+	beatAt(160 * time.Second)
+	for d := 215 * time.Second; d <= 10*time.Minute; d += 55 * time.Second {
+		up("b", s.Add(100*time.Second), s.Add(d))
+		beatAt(d)
+	}
+	app.tick(s.Add(10 * time.Minute))
+	incs, err := app.db.ListIncidents(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(incs) != 0 {
+		t.Fatalf("the server's restart became incidents: %+v", incs)
+	}
+	// A real silence with the market up: a host failure from the last
+	// heartbeat to the next.
+	up("b", s.Add(100*time.Second), s.Add(20*time.Minute))
+	app.tick(s.Add(15 * time.Minute))
+	beatAt(20 * time.Minute)
+	app.tick(s.Add(20*time.Minute + time.Second))
+	incs, err = app.db.ListIncidents(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(incs) != 1 || incs[0].Kind != market.IncidentHostFailure || !incs[0].Start.Equal(s.Add(10*time.Minute)) || !incs[0].End.Equal(s.Add(20*time.Minute)) {
+		t.Fatalf("incidents %+v, want one host failure from +10m to +20m", incs)
+	}
+	app.tick(p.End.Add(time.Minute))
+	requireReconciled(t, app.testApp)
+}

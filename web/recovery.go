@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/views"
 )
 
@@ -26,7 +27,7 @@ const (
 )
 
 // requireVerified lets only accounts whose e-mail address is confirmed
-// book, list offers or connect payouts (market.User.MayTrade). A browser
+// book, list offers or connect payouts (market.User.MayAct). A browser
 // gets a page saying so with a button to have the link mailed again; the
 // API its JSON error. It runs after requireUser (or the API's auth).
 func (h *Handler) requireVerified(next echo.HandlerFunc) echo.HandlerFunc {
@@ -35,7 +36,7 @@ func (h *Handler) requireVerified(next echo.HandlerFunc) echo.HandlerFunc {
 		if u == nil {
 			return next(c)
 		}
-		err := u.MayTrade()
+		err := u.MayAct()
 		if err == nil {
 			return next(c)
 		}
@@ -88,13 +89,15 @@ func (h *Handler) handleVerifyResend(c echo.Context) error {
 // handleVerify confirms an address from the link mailed to it.
 func (h *Handler) handleVerify(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
-	u, err := h.db.VerifyAddress(c.Request().Context(), c.QueryParam("token"), h.now())
+	sess, _ := currentSession(c)
+	u, cleanup, err := h.db.VerifyAddress(c.Request().Context(), c.QueryParam("token"), sess.ID, h.now())
 	if err != nil {
 		return h.linkProblem(c, err, "This confirmation link does not work",
 			views.LinkAction{Label: "Log in to ask for a new link", URL: "/account"})
 	}
-	logger(c).Info("address confirmed", "user_id", u.ID)
-	msg := "Your e-mail address is confirmed: you can now book, list offers and be paid out."
+	logger(c).Info("address confirmed", "user_id", u.ID, "sessions_ended", cleanup.Sessions, "tokens_revoked", cleanup.Tokens,
+		"ssh_keys_removed", len(cleanup.SSHKeys))
+	msg := "Your e-mail address is confirmed: you can now book, list offers and be paid out." + cleanupText(cleanup)
 	if cur := currentUser(c); cur != nil && cur.ID == u.ID {
 		h.setFlash(c, "ok", msg)
 		return c.Redirect(http.StatusSeeOther, "/account")
@@ -200,7 +203,7 @@ func (h *Handler) handleReset(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	u, ended, err := h.db.ResetPassword(ctx, token, hash, h.now())
+	u, cleanup, err := h.db.ResetPassword(ctx, token, hash, h.now())
 	if err != nil {
 		return h.resetLinkProblem(c, err)
 	}
@@ -212,9 +215,45 @@ func (h *Handler) handleReset(c echo.Context) error {
 	if err := h.endSession(c); err != nil {
 		return err
 	}
-	logger(c).Info("password reset", "user_id", u.ID, "sessions_ended", ended)
-	h.setFlash(c, "ok", fmt.Sprintf("Your password was changed, and every session of your account was logged out (%s). Log in with the new password.", sessionsText(ended)))
+	logger(c).Info("password reset", "user_id", u.ID, "sessions_ended", cleanup.Sessions, "tokens_revoked", cleanup.Tokens,
+		"ssh_keys_removed", len(cleanup.SSHKeys), "half_logins_ended", cleanup.HalfLogins)
+	h.setFlash(c, "ok", fmt.Sprintf("Your password was changed, and every session of your account was logged out (%s). Log in with the new password.",
+		sessionsText(cleanup.Sessions))+cleanupText(cleanup))
+	if cleanup.Cards > 0 {
+		return c.Redirect(http.StatusSeeOther, "/login?next=%2Faccount%23payment-methods")
+	}
 	return c.Redirect(http.StatusSeeOther, "/login")
+}
+
+// cleanupText says, after a sentence, what taking the account back
+// removed (store.AccountCleanup) and which saved cards it left; "" when
+// nothing.
+func cleanupText(c store.AccountCleanup) string {
+	var parts []string
+	switch c.Tokens {
+	case 0:
+	case 1:
+		parts = append(parts, "1 API token was revoked.")
+	default:
+		parts = append(parts, fmt.Sprintf("%d API tokens were revoked.", c.Tokens))
+	}
+	if len(c.SSHKeys) > 0 {
+		keys := make([]string, len(c.SSHKeys))
+		for i, k := range c.SSHKeys {
+			keys[i] = strings.TrimSpace(k.Type + " " + k.Fingerprint + " " + k.Comment)
+		}
+		parts = append(parts, "SSH keys removed: "+strings.Join(keys, "; ")+".")
+	}
+	if c.HalfLogins > 0 {
+		parts = append(parts, fmt.Sprintf("Half-done two-factor log-ins ended: %d.", c.HalfLogins))
+	}
+	if c.Cards > 0 {
+		parts = append(parts, fmt.Sprintf("Your account still has %d saved card(s): if you did not save them, remove them under Payment methods once logged in (you are taken there).", c.Cards))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " " + strings.Join(parts, " ")
 }
 
 // sessionsText says how many sessions a reset ended.
@@ -268,12 +307,13 @@ func (h *Handler) handleAddressChange(c echo.Context) error {
 // one.
 func (h *Handler) handleAddressConfirm(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
-	u, _, err := h.db.ConfirmAddressChange(c.Request().Context(), c.QueryParam("token"), h.now())
+	sess, _ := currentSession(c)
+	u, _, err := h.db.ConfirmAddressChange(c.Request().Context(), c.QueryParam("token"), sess.ID, h.now())
 	if err != nil {
 		return h.linkProblem(c, err, "This confirmation link does not work", views.LinkAction{Label: "Your account", URL: "/account"})
 	}
 	logger(c).Info("address changed", "user_id", u.ID)
-	msg := fmt.Sprintf("Your e-mail address is now %s; we told the old address.", u.Email)
+	msg := fmt.Sprintf("Your e-mail address is now %s; we told the old address, and every other session of the account was logged out.", u.Email)
 	if cur := currentUser(c); cur != nil && cur.ID == u.ID {
 		h.setFlash(c, "ok", msg)
 		return c.Redirect(http.StatusSeeOther, "/account")

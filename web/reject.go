@@ -19,12 +19,12 @@ import (
 // at now (market.CheckRejection decides), with the agents' acceptance
 // results. It is hidden when no piece's contract has an acceptance period,
 // or once the rental is over and was not rejected.
-func rejectPanelView(r market.Reservation, acceptance []store.AcceptanceRecord, now time.Time) views.RejectPanelView {
+func rejectPanelView(r market.Reservation, acceptance []store.AcceptanceRecord, g market.RejectionGrounds, now time.Time) views.RejectPanelView {
 	v := views.RejectPanelView{URL: fmt.Sprintf("/reservations/%d/reject", r.ID), Acceptance: acceptanceText(acceptance)}
 	if !r.RejectedAt.IsZero() {
 		v.Show, v.Rejected = true, true
-		v.Message = fmt.Sprintf("You rejected this rental on %s, within its acceptance period: everything you paid, %s, is refunded to you and the provider is paid nothing.",
-			formatTime(r.RejectedAt), r.AmountCents)
+		v.Message = fmt.Sprintf("You rejected this rental on %s, within its acceptance period (docs: rejection rule); its statement shows what was refunded.",
+			formatTime(r.RejectedAt))
 		return v
 	}
 	from, until, ok := market.RejectionWindow(r)
@@ -32,13 +32,14 @@ func rejectPanelView(r market.Reservation, acceptance []store.AcceptanceRecord, 
 		return v
 	}
 	v.Show, v.Until = true, formatTime(until)
-	err := market.CheckRejection(r, now)
+	err := market.CheckRejection(r, now, g)
 	switch {
 	case err == nil:
 		v.CanReject = true
+		v.Message = rejectionOutcome(r, g, now)
 	case now.Before(from):
-		v.Message = fmt.Sprintf("Once it starts at %s, you may reject this rental for a full refund until %s — time to run your own checks; the provider's agent also runs an acceptance test.",
-			formatTime(from), formatTime(until))
+		v.Message = fmt.Sprintf("Once it starts at %s, you may reject this rental until %s: in full if the provider's agent's acceptance test fails or it measures an outage, "+
+			"otherwise paying for the minutes used (at least %d).", formatTime(from), formatTime(until), market.RejectMinimumMinutes)
 	default:
 		v.Message = market.ErrorMessage(err)
 	}
@@ -79,7 +80,7 @@ func acceptanceText(rs []store.AcceptanceRecord) string {
 // rejectConfirmView is the confirmation of rejecting r at now, with the
 // reason as typed and its error; CanReject false with the reason when it
 // can no longer be rejected.
-func rejectConfirmView(r market.Reservation, now time.Time, reason, reasonErr string) views.RejectConfirmView {
+func rejectConfirmView(r market.Reservation, g market.RejectionGrounds, now time.Time, reason, reasonErr string) views.RejectConfirmView {
 	v := views.RejectConfirmView{
 		ID: strconv.FormatInt(r.ID, 10), URL: fmt.Sprintf("/reservations/%d", r.ID), ActionURL: fmt.Sprintf("/reservations/%d/reject", r.ID),
 		Devices: strconv.Itoa(r.Devices()), Window: formatTime(r.Start()) + " – " + formatTime(r.End()), Amount: r.AmountCents.String(),
@@ -89,12 +90,45 @@ func rejectConfirmView(r market.Reservation, now time.Time, reason, reasonErr st
 	if _, until, ok := market.RejectionWindow(r); ok {
 		v.Until = formatTime(until)
 	}
-	if err := market.CheckRejection(r, now); err != nil {
+	if err := market.CheckRejection(r, now, g); err != nil {
 		v.Message = market.ErrorMessage(err)
 		return v
 	}
 	v.CanReject = true
+	v.Message = rejectionOutcome(r, g, now)
+	v.Amount = rejectionRefund(r, g, now).String()
 	return v
+}
+
+// rejectionRefund is what rejecting r at now on grounds g refunds
+// (market.RejectionStatement's rule).
+func rejectionRefund(r market.Reservation, g market.RejectionGrounds, now time.Time) market.Cents {
+	if g.Founded() {
+		return r.AmountCents
+	}
+	refund := r.AmountCents
+	for _, p := range r.Pieces {
+		refund -= market.RejectionCharge(p, now)
+	}
+	return refund
+}
+
+// rejectionOutcome says what rejecting r at now on grounds g would do
+// (market.RejectionStatement's rule).
+func rejectionOutcome(r market.Reservation, g market.RejectionGrounds, now time.Time) string {
+	if g.Founded() {
+		return fmt.Sprintf("The rental failed its contract (a failed acceptance test or a measured outage): rejecting it refunds everything you paid, %s.", r.AmountCents)
+	}
+	refund := rejectionRefund(r, g, now)
+	charge := r.AmountCents - refund
+	return fmt.Sprintf("No failed acceptance test or measured outage: rejecting it now pays the provider for the minutes used (at least %d), %s, and refunds %s. "+
+		"You may make %d such rejections in %d days; you have made %d.", market.RejectMinimumMinutes, charge, refund,
+		market.RejectLimit, int(market.RejectLimitWindow.Hours()/24), g.RecentUnfounded)
+}
+
+// rejectGrounds reads what a rejection of r now would stand on.
+func (h *Handler) rejectGrounds(c echo.Context, r market.Reservation) (market.RejectionGrounds, error) {
+	return h.db.FindRejectionGrounds(c.Request().Context(), r, h.now())
 }
 
 // handleReservationRejectConfirm asks before rejecting a rental: what is
@@ -106,7 +140,11 @@ func (h *Handler) handleReservationRejectConfirm(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v := rejectConfirmView(r, h.now(), "", "")
+	g, err := h.rejectGrounds(c, r)
+	if err != nil {
+		return err
+	}
+	v := rejectConfirmView(r, g, h.now(), "", "")
 	status := http.StatusOK
 	if !v.CanReject {
 		status = http.StatusConflict
@@ -125,13 +163,17 @@ func (h *Handler) handleReservationReject(c echo.Context) error {
 	}
 	title := fmt.Sprintf("Reject reservation %d?", r.ID)
 	reason := c.FormValue("reason")
+	g, err := h.rejectGrounds(c, r)
+	if err != nil {
+		return err
+	}
 	if _, err := market.ValidateRejectReason(reason); err != nil {
-		v := rejectConfirmView(r, h.now(), reason, market.FieldErrors(err)["reason"])
+		v := rejectConfirmView(r, g, h.now(), reason, market.FieldErrors(err)["reason"])
 		return render(c, http.StatusUnprocessableEntity, views.RejectConfirm(h.page(c, title), v))
 	}
 	got, err := h.wf.Reject(c.Request().Context(), currentUser(c).ID, r.ID, reason)
 	if market.ErrorCode(err) == market.CodeConflict {
-		v := rejectConfirmView(r, h.now(), reason, "")
+		v := rejectConfirmView(r, g, h.now(), reason, "")
 		v.CanReject, v.Message = false, market.ErrorMessage(err)
 		return render(c, http.StatusConflict, views.RejectConfirm(h.page(c, title), v))
 	}
@@ -139,7 +181,11 @@ func (h *Handler) handleReservationReject(c echo.Context) error {
 		return err
 	}
 	logger(c).Info("rental rejected", "reservation_id", got.ID)
-	h.setFlash(c, "ok", fmt.Sprintf("Rental rejected. Everything you paid, %s, is refunded to you; your keys are removed from the machines and the devices are released.", got.AmountCents))
+	refund := got.AmountCents
+	if st, err := h.db.FindSettlement(c.Request().Context(), got.ID); err == nil {
+		refund = st.Statement.Refund
+	}
+	h.setFlash(c, "ok", fmt.Sprintf("Rental rejected. %s of the %s you paid is refunded to you; your keys are removed from the machines and the devices are released.", refund, got.AmountCents))
 	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/reservations/%d", got.ID))
 }
 

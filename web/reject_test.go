@@ -33,8 +33,9 @@ func rejectApp(t *testing.T) (*billingApp, *client, market.Reservation) {
 
 // TestRejectRentalInAcceptancePeriod: before the start the page says when
 // rejection opens; in the first 30 minutes the buyer confirms on a page (no
-// JavaScript) and gets everything back through the processor, the provider
-// nothing; the books reconcile.
+// JavaScript); with no failed acceptance test or measured outage the
+// provider is paid the minutes used (at least 10) and the rest is refunded
+// through the processor; the books reconcile.
 func TestRejectRentalInAcceptancePeriod(t *testing.T) {
 	app, buyer, r := rejectApp(t)
 	path := fmt.Sprintf("/reservations/%d", r.ID)
@@ -42,7 +43,7 @@ func TestRejectRentalInAcceptancePeriod(t *testing.T) {
 
 	page := buyer.get(path).body
 	mustContain(t, page, `data-testid="reject-panel"`, "Once it starts at "+formatTime(start), "until "+formatTime(start.Add(30*time.Minute)),
-		"You may reject the rental for a full refund within the first 30 minutes of its start.")
+		"You may reject the rental within the first 30 minutes of its start: in full if the agent measured a failed acceptance test or an outage, otherwise paying for the minutes used (at least 10).")
 	mustNotContain(t, page, `data-testid="reject-reservation"`)
 	if got := buyer.get(path + "/reject"); got.status != http.StatusConflict || !strings.Contains(got.body, "has not started yet") {
 		t.Fatalf("confirmation before the start: %d", got.status)
@@ -50,13 +51,18 @@ func TestRejectRentalInAcceptancePeriod(t *testing.T) {
 
 	app.tick(start.Add(5 * time.Minute))
 	page = buyer.get(path).body
-	mustContain(t, page, `data-testid="reject-reservation"`, "full refund</strong> until <strong>"+formatTime(start.Add(30*time.Minute)))
+	mustContain(t, page, `data-testid="reject-reservation"`, "until <strong>"+formatTime(start.Add(30*time.Minute))+"</strong>",
+		"No failed acceptance test or measured outage")
+	// No failed acceptance test, no measured outage: the buyer pays for the
+	// 10-minute minimum of the 24-hour piece, rounded half up.
+	charge := market.Cents((int64(r.AmountCents)*10*2 + 24*60) / (2 * 24 * 60))
+	refund := r.AmountCents - charge
 	confirm := buyer.get(path + "/reject")
 	if confirm.status != http.StatusOK {
 		t.Fatalf("confirmation: %d", confirm.status)
 	}
-	if got := testidValue(t, confirm.body, "reject-refund"); got != r.AmountCents.String() {
-		t.Fatalf("the confirmation refunds %q, want %s", got, r.AmountCents)
+	if got := testidValue(t, confirm.body, "reject-refund"); got != refund.String() {
+		t.Fatalf("the confirmation refunds %q, want %s", got, refund)
 	}
 
 	// Without the session's CSRF token: refused, nothing changes.
@@ -85,24 +91,24 @@ func TestRejectRentalInAcceptancePeriod(t *testing.T) {
 		t.Fatalf("reject: %d → %q\n%s", done.status, done.location, done.body)
 	}
 	page = buyer.get(path).body
-	mustContain(t, page, "Rental rejected. Everything you paid, "+r.AmountCents.String()+", is refunded to you",
+	mustContain(t, page, "Rental rejected. "+refund.String()+" of the "+r.AmountCents.String()+" you paid is refunded to you",
 		`data-testid="reject-closed"`, "You rejected this rental on "+formatTime(start.Add(5*time.Minute)))
 	mustNotContain(t, page, `data-testid="reject-reservation"`)
 	es := app.ledger(r.ID)
-	if sumKind(es, market.EntryRefund) != r.AmountCents || sumKind(es, market.EntryTransfer) != 0 || sumKind(es, market.EntryFee) != 0 {
+	if sumKind(es, market.EntryRefund) != refund || sumKind(es, market.EntryTransfer)+sumKind(es, market.EntryFee) != charge {
 		t.Fatalf("ledger after the rejection %+v", es)
 	}
 	if len(app.pay.refunds) != 1 {
 		t.Fatalf("processor refunds %+v", app.pay.refunds)
 	}
 	for _, amount := range app.pay.refunds {
-		if amount != r.AmountCents {
-			t.Fatalf("processor refunded %s, want %s", amount, r.AmountCents)
+		if amount != refund {
+			t.Fatalf("processor refunded %s, want %s", amount, refund)
 		}
 	}
 	// The statement says what happened.
 	st := buyer.get(path + "/statement").body
-	mustContain(t, st, "You rejected this rental", "within its acceptance period", "refunded in full")
+	mustContain(t, st, "You rejected this rental", "within its acceptance period", "the minutes used (at least 10) are paid")
 	app.tick(r.End().Add(time.Hour))
 	requireReconciled(t, app.testApp)
 }
@@ -171,8 +177,53 @@ func TestAPIRejectReservation(t *testing.T) {
 		t.Fatalf("again: %d %s", again.status, again.body)
 	}
 	s, err := app.db.FindSettlement(context.Background(), r.ID)
-	if err != nil || !s.RefundDone || s.State != store.SettlementDone || s.RefundCents != r.AmountCents {
+	// One minute in, unfounded: the 10-minute minimum of the 24 hours is paid.
+	charge := market.Cents((int64(r.AmountCents)*10*2 + 24*60) / (2 * 24 * 60))
+	if err != nil || !s.RefundDone || s.State != store.SettlementDone || s.RefundCents != r.AmountCents-charge {
 		t.Fatalf("settlement %+v %v", s, err)
 	}
+	requireReconciled(t, app.testApp)
+}
+
+// TestUnfoundedRejectionsAreLimited: a buyer who keeps booking, paying and
+// rejecting with no failed acceptance test or measured outage pays the
+// minutes used each time, and after market.RejectLimit such rejections in
+// 7 days the next is refused (409, with why); the admins see the counts
+// per buyer and per provider; the books reconcile.
+func TestUnfoundedRejectionsAreLimited(t *testing.T) {
+	app, buyer, first := rejectApp(t)
+	r := first
+	for i := 0; i <= market.RejectLimit; i++ {
+		if i > 0 {
+			q := trainingQuery()
+			q.Set("constraints.earliest_start", app.clock.now().Add(time.Hour).Format("2006-01-02T15:04"))
+			r = app.bookAndPayQuery(buyer, q)
+		}
+		app.tick(r.Start().Add(5 * time.Minute))
+		path := fmt.Sprintf("/reservations/%d", r.ID)
+		got := buyer.post(path+"/reject", path+"/reject", url.Values{"reason": {"changed my mind"}})
+		if i < market.RejectLimit {
+			if got.status != http.StatusSeeOther {
+				t.Fatalf("rejection %d: %d\n%.2000s", i+1, got.status, got.body)
+			}
+			charge := market.Cents((int64(r.AmountCents)*10*2 + 24*60) / (2 * 24 * 60))
+			if refund := sumKind(app.ledger(r.ID), market.EntryRefund); refund != r.AmountCents-charge {
+				t.Fatalf("rejection %d refunded %s, want %s", i+1, refund, r.AmountCents-charge)
+			}
+			continue
+		}
+		if got.status != http.StatusConflict {
+			t.Fatalf("rejection %d: %d, want 409", i+1, got.status)
+		}
+		mustContain(t, got.body, `data-testid="reject-message"`, "You have rejected 3 rentals in the last 7 days without a failed acceptance test or a measured outage, the most allowed.")
+		if res, _ := app.db.FindReservation(context.Background(), r.ID); res.State != market.ReservationActive {
+			t.Fatalf("the refused rejection changed the rental: %s", res.State)
+		}
+	}
+	admin := app.adminClient("root@example.com")
+	page := admin.get("/admin/providers").body
+	mustContain(t, page, `data-testid="provider-rejections">3 (3 unfounded)`, `data-testid="buyer-rejections-count">3 (3 unfounded)`,
+		"further unfounded rejections refused")
+	app.tick(r.End().Add(time.Hour))
 	requireReconciled(t, app.testApp)
 }

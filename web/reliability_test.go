@@ -117,7 +117,7 @@ func TestReliabilityMeasuredOrSelfReported(t *testing.T) {
 		score, label string
 		class        string
 	}{
-		{measured, "94.83%", "measured by agent", "badge-measured"},
+		{measured, "94.83%", "reported by the provider’s agent", "badge-measured"},
 		{reported, "94.04%", "self-reported", "badge-reported"},
 	} {
 		page := visitor.get(fmt.Sprintf("/offers/%d", tt.offer.ID))

@@ -130,7 +130,11 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v.Reject = rejectPanelView(r, acceptance, now)
+	grounds, err := h.db.FindRejectionGrounds(ctx, r, now)
+	if err != nil {
+		return err
+	}
+	v.Reject = rejectPanelView(r, acceptance, grounds, now)
 	resaleAdjust(r, &v)
 	return render(c, http.StatusOK, views.Reservation(h.page(c, fmt.Sprintf("Reservation %d", r.ID)), v))
 }

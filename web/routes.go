@@ -67,7 +67,9 @@ func (h *Handler) routes(e *echo.Echo) {
 
 	// Recovery and verification (issue 14): the links mailed to an address
 	// work without a session; each is single-use and short-lived. Booking,
-	// listing and payouts need a confirmed address (requireVerified).
+	// listing, payouts and whatever acts for the account (tokens, SSH keys,
+	// cards, bids, orders, resale) need a confirmed address
+	// (requireVerified, over market.User.MayAct; the store checks it too).
 	b.GET("/signup/sent", h.handleSignUpSent)
 	b.GET("/verify", h.handleVerify)
 	b.GET("/password/forgot", h.handleForgotForm)
@@ -140,9 +142,9 @@ func (h *Handler) routes(e *echo.Echo) {
 	// prefix would catch every unknown path and send it to log in.)
 	b.GET("/account", h.handleAccount, requireUser)
 	b.POST("/account/password", h.handlePasswordChange, requireUser)
-	b.POST("/account/tokens", h.handleTokenCreate, requireUser)
+	b.POST("/account/tokens", h.handleTokenCreate, requireUser, h.requireVerified)
 	b.POST("/account/tokens/:id/revoke", h.handleTokenRevoke, requireUser)
-	b.POST("/account/ssh-keys", h.handleSSHKeyAdd, requireUser)
+	b.POST("/account/ssh-keys", h.handleSSHKeyAdd, requireUser, h.requireVerified)
 	b.POST("/account/ssh-keys/:id/remove", h.handleSSHKeyRemove, requireUser)
 	b.GET("/account/two-factor", h.handleTwoFactor, requireUser)
 	b.POST("/account/two-factor", h.handleTwoFactorStart, requireUser)
@@ -174,7 +176,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	p.POST("/offers/:id/state", h.handleOfferState)
 	p.GET("/reservations", h.handleProviderReservations)
 	p.GET("/hosts", h.handleProviderHosts)
-	p.POST("/hosts/tokens", h.handleHostTokenCreate)
+	p.POST("/hosts/tokens", h.handleHostTokenCreate, h.requireVerified)
 	p.POST("/hosts/tokens/:id/revoke", h.handleHostTokenRevoke)
 
 	// Admins, with two-factor sign-in on (an admin without it is sent to set
@@ -225,12 +227,12 @@ func (h *Handler) routes(e *echo.Echo) {
 	// Saved payment methods (issue 15): cards saved through the processor's
 	// setup page, removed by their owner only; a held reservation paid at
 	// once with the default card; the local processor's card page.
-	b.POST("/account/payment-methods", h.handlePaymentMethodAdd, requireUser)
+	b.POST("/account/payment-methods", h.handlePaymentMethodAdd, requireUser, h.requireVerified)
 	b.GET("/account/payment-methods/return", h.handlePaymentMethodReturn, requireUser)
 	b.POST("/account/payment-methods/:id/remove", h.handlePaymentMethodRemove, requireUser)
 	b.POST("/reservations/:id/pay-saved", h.handlePaySaved, requireUser)
 	b.GET("/setup/local/:id", h.handleLocalSetupPage, requireUser)
-	b.POST("/setup/local/:id", h.handleLocalSetup, requireUser)
+	b.POST("/setup/local/:id", h.handleLocalSetup, requireUser, h.requireVerified)
 }
 
 // cacheForever marks versioned static assets as immutable.

@@ -110,7 +110,7 @@ const (
 	// which a browser that has logged in to the account before is exempt
 	// from, so guessing cannot lock its owner out.
 	loginWindow     = 15 * time.Minute
-	loginPerAddress = 30 // attempts per client address per loginWindow
+	loginPerAddress = 30 // failed attempts per client address per loginWindow
 	loginPerPair    = 8  // failures per account and address per loginWindow
 	loginDay        = 24 * time.Hour
 	loginPerPairDay = 20                  // failures per account and address per loginDay

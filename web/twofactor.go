@@ -39,8 +39,9 @@ const (
 	// just made, encrypted, for the page the redirect shows them on.
 	loginCodeCookie     = "gm_login_code"
 	recoveryCodesCookie = "gm_recovery_codes"
-	// codeFailuresPerAccount is how many wrong codes (or passwords, when
-	// turning it off) an account may take per loginWindow.
+	// codeFailuresPerAccount is how many attempts at a code (or password,
+	// when turning it off) an account may make per loginWindow; a correct
+	// code at log-in starts the count again.
 	codeFailuresPerAccount = 5
 )
 
@@ -133,8 +134,10 @@ func (h *Handler) checkTOTP(c echo.Context, tf store.TwoFactor, code string) (ms
 }
 
 // codeThrottle counts attempts at second factors: every attempt against
-// the client address, failures against the account. It returns a message
-// when the attempt must wait.
+// the client address, and every attempt against the account, counted
+// before the code is checked in one conditional UPDATE
+// (store.TakeCodeAttempt), so simultaneous codes cannot race past the
+// limit. It returns a message when the attempt must wait.
 func (h *Handler) codeThrottle(c echo.Context, userID int64) (string, error) {
 	ctx, now := c.Request().Context(), h.now()
 	ok, wait, err := h.db.ThrottleHit(ctx, "2fa-ip:"+clientNetwork(c), now, loginWindow, loginPerAddress)
@@ -144,21 +147,13 @@ func (h *Handler) codeThrottle(c echo.Context, userID int64) (string, error) {
 	if !ok {
 		return throttledMessage(wait), nil
 	}
-	if blocked, wait, err := h.db.ThrottlePeek(ctx, codeAccountKey(userID), now, loginWindow, codeFailuresPerAccount); err != nil {
+	if ok, wait, err := h.db.TakeCodeAttempt(ctx, userID, now, loginWindow, codeFailuresPerAccount); err != nil {
 		return "", err
-	} else if blocked {
+	} else if !ok {
 		return fmt.Sprintf("Too many wrong codes for this account. Please wait %s and try again.", waitText(wait)), nil
 	}
 	return "", nil
 }
-
-// codeFailed counts a wrong code against the account.
-func (h *Handler) codeFailed(c echo.Context, userID int64) error {
-	_, _, err := h.db.ThrottleHit(c.Request().Context(), codeAccountKey(userID), h.now(), loginWindow, codeFailuresPerAccount)
-	return err
-}
-
-func codeAccountKey(userID int64) string { return "2fa-acct:" + strconv.FormatInt(userID, 10) }
 
 // askSecondFactor is the login's step after a correct password: when the
 // account has two-factor sign-in on, it records a half-done login (no
@@ -255,16 +250,13 @@ func (h *Handler) handleLoginCode(c echo.Context) error {
 		}
 	}
 	if msg != "" {
-		if err := h.codeFailed(c, lc.UserID); err != nil {
-			return err
-		}
 		return fail(http.StatusUnauthorized, "", msg)
 	}
 	if err := h.db.DeleteLoginChallenge(ctx, id); err != nil {
 		return err
 	}
 	h.clearLoginChallenge(c)
-	if err := h.db.ThrottleReset(ctx, codeAccountKey(lc.UserID)); err != nil {
+	if err := h.db.ResetCodeAttempts(ctx, lc.UserID); err != nil {
 		return err
 	}
 	u, err := h.db.FindUserByID(ctx, lc.UserID)
@@ -435,9 +427,6 @@ func (h *Handler) handleTwoFactorConfirm(c echo.Context) error {
 	}
 	step, ok, _ := matchTOTP(secret, code, h.now(), tf.LastStep)
 	if !ok {
-		if err := h.codeFailed(c, u.ID); err != nil {
-			return err
-		}
 		return invalid(http.StatusUnprocessableEntity, msgWrongCode)
 	}
 	codes, err := h.db.EnableTOTP(ctx, u.ID, step, h.now())
@@ -495,9 +484,6 @@ func (h *Handler) handleTwoFactorDisable(c echo.Context) error {
 		}
 	}
 	if msg != "" {
-		if err := h.codeFailed(c, u.ID); err != nil {
-			return err
-		}
 		return invalid(http.StatusUnprocessableEntity, msg)
 	}
 	if err := h.db.DisableTOTP(ctx, u.ID, h.now()); err != nil {

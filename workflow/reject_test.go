@@ -27,7 +27,22 @@ func (f *fixture) acceptancePeriod(minutes int) {
 	f.offer = got
 }
 
-// A buyer who rejects a rental in its first 30 minutes gets back all of the
+// failAcceptance has the agent of node 0 of r's first piece report, now,
+// an acceptance test that could not run: the rental failed its contract.
+func (f *fixture) failAcceptance(r market.Reservation) {
+	f.t.Helper()
+	p := r.Pieces[0]
+	tok, _, err := f.db.CreateHostToken(f.ctx, f.prov.ID, p.OfferID, 0, f.now)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.db.RecordAcceptance(f.ctx, tok.ID, p.ID, market.AcceptanceResult{Metric: market.FigureBF16TFLOPS, Error: "GPU 3 missing"}, f.now); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// A buyer whose rental failed its acceptance test and who rejects it in
+// its first 30 minutes gets back all of the
 // 19,920¢ paid, through the processor; the provider is paid nothing and the
 // platform keeps no fee; the books reconcile with the processor.
 func TestRejectingARentalRefundsInFull(t *testing.T) {
@@ -44,6 +59,7 @@ func TestRejectingARentalRefundsInFull(t *testing.T) {
 	if market.ErrorCode(err) != market.CodeNotFound {
 		t.Fatalf("someone else's rejection: %+v, %v", other, err)
 	}
+	f.failAcceptance(r)
 	got, err := f.wf.Reject(f.ctx, f.buyer.ID, r.ID, "Acceptance test 40% short")
 	if err != nil || got.State != market.ReservationCancelled || !got.RejectedAt.Equal(f.now) {
 		t.Fatalf("reject: %+v, %v", got, err)
@@ -110,6 +126,7 @@ func TestRejectionRefundIsRetried(t *testing.T) {
 	f.pay(r)
 	fl.failRefunds = 1
 	f.now = start.Add(44 * time.Minute)
+	f.failAcceptance(r)
 	if _, err := f.wf.Reject(f.ctx, f.buyer.ID, r.ID, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +145,44 @@ func TestRejectionRefundIsRetried(t *testing.T) {
 	if f.ledgerSum(r.ID, market.EntryRefund) != 19920 {
 		t.Fatalf("refunded %s", f.ledgerSum(r.ID, market.EntryRefund))
 	}
+	f.requireReconciled()
+}
+
+// With no failed acceptance test or measured outage, a rejection pays the
+// provider for the minutes used (at least 10), the rest refunded; after
+// market.RejectLimit such rejections in 7 days the next is refused.
+func TestUnfoundedRejectionPaysTheMinutesUsed(t *testing.T) {
+	f := newFixture(t, nil)
+	f.onboard()
+	f.acceptancePeriod(30)
+	start := t0.Add(48 * time.Hour)
+	var rs []market.Reservation
+	for i := 0; i <= market.RejectLimit; i++ {
+		r := f.book(start.Add(time.Duration(i) * 11 * time.Hour))
+		f.pay(r)
+		rs = append(rs, r)
+	}
+	for i, r := range rs {
+		f.tick(r.Start().Add(time.Minute))
+		f.now = r.Start().Add(12*time.Minute + 30*time.Second)
+		_, err := f.wf.Reject(f.ctx, f.buyer.ID, r.ID, "")
+		if i == market.RejectLimit {
+			if market.ErrorCode(err) != market.CodeConflict || !strings.Contains(market.ErrorMessage(err), "the most allowed") {
+				t.Fatalf("rejection %d: %v, want refused", i+1, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("rejection %d: %v", i+1, err)
+		}
+		// 13 minutes used (rounded up) of a 10-hour piece of 19,920¢:
+		// 19920 × 13 / 600 = 431.6 → 432¢ kept, 19,488¢ refunded.
+		s := f.settlement(r.ID)
+		if s.RefundCents != 19488 || f.ledgerSum(r.ID, market.EntryRefund) != 19488 ||
+			f.ledgerSum(r.ID, market.EntryTransfer)+f.ledgerSum(r.ID, market.EntryFee) != 432 {
+			t.Fatalf("rejection %d: refund %s, transfers %s, fee %s", i+1, s.RefundCents, f.ledgerSum(r.ID, market.EntryTransfer), f.ledgerSum(r.ID, market.EntryFee))
+		}
+	}
+	f.tick(rs[len(rs)-1].End().Add(time.Hour))
 	f.requireReconciled()
 }

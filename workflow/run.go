@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
 
@@ -27,15 +28,26 @@ func LeaseTTL(tick time.Duration) time.Duration { return max(3*tick, 5*time.Seco
 // its matcher index in full every few minutes, a safety net under the
 // change feed (Follow). On the way out the lease is released, so another
 // replica takes over at its next tick.
+//
+// Every replica also records its own up-time, at its start and every
+// market.ServerBeatInterval (store.RecordServerBeat): a node's silence is
+// measured as a host failure only while the market was up (docs/agent.md).
 func (s *Service) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	beat := time.NewTicker(market.ServerBeatInterval)
+	defer beat.Stop()
 	defer s.releaseLease()
+	started := s.now()
+	s.serverBeat(ctx, started, started)
 	lastReload, lastPrune := s.now(), time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-beat.C:
+			s.serverBeat(ctx, started, s.now())
+			continue
 		case <-t.C:
 		}
 		// The step runs to its end even if ctx ends meanwhile: a processor
@@ -56,6 +68,13 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 			}
 			lastReload = now
 		}
+	}
+}
+
+// serverBeat records that this replica, started at started, is up at now.
+func (s *Service) serverBeat(ctx context.Context, started, now time.Time) {
+	if err := s.db.RecordServerBeat(context.WithoutCancel(ctx), s.holder, started, now); err != nil {
+		s.log.Error("background: record server up-time", "err", err)
 	}
 }
 
