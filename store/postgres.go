@@ -275,7 +275,7 @@ const offerChannel = "gpumarket_offers"
 // notifications sent while it was not listening are lost, so the caller
 // reloads in full then; a resync that fails counts as the feed lost. lost
 // is told why the feed broke before each reconnection (1 s, doubling up to
-// 30 s). On SQLite it returns at once: one process serves the file and
+// feedRetryMax). On SQLite it returns at once: one process serves the file and
 // updates its own index as it writes.
 func (db *DB) FollowOffers(ctx context.Context, changed func(offerID int64), resync func() error, lost func(error)) {
 	if !db.postgres {
@@ -293,12 +293,17 @@ func (db *DB) FollowOffers(ctx context.Context, changed func(offerID int64), res
 			case <-ctx.Done():
 			case <-time.After(wait):
 			}
-			wait = min(2*wait, 30*time.Second)
+			wait = min(2*wait, feedRetryMax)
 			continue
 		}
 		wait = time.Second
 	}
 }
+
+// feedRetryMax bounds the wait between attempts to rejoin the change
+// feed. It is short: a replica whose feed is down answers 503 on /healthz,
+// so it serves nobody until the feed is back.
+const feedRetryMax = 5 * time.Second
 
 // followOnce listens on one connection until it fails or ctx ends.
 func (db *DB) followOnce(ctx context.Context, changed func(int64), resync func() error) error {

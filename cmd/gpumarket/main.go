@@ -114,12 +114,21 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	trustedProxies := fs.String("trusted-proxies", getenv("GPUMARKET_TRUSTED_PROXIES"), "comma-separated CIDR ranges or addresses of the load balancers whose X-Forwarded-For gives the client address (env GPUMARKET_TRUSTED_PROXIES; default none: the TCP peer is the client)")
 	metricsAddr := fs.String("metrics-addr", getenv("GPUMARKET_METRICS_ADDR"), "listen address for Prometheus metrics at /metrics, e.g. :9090 (env GPUMARKET_METRICS_ADDR; default off)")
+	feedMaxLag := fs.Duration("feed-max-lag", workflow.DefaultFeedMaxLag, "on PostgreSQL, how far behind the change feed this replica's index may fall before /healthz answers 503 (env GPUMARKET_FEED_MAX_LAG)")
+	if v := getenv("GPUMARKET_FEED_MAX_LAG"); v != "" {
+		if err := fs.Set("feed-max-lag", v); err != nil {
+			return fmt.Errorf("GPUMARKET_FEED_MAX_LAG: %w", err)
+		}
+	}
 	replica := fs.String("replica", envOr(getenv, "GPUMARKET_REPLICA", defaultReplica()), "this replica's name, on every log line (env GPUMARKET_REPLICA; default the host name)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *tick <= 0 {
 		return errors.New("-tick must be positive")
+	}
+	if *feedMaxLag <= 0 {
+		return errors.New("-feed-max-lag must be positive")
 	}
 	onPostgres := store.IsPostgresURL(*dbPath)
 	if onPostgres && *sessionKey == "" {
@@ -202,12 +211,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		IndexSize:  func() int { return wf.Index().Len() },
 		IndexAge:   wf.IndexAge,
 		HoldsLease: wf.HoldsLease,
+		FeedLag:    wf.FeedLag,
 	})
 	if err != nil {
 		return err
 	}
 	_, e, err := web.New(ctx, web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo, APIRatePerSecond: *apiRate,
-		Now: now, Workflow: wf, TrustedProxies: proxies, Metrics: m, IndexMaxAge: workflow.IndexMaxAge(*tick)}, db, log)
+		Now: now, Workflow: wf, TrustedProxies: proxies, Metrics: m, IndexMaxAge: workflow.IndexMaxAge(*tick),
+		FeedMaxLag: *feedMaxLag}, db, log)
 	if err != nil {
 		return err
 	}
