@@ -1,5 +1,5 @@
 // Command gpumarket runs the compute marketplace: the web server ("serve",
-// the default) and operator commands ("admin create").
+// the default) and operator commands ("admin create", "backup", …).
 package main
 
 import (
@@ -53,6 +53,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return reconcile(ctx, args, getenv, stdout, stderr)
 	case "migrate-db":
 		return migrateDB(ctx, args, stdout, stderr)
+	case "backup":
+		return backup(ctx, args, getenv, stdout, stderr)
 	case "admin":
 		switch {
 		case len(args) > 0 && args[0] == "create":
@@ -63,7 +65,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return errors.New("usage: gpumarket admin create -email EMAIL -name NAME [-db PATH] (password from GPUMARKET_ADMIN_PASSWORD or stdin)\n" +
 			"       gpumarket admin reset-2fa -email EMAIL -note WHY [-db PATH]")
 	default:
-		return fmt.Errorf("unknown command %q (want serve, reconcile, migrate-db, admin create or admin reset-2fa)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, reconcile, migrate-db, backup, admin create or admin reset-2fa)", cmd)
 	}
 }
 
