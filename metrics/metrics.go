@@ -1,7 +1,7 @@
 // Package metrics defines what a replica reports to Prometheus: request
 // latency by route, bookings and conflicts, quotes, settlement steps and
 // failures, and gauges read when scraped (the settlement retrier's
-// backlog, the matcher index's size and age, the background lease). The
+// backlog, the matcher index's size and age, the change feed's lag, the background lease). The
 // registry is the process owner's (prometheus.NewRegistry in cmd); nothing
 // here registers globally. A nil *Metrics records nothing, so packages can
 // be built and tested without one.
@@ -143,6 +143,10 @@ type Sources struct {
 	IndexAge func() time.Duration
 	// HoldsLease reports whether this replica runs the background work.
 	HoldsLease func() bool
+	// FeedLag is how far this replica's index is behind the change feed
+	// (workflow.Service.FeedLag): the age of the oldest change heard and not
+	// applied, or how long the feed has been down, with joined false.
+	FeedLag func() (lag time.Duration, joined bool)
 }
 
 // RegisterSources registers the gauges read from src at scrape time.
@@ -159,6 +163,19 @@ func RegisterSources(reg prometheus.Registerer, src Sources) error {
 			Name: "gpumarket_matcher_index_age_seconds",
 			Help: "Seconds since this replica's matcher index was last loaded from the database.",
 		}, func() float64 { return src.IndexAge().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gpumarket_change_feed_lag_seconds",
+			Help: "Age of the oldest change to offers heard from the change feed and not yet applied to this replica's index (0 when none), or, while the feed is down, seconds since it went down.",
+		}, func() float64 { lag, _ := src.FeedLag(); return lag.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gpumarket_change_feed_joined",
+			Help: "1 when the change feed is connected and the index was reloaded after it joined (always 1 on SQLite, which has no feed), else 0.",
+		}, func() float64 {
+			if _, joined := src.FeedLag(); joined {
+				return 1
+			}
+			return 0
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpumarket_background_lease_held",
 			Help: "1 when this replica holds the background lease (runs hold expiry, settlement, pruning), else 0.",

@@ -51,6 +51,7 @@ func TestScrapeSurvivesABacklogError(t *testing.T) {
 		IndexSize:  func() int { return 7 },
 		IndexAge:   func() time.Duration { return 90 * time.Second },
 		HoldsLease: func() bool { return held },
+		FeedLag:    func() (time.Duration, bool) { return 1500 * time.Millisecond, !fail },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +72,8 @@ func TestScrapeSurvivesABacklogError(t *testing.T) {
 	}
 	text := scrape()
 	for _, want := range []string{`gpumarket_settlement_failures_total{gave_up="true",step="transfer"} 1`,
-		"gpumarket_matcher_index_offers 7", "gpumarket_matcher_index_age_seconds 90", "gpumarket_background_lease_held 0"} {
+		"gpumarket_matcher_index_offers 7", "gpumarket_matcher_index_age_seconds 90", "gpumarket_background_lease_held 0",
+		"gpumarket_change_feed_lag_seconds 1.5", "gpumarket_change_feed_joined 0"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("scrape lacks %q", want)
 		}
@@ -82,7 +84,7 @@ func TestScrapeSurvivesABacklogError(t *testing.T) {
 	fail, held = false, true
 	text = scrape()
 	for _, want := range []string{`gpumarket_settlement_backlog{state="due"} 2`, `gpumarket_settlement_backlog{state="retrying"} 1`,
-		`gpumarket_settlement_backlog{state="failed"} 3`, "gpumarket_background_lease_held 1"} {
+		`gpumarket_settlement_backlog{state="failed"} 3`, "gpumarket_background_lease_held 1", "gpumarket_change_feed_joined 1"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("scrape lacks %q", want)
 		}

@@ -101,7 +101,13 @@ func (db *DB) ListCommitmentsOfOffers(ctx context.Context, offerIDs []int64, now
 		return nil, fail(op, err, "")
 	}
 	defer tx.Rollback()
+	out, err := commitmentsOfOffers(ctx, tx, offerIDs, now)
+	return out, fail(op, err, "")
+}
 
+// commitmentsOfOffers is ListCommitmentsOfOffers inside the caller's
+// transaction.
+func commitmentsOfOffers(ctx context.Context, q querier, offerIDs []int64, now time.Time) (map[int64][]market.Commitment, error) {
 	out := map[int64][]market.Commitment{}
 	for start := 0; start < len(offerIDs); start += childChunk {
 		chunk := offerIDs[start:min(start+childChunk, len(offerIDs))]
@@ -110,9 +116,9 @@ func (db *DB) ListCommitmentsOfOffers(ctx context.Context, offerIDs []int64, now
 			args = append(args, id)
 		}
 		args = append(args, unix(now))
-		cs, err := queryCommitments(ctx, tx, now, `p.offer_id IN (`+placeholders(len(chunk))+`) AND p.end_at > ?`, args...)
+		cs, err := queryCommitments(ctx, q, now, `p.offer_id IN (`+placeholders(len(chunk))+`) AND p.end_at > ?`, args...)
 		if err != nil {
-			return nil, fail(op, err, "")
+			return nil, err
 		}
 		for _, c := range cs {
 			out[c.OfferID] = append(out[c.OfferID], c)

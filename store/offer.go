@@ -702,3 +702,66 @@ func (db *DB) ListAllListedOffers(ctx context.Context, now time.Time) ([]OfferLi
 	}
 	return ls, nil
 }
+
+// IndexedOffer is what the matcher's index is built from for one offer:
+// its listing (listed or not), its provider's record and its commitments
+// that hold capacity.
+type IndexedOffer struct {
+	Listing     OfferListing
+	Record      market.ProviderRecord
+	Commitments []market.Commitment
+}
+
+// FindOffersForIndex reads the offers ids names again for the matcher's
+// index, in one read transaction so each offer, its provider's record and
+// its commitments are of one snapshot: what a follower of the change feed
+// applies for a batch of changed offers. An offer that no longer exists
+// has no entry.
+func (db *DB) FindOffersForIndex(ctx context.Context, ids []int64, now time.Time) (map[int64]IndexedOffer, error) {
+	const op = "find offers for index"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	out := make(map[int64]IndexedOffer, len(ids))
+	for start := 0; start < len(ids); start += childChunk {
+		chunk := ids[start:min(start+childChunk, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		ls, err := queryListings(ctx, tx, `SELECT `+listingColumns+listingFrom+` WHERE o.id IN (`+placeholders(len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, fail(op, err, "")
+		}
+		for _, l := range ls {
+			out[l.Offer.ID] = IndexedOffer{Listing: l}
+		}
+	}
+	records := map[int64]market.ProviderRecord{}
+	found := make([]int64, 0, len(out))
+	for id, io := range out {
+		found = append(found, id)
+		pid := io.Listing.Offer.ProviderID
+		if _, ok := records[pid]; ok {
+			continue
+		}
+		rs, err := providerRecords(ctx, tx, pid, now)
+		if err != nil {
+			return nil, fail(op, err, "")
+		}
+		r := rs[pid]
+		r.ProviderID, r.Suspended = pid, io.Listing.ProviderSuspended
+		records[pid] = r
+	}
+	cs, err := commitmentsOfOffers(ctx, tx, found, now)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	for id, io := range out {
+		io.Record, io.Commitments = records[io.Listing.Offer.ProviderID], cs[id]
+		out[id] = io
+	}
+	return out, nil
+}

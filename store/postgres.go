@@ -268,12 +268,16 @@ const offerChannel = "gpumarket_offers"
 
 // FollowOffers calls changed with the id of each offer whose listing or
 // commitments a committed transaction changed — on any replica — until ctx
-// ends. It calls resync each time it (re)connects to the feed, before any
-// change: notifications sent while it was not listening are lost, so the
-// caller reloads in full then. lost is told why the feed broke before each
-// reconnection (1 s, doubling up to 30 s). On SQLite it returns at once:
-// one process serves the file and updates its own index as it writes.
-func (db *DB) FollowOffers(ctx context.Context, changed func(offerID int64), resync func(), lost func(error)) {
+// ends, as each notification arrives, on the goroutine that reads the
+// connection: changed should only note the id (the caller coalesces and
+// applies them elsewhere), or notifications queue up behind it. It calls
+// resync each time it (re)connects to the feed, before any change:
+// notifications sent while it was not listening are lost, so the caller
+// reloads in full then; a resync that fails counts as the feed lost. lost
+// is told why the feed broke before each reconnection (1 s, doubling up to
+// feedRetryMax). On SQLite it returns at once: one process serves the file and
+// updates its own index as it writes.
+func (db *DB) FollowOffers(ctx context.Context, changed func(offerID int64), resync func() error, lost func(error)) {
 	if !db.postgres {
 		return
 	}
@@ -289,15 +293,20 @@ func (db *DB) FollowOffers(ctx context.Context, changed func(offerID int64), res
 			case <-ctx.Done():
 			case <-time.After(wait):
 			}
-			wait = min(2*wait, 30*time.Second)
+			wait = min(2*wait, feedRetryMax)
 			continue
 		}
 		wait = time.Second
 	}
 }
 
+// feedRetryMax bounds the wait between attempts to rejoin the change
+// feed. It is short: a replica whose feed is down answers 503 on /healthz,
+// so it serves nobody until the feed is back.
+const feedRetryMax = 5 * time.Second
+
 // followOnce listens on one connection until it fails or ctx ends.
-func (db *DB) followOnce(ctx context.Context, changed func(int64), resync func()) error {
+func (db *DB) followOnce(ctx context.Context, changed func(int64), resync func() error) error {
 	conn, err := pgx.Connect(ctx, db.dsn)
 	if err != nil {
 		return err
@@ -306,7 +315,9 @@ func (db *DB) followOnce(ctx context.Context, changed func(int64), resync func()
 	if _, err := conn.Exec(ctx, `LISTEN `+offerChannel); err != nil {
 		return err
 	}
-	resync()
+	if err := resync(); err != nil {
+		return fmt.Errorf("store: resync on joining the change feed: %w", err)
+	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {

@@ -10,8 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/gpumarket/gpumarket/market"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -169,4 +173,138 @@ func sqliteTables(ctx context.Context, q querier) ([]copyTable, error) {
 		}
 	}
 	return tables, nil
+}
+
+// BackupReport is what BackupTo wrote and verified.
+type BackupReport struct {
+	Path          string
+	Bytes         int64
+	Reservations  int // reservations in the copy
+	LedgerEntries int // ledger entries in the copy, balanced (market.CheckBalanced)
+}
+
+// BackupTo writes an online, consistent copy of the SQLite database to
+// path while the server runs: VACUUM INTO on a reader connection copies
+// one read snapshot (every transaction committed before it began, none
+// after), and writers go on meanwhile (WAL). The copy is written beside
+// path, then opened read-only and verified — PRAGMA integrity_check is
+// "ok" and its ledger balances (market.CheckBalanced) — synced to disk and
+// only then renamed to path, so path is either a verified backup or
+// absent. path must not exist. On PostgreSQL it is refused: pg_dump takes
+// the consistent copy there.
+func (db *DB) BackupTo(ctx context.Context, path string) (BackupReport, error) {
+	const op = "backup"
+	if db.postgres {
+		return BackupReport{}, invalid("The backup command copies the SQLite database; on PostgreSQL use pg_dump (see docs/postgres.md).")
+	}
+	if _, err := os.Stat(path); err == nil {
+		return BackupReport{}, invalid(fmt.Sprintf("%s already exists: choose a new file for the backup.", path))
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return BackupReport{}, fail(op, err, "")
+	}
+	if strings.ContainsRune(path, '?') {
+		return BackupReport{}, invalid("The backup path must not contain '?'.")
+	}
+	partial := path + ".partial"
+	os.Remove(partial) // a previous attempt's leftovers
+	if err := db.vacuumInto(ctx, partial); err != nil {
+		os.Remove(partial)
+		return BackupReport{}, fail(op, err, "")
+	}
+	rep, err := verifyBackup(ctx, partial)
+	if err == nil {
+		err = syncFile(partial)
+	}
+	if err == nil {
+		err = os.Rename(partial, path)
+	}
+	if err != nil {
+		os.Remove(partial)
+		return BackupReport{}, fail(op, err, "")
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil { // the rename survives a power loss
+		d.Sync()
+		d.Close()
+	}
+	rep.Path = path
+	return rep, nil
+}
+
+// vacuumInto copies the database into the new file at path. It runs on a
+// connection of its own: the readers are query_only, which refuses VACUUM
+// INTO, and the writer would hold up every write while the copy is made.
+// VACUUM INTO only reads the database, in one read transaction.
+func (db *DB) vacuumInto(ctx context.Context, path string) error {
+	q := url.Values{}
+	for _, p := range sqlitePragmas {
+		q.Add("_pragma", p)
+	}
+	c, err := sql.Open("sqlite", db.dsn+"?"+q.Encode())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.ExecContext(ctx, `VACUUM INTO ?`, path)
+	return err
+}
+
+// verifyBackup opens the SQLite copy at path read-only and checks it:
+// integrity_check answers "ok" and the ledger balances.
+func verifyBackup(ctx context.Context, path string) (BackupReport, error) {
+	q := url.Values{}
+	q.Set("mode", "ro")
+	q.Add("_pragma", "query_only(1)")
+	cp, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return BackupReport{}, err
+	}
+	defer cp.Close()
+	var problems []string
+	rows, err := cp.QueryContext(ctx, `PRAGMA integrity_check`)
+	if err != nil {
+		return BackupReport{}, fmt.Errorf("integrity check of the copy: %w", err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			rows.Close()
+			return BackupReport{}, err
+		}
+		if line != "ok" {
+			problems = append(problems, line)
+		}
+	}
+	if err := closeRows(rows); err != nil {
+		return BackupReport{}, fmt.Errorf("integrity check of the copy: %w", err)
+	}
+	if len(problems) > 0 {
+		return BackupReport{}, fmt.Errorf("the copy fails its integrity check: %s", strings.Join(problems, "; "))
+	}
+	var rep BackupReport
+	if err := cp.QueryRowContext(ctx, `SELECT COUNT(*) FROM reservations`).Scan(&rep.Reservations); err != nil {
+		return BackupReport{}, fmt.Errorf("count the copy's reservations: %w", err)
+	}
+	es, err := queryLedger(ctx, cp, ``)
+	if err != nil {
+		return BackupReport{}, fmt.Errorf("read the copy's ledger: %w", err)
+	}
+	if err := market.CheckBalanced(es); err != nil {
+		return BackupReport{}, fmt.Errorf("the copy's ledger: %w", err)
+	}
+	rep.LedgerEntries = len(es)
+	info, err := os.Stat(path)
+	if err != nil {
+		return BackupReport{}, err
+	}
+	rep.Bytes = info.Size()
+	return rep, nil
+}
+
+// syncFile flushes the file at path to disk.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Sync(), f.Close())
 }

@@ -126,6 +126,7 @@ func TestMetricsSettlementAndGauges(t *testing.T) {
 		IndexSize:  func() int { return app.handler.wf.Index().Len() },
 		IndexAge:   app.handler.wf.IndexAge,
 		HoldsLease: func() bool { return true },
+		FeedLag:    app.handler.wf.FeedLag,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -244,11 +244,16 @@ func cacheForever(next http.Handler) http.Handler {
 }
 
 // handleHealth tells a load balancer whether this replica can serve: the
-// database answers, and its matcher index was loaded within IndexMaxAge
-// (else its quotes may miss offers changed on other replicas).
+// database answers, its matcher index was loaded within IndexMaxAge, and
+// the change feed (PostgreSQL) is joined and no further behind than
+// FeedMaxLag — else its quotes may offer capacity taken on other replicas
+// or miss capacity freed there. A feed that was lost counts as down until
+// it has reconnected and the index has been reloaded.
 func (h *Handler) handleHealth(c echo.Context) error {
 	age := h.wf.IndexAge()
-	b := healthBody{Status: "ok", Database: "ok", Index: "ok", IndexAgeSeconds: int64(age.Seconds()), IndexOffers: h.wf.Index().Len()}
+	lag, joined := h.wf.FeedLag()
+	b := healthBody{Status: "ok", Database: "ok", Index: "ok", IndexAgeSeconds: int64(age.Seconds()), IndexOffers: h.wf.Index().Len(),
+		Feed: "ok", FeedLagMillis: lag.Milliseconds()}
 	if err := h.db.Ping(c.Request().Context()); err != nil {
 		logger(c).Error("health: database unreachable", "err", err)
 		b.Status, b.Database = "unavailable", "unreachable"
@@ -256,6 +261,14 @@ func (h *Handler) handleHealth(c echo.Context) error {
 	if age > h.cfg.IndexMaxAge {
 		logger(c).Error("health: matcher index stale", "age", age.String(), "max_age", h.cfg.IndexMaxAge.String())
 		b.Status, b.Index = "unavailable", "stale"
+	}
+	switch {
+	case !joined:
+		logger(c).Error("health: change feed down", "down_for", lag.String())
+		b.Status, b.Feed = "unavailable", "down"
+	case lag > h.cfg.FeedMaxLag:
+		logger(c).Error("health: change feed lagging", "lag", lag.String(), "max_lag", h.cfg.FeedMaxLag.String())
+		b.Status, b.Feed = "unavailable", "lagging"
 	}
 	if b.Status != "ok" {
 		return c.JSON(http.StatusServiceUnavailable, b)
@@ -269,4 +282,6 @@ type healthBody struct {
 	Index           string `json:"index"`    // ok or stale
 	IndexAgeSeconds int64  `json:"index_age_seconds"`
 	IndexOffers     int    `json:"index_offers"`
+	Feed            string `json:"feed"`            // ok, lagging or down (always ok on SQLite)
+	FeedLagMillis   int64  `json:"feed_lag_millis"` // oldest unapplied change's age, or how long the feed has been down
 }

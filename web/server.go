@@ -58,6 +58,10 @@ type Config struct {
 	// IndexMaxAge is how old the matcher index may be before /healthz
 	// reports this replica unhealthy; 0 means workflow.IndexMaxAge(0).
 	IndexMaxAge time.Duration
+	// FeedMaxLag is how far behind the change feed (workflow.FeedLag) the
+	// index may be before /healthz reports this replica unhealthy; 0 means
+	// workflow.DefaultFeedMaxLag.
+	FeedMaxLag time.Duration
 	// QuoteBudget and BroadSlots are the workflow's (workflow.Config),
 	// used when New builds the workflow itself (Workflow nil).
 	QuoteBudget market.Budget
@@ -134,6 +138,9 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	}
 	if cfg.IndexMaxAge <= 0 {
 		cfg.IndexMaxAge = workflow.IndexMaxAge(0)
+	}
+	if cfg.FeedMaxLag <= 0 {
+		cfg.FeedMaxLag = workflow.DefaultFeedMaxLag
 	}
 	h := &Handler{cfg: cfg, db: db, log: log, secure: strings.EqualFold(u.Scheme, "https")}
 	if cfg.Workflow == nil {

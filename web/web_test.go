@@ -56,6 +56,21 @@ func newTestAppWith(t *testing.T, edit func(*Config)) *testApp {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if db.Postgres() {
+		// The change feed joins, as serve runs it, so /healthz can say ok.
+		fctx, stop := context.WithCancel(ctx)
+		followed := make(chan struct{})
+		go func() { defer close(followed); h.wf.Follow(fctx) }()
+		t.Cleanup(func() { stop(); <-followed })
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, joined := h.wf.FeedLag(); joined {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the change feed did not join")
+			}
+		}
+	}
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &testApp{t: t, srv: srv, db: db, handler: h}

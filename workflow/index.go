@@ -22,8 +22,8 @@ func (s *Service) ReloadIndex(ctx context.Context) error {
 	s.follow.Unlock()
 	var replay []int64
 	defer func() {
-		for _, id := range replay {
-			s.followOffer(ctx, id)
+		if len(replay) > 0 {
+			s.followOffers(ctx, replay)
 		}
 	}()
 	defer func() {
@@ -187,35 +187,140 @@ func (s *Service) followCommitmentsOf(r market.Reservation) {
 // Follow keeps the index in step with changes committed by other
 // replicas until ctx ends: the store's offer change feed (PostgreSQL's
 // LISTEN/NOTIFY; nothing on SQLite, where this process is the only writer
-// and updates the index as it writes) names each changed offer, and the
-// offer and its commitments are read again. Each time the feed
-// (re)connects the index is reloaded in full, since changes made while it
-// was down were not heard. The full reload in Run stays as a safety net.
+// and updates the index as it writes) names each changed offer. The feed
+// is coalesced (feedQueue): while one batch is applied the next gathers,
+// each offer once however often it changed, and a batch is read again in
+// one read transaction (followOffers). Each time the feed (re)connects the
+// index is reloaded in full, since changes made while it was down were not
+// heard; until that reload is done FeedLag reports the feed down. The full
+// reload in Run stays as a safety net.
 func (s *Service) Follow(ctx context.Context) {
-	s.db.FollowOffers(ctx,
-		func(offerID int64) { s.followOffer(ctx, offerID) },
-		func() {
-			if err := s.ReloadIndex(ctx); err != nil && ctx.Err() == nil {
-				s.log.Error("index: reload on joining the change feed", "err", err)
+	if !s.db.Postgres() {
+		return
+	}
+	applied := make(chan struct{})
+	go func() {
+		defer close(applied)
+		s.applyFeed(ctx)
+	}()
+	defer func() { <-applied }()
+	s.db.FollowOffers(ctx, s.feed.add,
+		func() error {
+			if err := s.ReloadIndex(ctx); err != nil {
+				return err
 			}
+			s.feed.joinedAfterReload()
 			s.orders.noteAll() // changes made while the feed was down were not heard: re-match every open order
+			return nil
 		},
 		func(err error) {
+			s.feed.lost()
 			if ctx.Err() == nil {
 				s.log.Warn("index: change feed lost; reconnecting", "err", err)
 			}
 		})
+	s.feed.lost()
 }
 
-// followOffer reads one offer and its commitments again into the index.
-// Applying it twice, or after this replica's own update, changes nothing;
-// s.follow makes the reads and the updates of the index happen in the same
-// order, so an older read never overwrites a newer one.
-func (s *Service) followOffer(ctx context.Context, offerID int64) {
+// FeedLag is how far this replica's index is behind the change feed: the
+// age of the oldest change heard and not yet applied (0 when none), or,
+// while the feed is down (before it first joins, after its connection is
+// lost, until the index is reloaded on reconnecting), the time since it
+// went down, with joined false. On SQLite there is no feed to lag: 0, true.
+func (s *Service) FeedLag() (lag time.Duration, joined bool) {
+	if !s.db.Postgres() {
+		return 0, true
+	}
+	return s.feed.lag()
+}
+
+// feedRetryAfter is how long the applier waits before reading a batch
+// again after its read failed.
+const feedRetryAfter = 250 * time.Millisecond
+
+// applyFeed applies the feed's pending changes, a batch at a time, until
+// ctx ends.
+func (s *Service) applyFeed(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.feed.wake:
+		}
+		ids := s.feed.take()
+		if len(ids) == 0 {
+			continue
+		}
+		if err := s.followOffers(ctx, ids); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("index: changed offers not read; retrying", "offers", len(ids), "err", err)
+			s.feed.done(ids)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(feedRetryAfter):
+			}
+			continue
+		}
+		s.feed.done(nil)
+	}
+}
+
+// followOffers reads the offers ids names and their commitments again into
+// the index, in one read transaction (store.FindOffersForIndex); an offer
+// gone or no longer listed leaves the index. Applying it twice, or after
+// this replica's own update, changes nothing; s.follow makes the reads and
+// the updates of the index happen in the same order, so an older read
+// never overwrites a newer one.
+func (s *Service) followOffers(ctx context.Context, ids []int64) error {
 	s.follow.Lock()
 	defer s.follow.Unlock()
-	s.refreshOffer(ctx, offerID)
-	s.followCommitments(ctx, offerID)
+	if s.reloads > 0 {
+		s.replay = append(s.replay, ids...)
+	}
+	now := s.now()
+	found, err := s.db.FindOffersForIndex(ctx, ids, now)
+	if err != nil {
+		return err
+	}
+	// The spot figures are read once per batch, for one offer or all.
+	var only int64
+	if len(ids) == 1 {
+		only = ids[0]
+	}
+	var rates map[int64]int
+	if only != 0 {
+		ppm, err := s.db.SpotInterruptionRate(ctx, only, now)
+		if err != nil {
+			s.log.Warn("index: spot preemption rate", "offer_id", only, "err", err)
+		}
+		rates = map[int64]int{only: ppm}
+	} else if rates, err = s.db.SpotInterruptionRates(ctx, now); err != nil {
+		s.log.Warn("index: spot preemption rates", "err", err)
+	}
+	spot, err := s.db.SpotQuotePrices(ctx, now, only)
+	if err != nil {
+		s.log.Warn("index: spot quote prices", "err", err)
+	}
+	idx := s.Index()
+	for _, id := range ids {
+		o, ok := found[id]
+		switch {
+		case !ok || o.Listing.ProviderSuspended:
+			idx.Remove(id)
+			s.carbon.forget(id)
+		default:
+			s.carbon.noteOffer(o.Listing.Offer)
+			if err := idx.Upsert(candidate(o.Listing.Offer, o.Record, rates[id], spot[id])); err != nil {
+				s.log.Warn("index: offer not indexed", "offer_id", id, "err", err)
+			}
+		}
+		idx.SetCommitments(id, o.Commitments)
+		s.orders.note(id) // standing orders re-match on the change
+	}
+	return nil
 }
 
 // followCommitments reads an offer's commitments again into the index.

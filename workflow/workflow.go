@@ -99,6 +99,9 @@ type Service struct {
 	follow  sync.Mutex
 	reloads int
 	replay  []int64
+	// feed coalesces the change feed that Follow applies, and measures its
+	// lag (FeedLag).
+	feed *feedQueue
 
 	// holder is this process's name on the background lease; leased
 	// whether it holds it as of its last tick.
@@ -138,7 +141,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 	}
 	s := &Service{db: db, pay: cfg.Billing, log: log, feeBP: cfg.PlatformFeeBP, now: func() time.Time { return cfg.Now().UTC() },
 		metrics: cfg.Metrics, holder: fmt.Sprintf("%s/%d/%08x", cfg.Replica, os.Getpid(), rand.Uint32()),
-		mail: cfg.Mail, compose: mail.Composer{BaseURL: cfg.BaseURL}, orders: newOrderQueue(),
+		mail: cfg.Mail, compose: mail.Composer{BaseURL: cfg.BaseURL}, orders: newOrderQueue(), feed: newFeedQueue(),
 		budget: cfg.QuoteBudget, broad: newFairShare(cfg.BroadSlots), carbon: newCarbonCache()}
 	if s.budget == (market.Budget{}) {
 		s.budget = market.DefaultBudget

@@ -1,5 +1,5 @@
 // Command gpumarket runs the compute marketplace: the web server ("serve",
-// the default) and operator commands ("admin create").
+// the default) and operator commands ("admin create", "backup", …).
 package main
 
 import (
@@ -53,6 +53,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return reconcile(ctx, args, getenv, stdout, stderr)
 	case "migrate-db":
 		return migrateDB(ctx, args, stdout, stderr)
+	case "backup":
+		return backup(ctx, args, getenv, stdout, stderr)
 	case "admin":
 		switch {
 		case len(args) > 0 && args[0] == "create":
@@ -63,7 +65,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return errors.New("usage: gpumarket admin create -email EMAIL -name NAME [-db PATH] (password from GPUMARKET_ADMIN_PASSWORD or stdin)\n" +
 			"       gpumarket admin reset-2fa -email EMAIL -note WHY [-db PATH]")
 	default:
-		return fmt.Errorf("unknown command %q (want serve, reconcile, migrate-db, admin create or admin reset-2fa)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, reconcile, migrate-db, backup, admin create or admin reset-2fa)", cmd)
 	}
 }
 
@@ -114,12 +116,21 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	trustedProxies := fs.String("trusted-proxies", getenv("GPUMARKET_TRUSTED_PROXIES"), "comma-separated CIDR ranges or addresses of the load balancers whose X-Forwarded-For gives the client address (env GPUMARKET_TRUSTED_PROXIES; default none: the TCP peer is the client)")
 	metricsAddr := fs.String("metrics-addr", getenv("GPUMARKET_METRICS_ADDR"), "listen address for Prometheus metrics at /metrics, e.g. :9090 (env GPUMARKET_METRICS_ADDR; default off)")
+	feedMaxLag := fs.Duration("feed-max-lag", workflow.DefaultFeedMaxLag, "on PostgreSQL, how far behind the change feed this replica's index may fall before /healthz answers 503 (env GPUMARKET_FEED_MAX_LAG)")
+	if v := getenv("GPUMARKET_FEED_MAX_LAG"); v != "" {
+		if err := fs.Set("feed-max-lag", v); err != nil {
+			return fmt.Errorf("GPUMARKET_FEED_MAX_LAG: %w", err)
+		}
+	}
 	replica := fs.String("replica", envOr(getenv, "GPUMARKET_REPLICA", defaultReplica()), "this replica's name, on every log line (env GPUMARKET_REPLICA; default the host name)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *tick <= 0 {
 		return errors.New("-tick must be positive")
+	}
+	if *feedMaxLag <= 0 {
+		return errors.New("-feed-max-lag must be positive")
 	}
 	onPostgres := store.IsPostgresURL(*dbPath)
 	if onPostgres && *sessionKey == "" {
@@ -202,12 +213,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		IndexSize:  func() int { return wf.Index().Len() },
 		IndexAge:   wf.IndexAge,
 		HoldsLease: wf.HoldsLease,
+		FeedLag:    wf.FeedLag,
 	})
 	if err != nil {
 		return err
 	}
 	_, e, err := web.New(ctx, web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo, APIRatePerSecond: *apiRate,
-		Now: now, Workflow: wf, TrustedProxies: proxies, Metrics: m, IndexMaxAge: workflow.IndexMaxAge(*tick)}, db, log)
+		Now: now, Workflow: wf, TrustedProxies: proxies, Metrics: m, IndexMaxAge: workflow.IndexMaxAge(*tick),
+		FeedMaxLag: *feedMaxLag}, db, log)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,127 @@
+package workflow
+
+import (
+	"sync"
+	"time"
+)
+
+// DefaultFeedMaxLag is how far behind the change feed a replica may fall
+// before /healthz reports it unavailable (the serve command's
+// -feed-max-lag): a quote on a replica further behind may offer capacity
+// another replica has taken, or miss capacity freed.
+const DefaultFeedMaxLag = 5 * time.Second
+
+// feedQueue coalesces the offer change feed (store.FollowOffers): the
+// listening goroutine adds each changed offer's id, and the applier takes
+// everything pending at once, so an offer changed many times while a batch
+// was being applied is read again once. It measures the feed's lag on the
+// wall clock (time.Now, monotonic), never the service's clock, which tests
+// and demos shift.
+type feedQueue struct {
+	mu      sync.Mutex
+	pending map[int64]bool
+	// pendingSince and applyingSince are when the oldest change still
+	// pending, and the oldest of the batch being applied, arrived; zero when
+	// there is none.
+	pendingSince, applyingSince time.Time
+	// joined: the feed is connected and the index was reloaded after it
+	// (re)connected; downSince is when it was last not (the start, or the
+	// loss of the connection).
+	joined    bool
+	downSince time.Time
+	wake      chan struct{}
+}
+
+func newFeedQueue() *feedQueue {
+	return &feedQueue{pending: map[int64]bool{}, downSince: time.Now(), wake: make(chan struct{}, 1)}
+}
+
+// add notes that offerID changed.
+func (q *feedQueue) add(offerID int64) {
+	q.mu.Lock()
+	if len(q.pending) == 0 {
+		q.pendingSince = time.Now()
+	}
+	q.pending[offerID] = true
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns every pending id, now being applied, until done.
+func (q *feedQueue) take() []int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ids := make([]int64, 0, len(q.pending))
+	for id := range q.pending {
+		ids = append(ids, id)
+	}
+	if len(ids) > 0 {
+		q.applyingSince = q.pendingSince
+	}
+	clear(q.pending)
+	q.pendingSince = time.Time{}
+	return ids
+}
+
+// done marks the batch taken last applied; retry, when set, puts its ids
+// back as pending since they first arrived (a read that failed).
+func (q *feedQueue) done(retry []int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(retry) > 0 {
+		if len(q.pending) == 0 || q.applyingSince.Before(q.pendingSince) {
+			q.pendingSince = q.applyingSince
+		}
+		for _, id := range retry {
+			q.pending[id] = true
+		}
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+	q.applyingSince = time.Time{}
+}
+
+// joinedAfterReload marks the feed connected with the index reloaded: the
+// changes pending from before were committed before the reload read the
+// database, so it covers them.
+func (q *feedQueue) joinedAfterReload() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	clear(q.pending)
+	q.pendingSince = time.Time{}
+	q.joined = true
+}
+
+// lost marks the feed down: changes committed from now on are not heard
+// until it reconnects and the index is reloaded.
+func (q *feedQueue) lost() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.joined {
+		q.joined, q.downSince = false, time.Now()
+	}
+}
+
+// lag is how far behind the feed the index is: the age of the oldest
+// change heard and not yet applied (0 when none), or, while the feed is
+// down, the time since it went down.
+func (q *feedQueue) lag() (lag time.Duration, joined bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.joined {
+		return time.Since(q.downSince), false
+	}
+	oldest := q.applyingSince
+	if oldest.IsZero() || (!q.pendingSince.IsZero() && q.pendingSince.Before(oldest)) {
+		oldest = q.pendingSince
+	}
+	if oldest.IsZero() {
+		return 0, true
+	}
+	return time.Since(oldest), true
+}
