@@ -477,15 +477,7 @@ func SettleResold(in SettlementInput, sale ResaleSettlement) (Statement, error) 
 		ps := &st.Pieces[i]
 		ps.Kept = ps.Paid - ps.Refund
 		ps.Payout = ps.Kept
-		st.Paid += ps.Paid
-		st.ReservedDeviceSeconds += ps.ReservedDeviceSeconds
-		st.PromisedDeviceSeconds += ps.PromisedDeviceSeconds
-		st.DeliveredDeviceSeconds += ps.DeliveredDeviceSeconds
-		st.NotCharged += ps.NotCharged
-		st.CreditsBeforeCap += ps.CreditsBeforeCap
-		st.Credits += ps.Credits
-		st.Refund += ps.Refund
-		st.Kept += ps.Kept
+		st.addPiece(*ps)
 	}
 	st.UptimeBP = UptimeBP(st.DeliveredDeviceSeconds, st.PromisedDeviceSeconds)
 	st.applyProviderFees()

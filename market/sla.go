@@ -500,21 +500,27 @@ func Settle(in SettlementInput) (Statement, error) {
 			return Statement{}, fmt.Errorf("market: settle reservation %d piece %d: %w", r.ID, p.ID, err)
 		}
 		st.Pieces = append(st.Pieces, ps)
-		st.Paid += ps.Paid
-		st.ReservedDeviceSeconds += ps.ReservedDeviceSeconds
-		st.PromisedDeviceSeconds += ps.PromisedDeviceSeconds
-		st.DeliveredDeviceSeconds += ps.DeliveredDeviceSeconds
-		st.NotCharged += ps.NotCharged
-		st.CreditsBeforeCap += ps.CreditsBeforeCap
-		st.Credits += ps.Credits
-		st.Refund += ps.Refund
-		st.Kept += ps.Kept
+		st.addPiece(ps)
 		st.Fee += ps.Fee
 		st.Payout += ps.Payout
 	}
 	st.UptimeBP = UptimeBP(st.DeliveredDeviceSeconds, st.PromisedDeviceSeconds)
 	st.applyProviderFees()
 	return st, nil
+}
+
+// addPiece adds a piece's figures to the statement's totals (all but the
+// fee and payout, which the callers settle per provider).
+func (st *Statement) addPiece(ps PieceStatement) {
+	st.Paid += ps.Paid
+	st.ReservedDeviceSeconds += ps.ReservedDeviceSeconds
+	st.PromisedDeviceSeconds += ps.PromisedDeviceSeconds
+	st.DeliveredDeviceSeconds += ps.DeliveredDeviceSeconds
+	st.NotCharged += ps.NotCharged
+	st.CreditsBeforeCap += ps.CreditsBeforeCap
+	st.Credits += ps.Credits
+	st.Refund += ps.Refund
+	st.Kept += ps.Kept
 }
 
 // UptimeBP is delivered over promised device-seconds in basis points,

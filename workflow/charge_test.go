@@ -59,6 +59,24 @@ func (f *fixture) restart() {
 	f.wf, f.proc = wf, f.local
 }
 
+// listForResale books and pays a reservation as the fixture's buyer, lists
+// it whole for resale at 374¢, and signs up a second buyer with a saved
+// card (number) to buy it.
+func (f *fixture) listForResale(number string) (market.User, market.ResaleListing) {
+	f.t.Helper()
+	f.onboard()
+	start := t0.Add(2 * time.Hour)
+	r := f.book(start)
+	f.pay(r)
+	second := f.user("second@example.com")
+	f.saveCard(second.ID, number)
+	l, err := f.wf.ListRemainingTime(f.ctx, f.buyer.ID, r.ID, start, 374)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return second, l
+}
+
 // processorPayments is every succeeded payment the local processor holds.
 func (f *fixture) processorPayments() []billing.Payment {
 	f.t.Helper()
@@ -131,16 +149,7 @@ func TestSpotChargeMadeBeforeACrashIsRecordedAfterTheRestart(t *testing.T) {
 func TestResaleChargeMadeBeforeACrashIsRefundedWhenTheListingIsGone(t *testing.T) {
 	var cp *crashingProcessor
 	f := newFixture(t, func(l *billing.Local) billing.Processor { cp = &crashingProcessor{Processor: l, crashes: 1}; return cp })
-	f.onboard()
-	start := t0.Add(2 * time.Hour)
-	r := f.book(start)
-	f.pay(r)
-	second := f.user("second@example.com")
-	f.saveCard(second.ID, "4242 4242 4242 4242")
-	l, err := f.wf.ListRemainingTime(f.ctx, f.buyer.ID, r.ID, start, 374)
-	if err != nil {
-		t.Fatal(err)
-	}
+	second, l := f.listForResale("4242 4242 4242 4242")
 	if _, err := f.wf.BuyResale(f.ctx, second.ID, l.ID); err == nil {
 		t.Fatal("purchase with the processor's answer lost succeeded")
 	}
@@ -182,16 +191,7 @@ func TestResaleChargeRetriedAfterTheProcessorWasDown(t *testing.T) {
 		cp = &crashingProcessor{Processor: l, stall: true}
 		return cp
 	})
-	f.onboard()
-	start := t0.Add(2 * time.Hour)
-	r := f.book(start)
-	f.pay(r)
-	second := f.user("second@example.com")
-	f.saveCard(second.ID, "4242 4242 4242 4242")
-	l, err := f.wf.ListRemainingTime(f.ctx, f.buyer.ID, r.ID, start, 374)
-	if err != nil {
-		t.Fatal(err)
-	}
+	second, l := f.listForResale("4242 4242 4242 4242")
 	if _, err := f.wf.BuyResale(f.ctx, second.ID, l.ID); market.ErrorCode(err) != market.CodeInternal {
 		t.Fatalf("purchase with the processor down: %v, want an internal error", err)
 	}
@@ -219,16 +219,7 @@ func TestResaleChargeRetriedAfterTheProcessorWasDown(t *testing.T) {
 // arguments on every retry).
 func TestResaleAfterADeclinedCardSucceedsWithAnother(t *testing.T) {
 	f := newFixture(t, nil)
-	f.onboard()
-	start := t0.Add(2 * time.Hour)
-	r := f.book(start)
-	f.pay(r)
-	second := f.user("second@example.com")
-	f.saveCard(second.ID, "4000 0000 0000 0002")
-	l, err := f.wf.ListRemainingTime(f.ctx, f.buyer.ID, r.ID, start, 374)
-	if err != nil {
-		t.Fatal(err)
-	}
+	second, l := f.listForResale("4000 0000 0000 0002")
 	if _, err := f.wf.BuyResale(f.ctx, second.ID, l.ID); market.ErrorCode(err) != market.CodeConflict {
 		t.Fatalf("declined card: %v, want conflict", err)
 	}
