@@ -1,6 +1,7 @@
 package market
 
 import (
+	"slices"
 	"time"
 )
 
@@ -340,18 +341,80 @@ func fitsAt(spans []span, sh shape, l layout, devices, from, to int64) bool {
 	return tl.fits(sh, l, devices, from, to)
 }
 
-// earliestStart is timeline.earliestStart over spans.
+// earliestStart is timeline.earliestStart over spans, deciding from the
+// spans alone (see quickFree) when the first window settles it.
 func earliestStart(spans []span, sh shape, l layout, devices, lo, hi, dur int64) (int64, bool) {
+	if lo > hi || devices > sh.nodes*sh.dpn || (l == layoutNode && devices > sh.dpn) {
+		return 0, false
+	}
+	if f, exact, ok := quickFree(spans, sh, lo, lo+dur); ok {
+		switch {
+		case l == layoutNode && f.most >= devices, l == layoutWhole && f.idle >= wholeNodes(devices, sh.dpn),
+			l == layoutSpread && f.sum >= devices:
+			return lo, true
+		case exact && lo == hi:
+			return 0, false
+		}
+	}
 	tl := newTimeline(spans, sh.nodes)
 	defer tl.free()
 	return tl.earliestStart(sh, l, devices, lo, hi, dur)
 }
 
-// maxFree is timeline.maxFree over spans.
+// maxFree is timeline.maxFree over spans, deciding from the spans alone
+// (see quickFree) when the first window settles it.
 func maxFree(spans []span, sh shape, lo, hi, dur int64) (int64, int64) {
+	if lo > hi {
+		return 0, 0
+	}
+	if f, exact, ok := quickFree(spans, sh, lo, lo+dur); ok && exact && (lo == hi || f.sum == sh.nodes*sh.dpn) {
+		return f.sum, lo
+	}
 	tl := newTimeline(spans, sh.nodes)
 	defer tl.free()
 	return tl.maxFree(sh, lo, hi, dur)
+}
+
+// quickFree bounds what is free throughout [from, to) from spans in the
+// index's order (ok is false for others) in one pass, without a timeline:
+// the devices of a node's spans that overlap the window bound its most
+// used from above, and are exactly that when those spans share an instant
+// in the window (intervals share one when the latest start is before the
+// earliest end) — as when a node's bookings all run over the window. So f
+// never counts more free than there is, its idle count is exact, and
+// exact says whether every node's count is.
+func quickFree(spans []span, sh shape, from, to int64) (f nodeFree, exact, ok bool) {
+	if !slices.IsSortedFunc(spans, spanCmp) {
+		return nodeFree{}, false, false
+	}
+	exact = true
+	touched := int64(0)
+	for i := 0; i < len(spans); {
+		node := spans[i].node
+		var sum int64
+		cs, ce := from, to // the instants every overlapping span holds, within the window
+		for ; i < len(spans) && spans[i].node == node; i++ {
+			s := spans[i]
+			if s.devices == 0 || s.end <= s.start || !s.overlaps(from, to) {
+				continue
+			}
+			sum += int64(s.devices)
+			cs, ce = max(cs, s.from()), min(ce, s.to())
+		}
+		if int64(node) >= sh.nodes || sum == 0 {
+			continue
+		}
+		touched++
+		exact = exact && cs < ce
+		free := max(sh.dpn-sum, 0)
+		f.sum += free
+		f.most = max(f.most, free)
+	}
+	if f.idle = sh.nodes - touched; f.idle > 0 {
+		f.sum += f.idle * sh.dpn
+		f.most = sh.dpn
+	}
+	return f, exact, true
 }
 
 // placeLeft is timeline.placeLeft over spans.

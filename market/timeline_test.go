@@ -161,7 +161,7 @@ func randomSpans(rng *rand.Rand, nodes, dpn int64) []span {
 // duplicates and spans meeting end to start.
 func TestTimelineAgainstBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(28, 1))
-	var found, notFound, later int
+	var found, notFound, later, quick int
 	for i := range 3000 {
 		nodes, dpn := 1+rng.Int64N(5), 1+rng.Int64N(8)
 		sh := shape{nodes: nodes, dpn: dpn}
@@ -206,6 +206,9 @@ func TestTimelineAgainstBruteForce(t *testing.T) {
 
 			lo := from
 			hi := lo + rng.Int64N(120) - 10
+			if rng.IntN(3) == 0 {
+				hi = lo // one window: the wrappers may decide from the spans alone
+			}
 			wantAt, wantOK := int64(0), false
 			for s := lo; s <= hi; s++ {
 				if ref.fits(l, devices, s, s+dur) {
@@ -217,6 +220,9 @@ func TestTimelineAgainstBruteForce(t *testing.T) {
 			if ok2 != wantOK || (ok2 && at != wantAt) {
 				t.Fatalf("instance %d: earliest start %d %t, reference %d %t (%d devices, layout %d, [%d, %d] for %d; spans %v)",
 					i, at-base, ok2, wantAt-base, wantOK, devices, l, lo-base, hi-base, dur, spans)
+			}
+			if at, ok2 := earliestStart(spans, sh, l, devices, lo, hi, dur); ok2 != wantOK || (ok2 && at != wantAt) {
+				t.Fatalf("instance %d: earliestStart over spans %d %t, reference %d %t", i, at-base, ok2, wantAt-base, wantOK)
 			}
 			switch {
 			case !wantOK:
@@ -242,12 +248,21 @@ func TestTimelineAgainstBruteForce(t *testing.T) {
 			if gf, ga := tl.maxFree(sh, lo, hi, dur); gf != bestFree || ga != bestAt {
 				t.Fatalf("instance %d: most free %d at %d, reference %d at %d ([%d, %d] for %d)", i, gf, ga-base, bestFree, bestAt-base, lo-base, hi-base, dur)
 			}
+			if gf, ga := maxFree(spans, sh, lo, hi, dur); gf != bestFree || ga != bestAt {
+				t.Fatalf("instance %d: maxFree over spans %d at %d, reference %d at %d", i, gf, ga-base, bestFree, bestAt-base)
+			}
+			if qf, exact, ok := quickFree(spans, sh, from, to); ok {
+				if qf.idle != idle || qf.sum > sum || qf.most > most || (exact && (qf.sum != sum || qf.most != most)) {
+					t.Fatalf("instance %d: quickFree %+v exact %t, reference sum %d most %d idle %d", i, qf, exact, sum, most, idle)
+				}
+				quick++
+			}
 		}
 		tl.free()
 	}
 	// The generator must keep producing every case of the earliest start.
-	if found < 1000 || later < 1000 || notFound < 1000 {
-		t.Fatalf("earliest start at the lower bound %d, later %d, none %d: too few of a case", found, later, notFound)
+	if found < 1000 || later < 500 || notFound < 1000 || quick < 1000 {
+		t.Fatalf("earliest start at the lower bound %d, later %d, none %d, quick bounds %d: too few of a case", found, later, notFound, quick)
 	}
 }
 
