@@ -1,7 +1,7 @@
 package market
 
 import (
-	"sort"
+	"slices"
 	"time"
 )
 
@@ -101,18 +101,24 @@ func PlaceCommitments(offer Offer, existing []Commitment, add []Commitment) ([]C
 				return nil, err
 			}
 			shares = append([]NodeShare(nil), c.Nodes...)
-			with := appendShareSpans(spans, c.Start, c.End, shares)
+			tl := newTimeline(appendShareSpans(spans, c.Start, c.End, shares), sh.nodes)
 			for _, s := range shares {
-				if used := nodeUsage(with, uint16(s.Node), from, to); used > sh.dpn {
+				if used := tl.usage(uint16(s.Node), from, to); used > sh.dpn {
+					tl.free()
 					return nil, Errorf(CodeConflict, "Node %d of offer %d would be overbooked: %d of its %d devices committed at once. Someone may have booked it a moment ago; ask for a new quote.",
 						s.Node+1, offer.ID, used, offer.DevicesPerNode)
 				}
 			}
+			tl.free()
 		} else {
 			var ok bool
-			if shares, _, ok = place(spans, sh, l, int64(c.Devices), from, to); !ok {
-				return nil, overbooked(offer, l, c.Devices, i, freeIn(spans, sh, from, to))
+			tl := newTimeline(spans, sh.nodes)
+			if shares, _, ok = tl.place(sh, l, int64(c.Devices), from, to); !ok {
+				err := overbooked(offer, l, c.Devices, i, tl.freeIn(sh, from, to))
+				tl.free()
+				return nil, err
 			}
+			tl.free()
 		}
 		out[i].Nodes = shares
 		spans = appendShareSpans(spans, c.Start, c.End, shares)
@@ -196,9 +202,11 @@ func FreeDevices(offer Offer, cs []Commitment, from, to time.Time) Availability 
 		}
 	}
 	f, t := compactUnix(from), compactEndUnix(to)
+	tl := newTimeline(spans, int64(len(a.Free)))
+	defer tl.free()
 	idle := 0
 	for n := range a.Free {
-		free := max(offer.DevicesPerNode-int(nodeUsage(spans, uint16(n), f, t)), 0)
+		free := max(offer.DevicesPerNode-int(tl.usage(uint16(n), f, t)), 0)
 		a.Free[n] = free
 		a.Spread += free
 		a.Gang = max(a.Gang, free)
@@ -316,28 +324,6 @@ func layoutOf(gang bool, devices, dpn int64) layout {
 // wholeNodes is the number of whole nodes a gang of devices holds.
 func wholeNodes(devices, dpn int64) int64 { return (devices + dpn - 1) / dpn }
 
-// nodeUsage is the most devices the spans hold at once on node during
-// [from, to). Usage only rises at a span's start, so it is enough to look
-// at from and at every start of the node's spans inside the interval.
-func nodeUsage(spans []span, node uint16, from, to int64) int64 {
-	var best int64
-	for i := range spans {
-		s := spans[i]
-		if s.node != node || !s.overlaps(from, to) {
-			continue
-		}
-		t := max(s.from(), from)
-		var u int64
-		for _, x := range spans {
-			if x.node == node && x.from() <= t && t < x.to() {
-				u += int64(x.devices)
-			}
-		}
-		best = max(best, u)
-	}
-	return best
-}
-
 // nodeFree sums up an offer's nodes over a window.
 type nodeFree struct {
 	idle int64 // nodes on which nothing is committed during the window
@@ -345,21 +331,82 @@ type nodeFree struct {
 	most int64 // the most devices free throughout on one node
 }
 
-// freeIn is the offer's free devices throughout [from, to), node by node;
-// a node never counts fewer than zero, and spans on nodes the offer does
-// not have are ignored.
-func freeIn(spans []span, sh shape, from, to int64) nodeFree {
-	var f nodeFree
+// The capacity check over spans: each builds the spans' timeline (see
+// timeline) and asks it.
+
+// fitsAt reports whether devices fit in layout l throughout [from, to).
+func fitsAt(spans []span, sh shape, l layout, devices, from, to int64) bool {
+	tl := newTimeline(spans, sh.nodes)
+	defer tl.free()
+	return tl.fits(sh, l, devices, from, to)
+}
+
+// earliestStart is timeline.earliestStart over spans, deciding from the
+// spans alone (see quickFree) when the first window settles it.
+func earliestStart(spans []span, sh shape, l layout, devices, lo, hi, dur int64) (int64, bool) {
+	if lo > hi || devices > sh.nodes*sh.dpn || (l == layoutNode && devices > sh.dpn) {
+		return 0, false
+	}
+	if f, exact, ok := quickFree(spans, sh, lo, lo+dur); ok {
+		switch {
+		case l == layoutNode && f.most >= devices, l == layoutWhole && f.idle >= wholeNodes(devices, sh.dpn),
+			l == layoutSpread && f.sum >= devices:
+			return lo, true
+		case exact && lo == hi:
+			return 0, false
+		}
+	}
+	tl := newTimeline(spans, sh.nodes)
+	defer tl.free()
+	return tl.earliestStart(sh, l, devices, lo, hi, dur)
+}
+
+// maxFree is timeline.maxFree over spans, deciding from the spans alone
+// (see quickFree) when the first window settles it.
+func maxFree(spans []span, sh shape, lo, hi, dur int64) (int64, int64) {
+	if lo > hi {
+		return 0, 0
+	}
+	if f, exact, ok := quickFree(spans, sh, lo, lo+dur); ok && exact && (lo == hi || f.sum == sh.nodes*sh.dpn) {
+		return f.sum, lo
+	}
+	tl := newTimeline(spans, sh.nodes)
+	defer tl.free()
+	return tl.maxFree(sh, lo, hi, dur)
+}
+
+// quickFree bounds what is free throughout [from, to) from spans in the
+// index's order (ok is false for others) in one pass, without a timeline:
+// the devices of a node's spans that overlap the window bound its most
+// used from above, and are exactly that when those spans share an instant
+// in the window (intervals share one when the latest start is before the
+// earliest end) — as when a node's bookings all run over the window. So f
+// never counts more free than there is, its idle count is exact, and
+// exact says whether every node's count is.
+func quickFree(spans []span, sh shape, from, to int64) (f nodeFree, exact, ok bool) {
+	if !slices.IsSortedFunc(spans, spanCmp) {
+		return nodeFree{}, false, false
+	}
+	exact = true
 	touched := int64(0)
-	for i := range spans {
-		s := spans[i]
-		if int64(s.node) >= sh.nodes || !s.overlaps(from, to) || seenNode(spans[:i], s.node, from, to) {
+	for i := 0; i < len(spans); {
+		node := spans[i].node
+		var sum int64
+		cs, ce := from, to // the instants every overlapping span holds, within the window
+		for ; i < len(spans) && spans[i].node == node; i++ {
+			s := spans[i]
+			if s.devices == 0 || s.end <= s.start || !s.overlaps(from, to) {
+				continue
+			}
+			sum += int64(s.devices)
+			cs, ce = max(cs, s.from()), min(ce, s.to())
+		}
+		if int64(node) >= sh.nodes || sum == 0 {
 			continue
 		}
 		touched++
-		// The node's spans before i do not overlap the window, so they
-		// neither give an instant nor cover one.
-		free := max(sh.dpn-nodeUsage(spans[i:], s.node, from, to), 0)
+		exact = exact && cs < ce
+		free := max(sh.dpn-sum, 0)
 		f.sum += free
 		f.most = max(f.most, free)
 	}
@@ -367,221 +414,19 @@ func freeIn(spans []span, sh shape, from, to int64) nodeFree {
 		f.sum += f.idle * sh.dpn
 		f.most = sh.dpn
 	}
-	return f
+	return f, exact, true
 }
 
-// seenNode reports whether one of spans holds devices on node during [from, to).
-func seenNode(spans []span, node uint16, from, to int64) bool {
-	for _, s := range spans {
-		if s.node == node && s.overlaps(from, to) {
-			return true
-		}
-	}
-	return false
-}
-
-// fitsAt reports whether devices fit in layout l throughout [from, to).
-func fitsAt(spans []span, sh shape, l layout, devices, from, to int64) bool {
-	// Cheap sufficient tests first: few overlapping spans leave a node
-	// idle, and few devices leave every node (or the offer) room.
-	var n, over int64
-	for _, s := range spans {
-		if s.overlaps(from, to) {
-			n++
-			over += int64(s.devices)
-		}
-	}
-	switch l {
-	case layoutNode:
-		if n < sh.nodes || over <= sh.dpn-devices {
-			return true
-		}
-	case layoutWhole:
-		if sh.nodes-n >= wholeNodes(devices, sh.dpn) {
-			return true
-		}
-	default:
-		if over <= sh.nodes*sh.dpn-devices {
-			return true
-		}
-	}
-	if l == layoutNode {
-		// Node by node, stopping at the first that holds the gang.
-		touched := int64(0)
-		for i := range spans {
-			s := spans[i]
-			if int64(s.node) >= sh.nodes || !s.overlaps(from, to) || seenNode(spans[:i], s.node, from, to) {
-				continue
-			}
-			if sh.dpn-nodeUsage(spans[i:], s.node, from, to) >= devices {
-				return true
-			}
-			touched++
-		}
-		return touched < sh.nodes // an idle node
-	}
-	f := freeIn(spans, sh, from, to)
-	switch l {
-	case layoutWhole:
-		return f.idle >= wholeNodes(devices, sh.dpn)
-	}
-	return f.sum >= devices
-}
-
-// earliestStart returns the earliest s in [lo, hi] at which devices fit in
-// layout l throughout [s, s+dur). The answer is lo or the end of some
-// span: moving a start left to the previous such point never adds an
-// overlapping span, on any node.
-func earliestStart(spans []span, sh shape, l layout, devices, lo, hi, dur int64) (int64, bool) {
-	if lo > hi || devices > sh.nodes*sh.dpn || (l == layoutNode && devices > sh.dpn) {
-		return 0, false
-	}
-	if fitsAt(spans, sh, l, devices, lo, lo+dur) {
-		return lo, true
-	}
-	best, ok := int64(0), false
-	for _, s := range spans {
-		t := s.to()
-		if t <= lo || t > hi || (ok && t >= best) {
-			continue
-		}
-		if fitsAt(spans, sh, l, devices, t, t+dur) {
-			best, ok = t, true
-		}
-	}
-	return best, ok
-}
-
-// maxFree returns the most devices free throughout some window [s, s+dur)
-// with s in [lo, hi], summed over the nodes (what split pieces can have),
-// and the earliest such s.
-func maxFree(spans []span, sh shape, lo, hi, dur int64) (int64, int64) {
-	if lo > hi {
-		return 0, 0
-	}
-	total := sh.nodes * sh.dpn
-	best, at := freeIn(spans, sh, lo, lo+dur).sum, lo
-	if best == total {
-		return best, at
-	}
-	for _, s := range spans {
-		t := s.to()
-		if t <= lo || t > hi {
-			continue
-		}
-		f := freeIn(spans, sh, t, t+dur).sum
-		if f > best || (f == best && t < at) {
-			best, at = f, t
-		}
-	}
-	return best, at
-}
-
-// placeLeft is the leftover of place without building the placement, for
-// ranking: it allocates only for a split piece no single node holds.
+// placeLeft is timeline.placeLeft over spans.
 func placeLeft(spans []span, sh shape, l layout, devices, from, to int64) int64 {
-	if l == layoutWhole {
-		return 0
-	}
-	if devices <= sh.dpn {
-		best, touched := int64(-1), int64(0)
-		for i := range spans {
-			s := spans[i]
-			if int64(s.node) >= sh.nodes || !s.overlaps(from, to) || seenNode(spans[:i], s.node, from, to) {
-				continue
-			}
-			touched++
-			if free := sh.dpn - nodeUsage(spans[i:], s.node, from, to); free >= devices && (best < 0 || free < best) {
-				best = free
-			}
-		}
-		switch {
-		case best >= 0:
-			return best - devices
-		case touched < sh.nodes:
-			return sh.dpn - devices
-		}
-	}
-	_, left, _ := place(spans, sh, l, devices, from, to)
-	return left
+	tl := newTimeline(spans, sh.nodes)
+	defer tl.free()
+	return tl.placeLeft(sh, l, devices, from, to)
 }
 
-// place chooses nodes for devices in layout l throughout [from, to), as
-// PlaceCommitments documents, and returns the shares and the devices the
-// placement leaves free on the nodes it uses (0 for whole nodes); ok is
-// false when they do not fit.
-func place(spans []span, sh shape, l layout, devices, from, to int64) (shares []NodeShare, left int64, ok bool) {
-	type nf struct{ node, free int64 }
-	var busy []nf // nodes with something committed in the window
-	for i := range spans {
-		s := spans[i]
-		if int64(s.node) >= sh.nodes || !s.overlaps(from, to) || seenNode(spans[:i], s.node, from, to) {
-			continue
-		}
-		busy = append(busy, nf{int64(s.node), max(sh.dpn-nodeUsage(spans[i:], s.node, from, to), 0)})
-	}
-	sort.Slice(busy, func(i, j int) bool {
-		if busy[i].free != busy[j].free {
-			return busy[i].free < busy[j].free
-		}
-		return busy[i].node < busy[j].node
-	})
-	isBusy := func(n int64) bool {
-		for _, b := range busy {
-			if b.node == n {
-				return true
-			}
-		}
-		return false
-	}
-	// idle returns the lowest idle node from n on, or sh.nodes.
-	idle := func(n int64) int64 {
-		for n < sh.nodes && isBusy(n) {
-			n++
-		}
-		return n
-	}
-	if l == layoutWhole {
-		k := wholeNodes(devices, sh.dpn)
-		for n := idle(0); n < sh.nodes && int64(len(shares)) < k; n = idle(n + 1) {
-			shares = append(shares, NodeShare{Node: int(n), Devices: int(sh.dpn)})
-		}
-		return shares, 0, int64(len(shares)) == k
-	}
-	// One node by best fit: a busy node if one holds it (busy nodes have
-	// fewer free devices than idle ones), else the lowest idle node.
-	if devices <= sh.dpn {
-		for _, b := range busy {
-			if b.free >= devices {
-				return []NodeShare{{Node: int(b.node), Devices: int(devices)}}, b.free - devices, true
-			}
-		}
-		if n := idle(0); n < sh.nodes {
-			return []NodeShare{{Node: int(n), Devices: int(devices)}}, sh.dpn - devices, true
-		}
-	}
-	if l == layoutNode {
-		return nil, 0, false
-	}
-	// Spread: the nodes with the fewest free devices first, then idle ones.
-	need := devices
-	take := func(n, free int64) {
-		t := min(free, need)
-		shares = append(shares, NodeShare{Node: int(n), Devices: int(t)})
-		need -= t
-		left = free - t
-	}
-	for _, b := range busy {
-		if need > 0 && b.free > 0 {
-			take(b.node, b.free)
-		}
-	}
-	for n := idle(0); n < sh.nodes && need > 0; n = idle(n + 1) {
-		take(n, sh.dpn)
-	}
-	if need > 0 {
-		return nil, 0, false
-	}
-	sort.Slice(shares, func(i, j int) bool { return shares[i].Node < shares[j].Node })
-	return shares, left, true
+// place is timeline.place over spans.
+func place(spans []span, sh shape, l layout, devices, from, to int64) ([]NodeShare, int64, bool) {
+	tl := newTimeline(spans, sh.nodes)
+	defer tl.free()
+	return tl.place(sh, l, devices, from, to)
 }

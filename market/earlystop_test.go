@@ -93,6 +93,7 @@ func earlyStopInstance(rng *rand.Rand) instance {
 type refGangQuote struct {
 	id                         int64
 	cost, startDelay, left     int64
+	held                       int64 // devices out of sale: the gang's, or all of its whole nodes'
 	score                      int64
 	emissions, reliabilityBP   int64
 	carbon, notPreferredPermil int64
@@ -130,7 +131,12 @@ func refRankGang(in instance) ([]refGangQuote, []refOffer) {
 			q.notPreferredPermil = 1000
 		}
 		// What the placement leaves free on the node it uses: best fit
-		// for a gang within a node, nothing for whole nodes.
+		// for a gang within a node, nothing for whole nodes, which it
+		// holds entirely.
+		q.held = int64(w.Devices)
+		if w.Devices > o.DevicesPerNode {
+			q.held = int64((w.Devices + o.DevicesPerNode - 1) / o.DevicesPerNode * o.DevicesPerNode)
+		}
 		if w.Devices <= o.DevicesPerNode {
 			shares := refPlacement(o, in.commits, Commitment{OfferID: o.ID, Devices: w.Devices, Start: r.start,
 				End: r.start.Add(time.Duration(r.hours) * time.Hour), Gang: true})
@@ -159,7 +165,7 @@ func refRankGang(in instance) ([]refGangQuote, []refOffer) {
 		}
 	}
 	slices.SortFunc(qs, func(a, b refGangQuote) int {
-		for _, d := range []int64{a.score - b.score, a.cost - b.cost, a.startDelay - b.startDelay, a.left - b.left, a.id - b.id} {
+		for _, d := range []int64{a.score - b.score, a.cost - b.cost, a.startDelay - b.startDelay, a.held - b.held, a.left - b.left, a.id - b.id} {
 			if d != 0 {
 				if d < 0 {
 					return -1

@@ -195,6 +195,7 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 		for i := range b {
 			s := &b[i]
 			p := pending[s.id]
+			sortSpans(p)
 			s.spanOff, s.spanN = uint32(len(arena)), uint32(len(p))
 			s.committed, s.spansEnd = spanSummary(p)
 			arena = append(arena, p...)
@@ -242,6 +243,13 @@ func (x *Index) AddCommitment(c Commitment) {
 		off := len(x.spans)
 		x.spans = append(x.spans, x.spansOf(s)...)
 		x.spans = append(x.spans, add...)
+		// Each new span into its place in the offer's order (see timeline).
+		mine := x.spans[off:]
+		for i := len(mine) - len(add); i < len(mine); i++ {
+			for j := i; j > 0 && spanCmp(mine[j], mine[j-1]) < 0; j-- {
+				mine[j], mine[j-1] = mine[j-1], mine[j]
+			}
+		}
 		x.dead += int(s.spanN)
 		s.spanOff, s.spanN = uint32(off), s.spanN+uint32(len(add))
 		s.committed, s.spansEnd = spanSummary(x.spansOf(s))
@@ -429,12 +437,13 @@ func (x *Index) spansOf(s *slot) []span {
 	return x.spans[s.spanOff : s.spanOff+s.spanN : s.spanOff+s.spanN]
 }
 
-// setSpans appends spans to the arena as s's commitments. Callers hold the
-// write lock.
+// setSpans appends spans to the arena as s's commitments, in the order
+// the capacity check reads them (spanCmp). Callers hold the write lock.
 func (x *Index) setSpans(s *slot, spans []span) {
 	s.spanOff, s.spanN = uint32(len(x.spans)), uint32(len(spans))
 	s.committed, s.spansEnd = spanSummary(spans)
 	x.spans = append(x.spans, spans...)
+	sortSpans(x.spans[s.spanOff:])
 }
 
 // spanSummary is Σ devices over spans, saturating at the int32 maximum,

@@ -1626,8 +1626,8 @@ const (
 
 // ranker keeps the best Limit candidates by the weighted sum of the
 // metrics on fixed scales. Ties: score, cost, start, providers, the
-// placement's leftover, then the pieces' offer ids and devices — a total
-// order, so output is stable.
+// devices the placement holds, its leftover, then the pieces' offer ids
+// and devices — a total order, so output is stable.
 type ranker struct {
 	q *query
 	// minCost is the cheapest feasible quote's cost, which the cost term
@@ -1723,7 +1723,9 @@ func (r *ranker) quotes(cands []quoteCand) []Quote {
 }
 
 // less orders candidates: score, cost, start, providers, then the
-// placement that leaves the fewest devices free on the nodes it uses (it
+// placement that keeps the fewest devices out of sale (so leaves the most
+// to sell: a gang on whole nodes holds the devices it does not use), then
+// the one that leaves the fewest devices free on the nodes it uses (it
 // fits the tightest fragment, so the larger free blocks stay whole), then
 // the pieces' offer ids and devices.
 func (r *ranker) less(a *quoteCand, sa int64, b *quoteCand, sb int64) bool {
@@ -1739,6 +1741,9 @@ func (r *ranker) less(a *quoteCand, sa int64, b *quoteCand, sb int64) bool {
 	if a.metrics[mProviders] != b.metrics[mProviders] {
 		return a.metrics[mProviders] < b.metrics[mProviders]
 	}
+	if ha, hb := r.held(a), r.held(b); ha != hb {
+		return ha < hb
+	}
 	if la, lb := r.leftover(a), r.leftover(b); la != lb {
 		return la < lb
 	}
@@ -1753,6 +1758,22 @@ func (r *ranker) less(a *quoteCand, sa int64, b *quoteCand, sb int64) bool {
 		}
 	}
 	return na < nb
+}
+
+// held is the devices c's pieces take out of sale: their own, and for a
+// gang on whole nodes all the devices of those nodes.
+func (r *ranker) held(c *quoteCand) int64 {
+	var n int64
+	for i := 0; i < c.npieces(); i++ {
+		p := c.piece(i)
+		dpn := int64(p.f.s.dpn)
+		if layoutOf(!r.q.split, p.devices, dpn) == layoutWhole {
+			n += wholeNodes(p.devices, dpn) * dpn
+		} else {
+			n += p.devices
+		}
+	}
+	return n
 }
 
 // leftover is the devices c's pieces, placed as a booking would place them

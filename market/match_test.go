@@ -329,3 +329,64 @@ func TestSubSecondTimesAgreeWithFitsCapacity(t *testing.T) {
 		}
 	}
 }
+
+// TestTieLeavesMoreSellable: between quotes equal in cost, start and
+// providers, the one whose placement keeps fewer devices out of sale
+// ranks first, and only then the tightest fit. Values by hand, on 16
+// devices each: a 12-device gang holds two whole 8-device nodes of a
+// placement group (16 held, 0 left to sell) or 12 of one 16-device node
+// (12 held, 4 left to sell); a 4-device gang holds 4 either way, and best
+// fit takes the 8-device node that has 4 free (0 left on it) over the
+// wholly free 16-device node (12 left on it).
+func TestTieLeavesMoreSellable(t *testing.T) {
+	twoEights := plainOffer(1, "nvidia-h100-80gb-sxm", "us-west-or", 8, 300)
+	twoEights.Nodes, twoEights.PlacementGroup, twoEights.NetworkID = 2, true, "infiniband-400"
+	oneSixteen := plainOffer(2, "nvidia-h100-80gb-sxm", "us-west-or", 16, 300)
+	// Node 0 of the 8-device offer has 4 devices held, for the second row;
+	// node 1 stays wholly free, so both rows' 12-device gangs fit.
+	busy := Commitment{OfferID: 1, Devices: 4, Start: t0, End: t0.Add(48 * time.Hour), Gang: true,
+		Nodes: []NodeShare{{Node: 0, Devices: 4}}}
+	for _, tc := range []struct {
+		name     string
+		devices  int
+		commits  []Commitment
+		order    []int64 // offer ids, best first
+		sellable []int   // devices the offer still sells beside the booking (FreeDevices.Spread), by quote
+	}{
+		// 16 held against 12: the 16-device node, though two whole nodes fit tighter.
+		{name: "12 on whole nodes or one node", devices: 12, order: []int64{2, 1}, sellable: []int{4, 0}},
+		// 4 held either way: best fit on the 8-device node (4 free → 0), not the 16 (16 free → 12).
+		{name: "4, best fit", devices: 4, commits: []Commitment{busy}, order: []int64{1, 2}, sellable: []int{8, 12}},
+	} {
+		cands := []Candidate{{Offer: twoEights, ReliabilityBP: 9900}, {Offer: oneSixteen, ReliabilityBP: 9900}}
+		req := Request{Workload: Workload{Kind: WorkTraining, Devices: tc.devices, Hours: 2}, Limit: 2}
+		res, err := Match(cands, tc.commits, req, t0)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if len(res.Quotes) != 2 {
+			t.Fatalf("%s: %d quotes, want 2 (%s)", tc.name, len(res.Quotes), res.Explanation.Summary())
+		}
+		for i, q := range res.Quotes {
+			p := q.Pieces[0]
+			if p.OfferID != tc.order[i] {
+				t.Fatalf("%s: quote %d on offer %d, want %d", tc.name, i+1, p.OfferID, tc.order[i])
+			}
+			if q.Cost.Total != res.Quotes[0].Cost.Total || !q.Start.Equal(t0) {
+				t.Fatalf("%s: quote %d costs %v from %v; the tie needs %v from %v", tc.name, i+1, q.Cost.Total, q.Start, res.Quotes[0].Cost.Total, t0)
+			}
+			o := twoEights
+			if p.OfferID == 2 {
+				o = oneSixteen
+			}
+			placed, err := PlaceCommitments(o, tc.commits, []Commitment{p.Commitment()})
+			if err != nil {
+				t.Fatalf("%s: quote %d does not book: %v", tc.name, i+1, err)
+			}
+			after := append(append([]Commitment(nil), tc.commits...), placed[0])
+			if got := FreeDevices(o, after, p.Start, p.End).Spread; got != tc.sellable[i] {
+				t.Fatalf("%s: quote %d leaves %d devices to sell on offer %d, want %d", tc.name, i+1, got, p.OfferID, tc.sellable[i])
+			}
+		}
+	}
+}

@@ -28,7 +28,7 @@ import (
 // traceDataDir is the trace's csv folder in the shared data, skipped
 // outside CI when the shared folder is absent and failed in CI (as
 // carbonDataDir).
-func traceDataDir(t *testing.T) string {
+func traceDataDir(t testing.TB) string {
 	t.Helper()
 	root := os.Getenv("GPUMARKET_SHARED_DATA")
 	if root == "" {
@@ -53,7 +53,7 @@ type tracePod struct {
 	models []string // allowed trace models; empty: any
 }
 
-func readTraceNodes(t *testing.T, dir string) []traceNode {
+func readTraceNodes(t testing.TB, dir string) []traceNode {
 	t.Helper()
 	rows, err := readCSV(filepath.Join(dir, "openb_node_list_gpu_node.csv"))
 	if err != nil {
@@ -72,7 +72,7 @@ func readTraceNodes(t *testing.T, dir string) []traceNode {
 
 // readTracePods reads the GPU pods of a pod list (columns num_gpu, gpu_milli
 // and, where present, gpu_spec), in file order.
-func readTracePods(t *testing.T, dir, file string) []tracePod {
+func readTracePods(t testing.TB, dir, file string) []tracePod {
 	t.Helper()
 	rows, err := readCSV(filepath.Join(dir, file))
 	if err != nil {
@@ -179,7 +179,7 @@ func traceOffers(nodes []traceNode, perOffer int, price func(Accelerator) Cents)
 
 // engineReplay books each pod's best quote on offers and returns the GPUs
 // allocated when arrived demand reaches capacity.
-func engineReplay(t *testing.T, offers []Offer, capacity int, pods []tracePod) int {
+func engineReplay(t testing.TB, offers []Offer, capacity int, pods []tracePod) int {
 	t.Helper()
 	now := benchNow
 	const hours = 7 * 24
@@ -270,4 +270,49 @@ func TestTraceReplayPacksAsWellAsBestFit(t *testing.T) {
 
 func percent(n, of int) string {
 	return strconv.FormatFloat(float64(n)*100/float64(of), 'f', 2, 64) + " %"
+}
+
+// BenchmarkTraceReplay measures placements per second on the openb replay
+// of TestTraceReplayPacksAsWellAsBestFit (offers of up to 8 nodes at one
+// price): the engine (Index.Match for each pod, then PlaceCommitments and
+// AddCommitment for its best quote, as a booking does) against the bare
+// BestFit loop, each over the pods that arrive until they ask for the
+// cluster's GPUs, with the share of the GPUs each allocates:
+//
+//	go test -run '^$' -bench TraceReplay -benchtime 3x ./market
+func BenchmarkTraceReplay(b *testing.B) {
+	dir := traceDataDir(b)
+	nodes := readTraceNodes(b, dir)
+	for _, file := range []string{"openb_pod_list_default.csv", "openb_pod_list_gpuspec33.csv", "openb_pod_list_multigpu50.csv"} {
+		pods := readTracePods(b, dir, file)
+		if file == "openb_pod_list_multigpu50.csv" {
+			rng := rand.New(rand.NewPCG(2023, 10))
+			rng.Shuffle(len(pods), func(i, j int) { pods[i], pods[j] = pods[j], pods[i] })
+		}
+		_, capacity := bestFitReplay(nodes, pods)
+		offers, order := traceOffers(nodes, 8, func(Accelerator) Cents { return 300 })
+		arrived, demand := 0, 0
+		for _, p := range pods {
+			if demand >= capacity {
+				break
+			}
+			demand += p.gpus
+			arrived++
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(file, "openb_pod_list_"), ".csv")
+		for _, how := range []string{"engine", "bestfit"} {
+			b.Run(name+"/"+how, func(b *testing.B) {
+				allocated := 0
+				for i := 0; i < b.N; i++ {
+					if how == "engine" {
+						allocated = engineReplay(b, offers, capacity, pods)
+					} else {
+						allocated, _ = bestFitReplay(order, pods)
+					}
+				}
+				b.ReportMetric(float64(arrived)*float64(b.N)/b.Elapsed().Seconds(), "placements/s")
+				b.ReportMetric(float64(allocated)*100/float64(capacity), "alloc-%")
+			})
+		}
+	}
 }
