@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -64,6 +65,17 @@ func (s *Service) makeCharge(ctx context.Context, ci market.ChargeIntent) (charg
 		msg := declineMessage(d, ci.CardLabel)
 		log.Info("saved card declined", "code", d.Code, "decline_code", d.DeclineCode, "payment_intent_id", d.PaymentIntentID)
 		if _, rerr := s.db.RecordChargeDeclined(ctx, ci.ID, d.PaymentIntentID, msg, now); rerr != nil {
+			return chargeResult{}, rerr
+		}
+		return chargeResult{}, market.Errorf(market.CodeConflict, "%s", msg)
+	}
+	if refused(err) {
+		// The processor refused the call itself (not the bank, not a
+		// failure worth retrying): nothing was charged, and repeating the
+		// same call would be refused the same way.
+		log.Error("charge refused by the processor", "err", err)
+		msg := "The payment could not be made with your saved card. Nothing was charged."
+		if _, rerr := s.db.RecordChargeDeclined(ctx, ci.ID, "", msg, now); rerr != nil {
 			return chargeResult{}, rerr
 		}
 		return chargeResult{}, market.Errorf(market.CodeConflict, "%s", msg)
@@ -138,6 +150,20 @@ func (s *Service) chargeTick(ctx context.Context, now time.Time) {
 			s.log.Error("background: charge", "charge_intent_id", ci.ID, "err", err)
 		}
 	}
+}
+
+// refused reports whether err is the processor refusing a charge outright:
+// an invalid request it will never accept (a processor error that is not
+// retryable, or the local processor's invalid or conflicting call). Bank
+// declines are *billing.Decline and handled before; anything else may have
+// gone through and is retried under the same key.
+func refused(err error) bool {
+	var be *billing.Error
+	if errors.As(err, &be) {
+		return !be.Retryable
+	}
+	code := market.ErrorCode(err)
+	return err != nil && (code == market.CodeInvalid || code == market.CodeConflict)
 }
 
 // chargeDescription is the line the buyer sees on the statement; it

@@ -22,18 +22,25 @@ type crashingProcessor struct {
 	mu      sync.Mutex
 	crashes int // how many more charges to lose the answer of
 	stall   bool
+	refuse  bool // refuse every charge as an invalid request
 	made    []string // the processor payments the charges made
 }
 
 func (p *crashingProcessor) ChargeSaved(ctx context.Context, in billing.ChargeInput) (billing.Payment, error) {
 	p.mu.Lock()
 	stall, crash := p.stall, p.crashes > 0
+	if p.refuse {
+		stall = false
+	}
 	if crash {
 		p.crashes--
 	}
 	p.mu.Unlock()
 	if stall {
 		return billing.Payment{}, &billing.Error{Op: "charge", Retryable: true, Err: errors.New("processor unreachable")}
+	}
+	if p.refuse {
+		return billing.Payment{}, &billing.Error{Op: "charge", Status: 400, Code: "parameter_invalid", Err: errors.New("invalid request")}
 	}
 	pay, err := p.Processor.ChargeSaved(ctx, in)
 	if err == nil {
@@ -291,4 +298,25 @@ func TestReconcileReportsUnexplainedProcessorObjects(t *testing.T) {
 	if diffs, err := f.wf.Reconcile(f.ctx, ReconcileOptions{LedgerOnly: true}); err != nil || len(diffs) != 0 {
 		t.Fatalf("ledger-only reconcile: %v %+v", err, diffs)
 	}
+}
+
+// A charge the processor refuses outright (an invalid request, not
+// retryable) charged nothing and would be refused again: it ends declined
+// at once, the reservation stays held for the buyer to pay another way,
+// and nothing is left pending for the retrier.
+func TestRefusedChargeEndsAtOnce(t *testing.T) {
+	f := newFixture(t, func(l *billing.Local) billing.Processor { return &crashingProcessor{Processor: l, refuse: true} })
+	f.saveCard(f.buyer.ID, "4242 4242 4242 4242")
+	r := f.book(t0.Add(48 * time.Hour))
+	if _, err := f.wf.PayWithSavedMethod(f.ctx, f.buyer.ID, r.ID); market.ErrorCode(err) != market.CodeConflict {
+		t.Fatalf("refused charge: %v, want a conflict for the buyer", err)
+	}
+	if st := f.state(r.ID); st != market.ReservationHeld {
+		t.Fatalf("reservation %s after the refusal, want held", st)
+	}
+	if due, err := f.db.ListDueChargeIntents(f.ctx, time.Time{}); err != nil || len(due) != 0 {
+		t.Fatalf("pending charges after a refusal: %+v, %v", due, err)
+	}
+	f.now = f.now.Add(market.ChargeRetryGrace + time.Second)
+	f.requireReconciled()
 }
