@@ -22,7 +22,7 @@ type crashingProcessor struct {
 	mu      sync.Mutex
 	crashes int // how many more charges to lose the answer of
 	stall   bool
-	refuse  bool // refuse every charge as an invalid request
+	refuse  bool     // refuse every charge as an invalid request
 	made    []string // the processor payments the charges made
 }
 
