@@ -34,11 +34,16 @@ grep -q listening "$DIR/server.out" || { echo "server did not start"; exit 1; }
 run() {
 	echo
 	echo "== $1"
-	"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$CLIENTS" -d "$DURATION" -mix "$2"
+	"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$CLIENTS" -d "$DURATION" -mix "$2" | tee "$DIR/last.out"
 }
+# rate KIND: the req/s column of KIND's row in the last run's table.
+rate() { awk -v k="$1" '$1 == k { print $3 }' "$DIR/last.out"; }
 run "yardstick: GET /static/app.css (no database)" static=1
 run "yardstick: GET /api/v1/ping (token check, rate limit, JSON)" ping=1
+ping_rate=$(rate ping)
 run "POST /api/v1/quotes, narrow requests" narrow=1
+narrow_rate=$(rate narrow)
+echo "-- narrow quotes / ping yardstick: $narrow_rate / $ping_rate req/s = $(awk -v a="$narrow_rate" -v b="$ping_rate" 'BEGIN { printf "%.2f", a / b }') (target at least 0.33)"
 run "POST /api/v1/quotes, 9 narrow : 1 broad" narrow=9,broad=1
 
 # Expensive requests are bounded (issue 13): narrow quotes from
