@@ -80,6 +80,15 @@ func (s *Service) makeCharge(ctx context.Context, ci market.ChargeIntent) (charg
 		}
 		return chargeResult{}, market.Errorf(market.CodeConflict, "%s", msg)
 	}
+	if err == nil && (pay.Status == "canceled" || pay.Status == "requires_payment_method") {
+		// A payment that was processing and then failed: nothing charged.
+		log.Info("saved card payment failed after processing", "payment_intent_id", pay.ID, "status", pay.Status)
+		msg := declineMessage(&billing.Decline{PaymentIntentID: pay.ID, Code: "card_declined"}, ci.CardLabel)
+		if _, rerr := s.db.RecordChargeDeclined(ctx, ci.ID, pay.ID, msg, now); rerr != nil {
+			return chargeResult{}, rerr
+		}
+		return chargeResult{}, market.Errorf(market.CodeConflict, "%s", msg)
+	}
 	if err == nil && !pay.Succeeded {
 		err = fmt.Errorf("workflow: payment %s is %s", pay.ID, pay.Status)
 	}
