@@ -122,6 +122,7 @@ func newBillingAppWith(t *testing.T, edit func(*Config)) *billingApp {
 	if err != nil {
 		t.Fatal(err)
 	}
+	joinFeed(t, db, h)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &billingApp{testApp: &testApp{t: t, srv: srv, db: db, handler: h}, clock: clock, pay: pay}

@@ -56,24 +56,32 @@ func newTestAppWith(t *testing.T, edit func(*Config)) *testApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if db.Postgres() {
-		// The change feed joins, as serve runs it, so /healthz can say ok.
-		fctx, stop := context.WithCancel(ctx)
-		followed := make(chan struct{})
-		go func() { defer close(followed); h.wf.Follow(fctx) }()
-		t.Cleanup(func() { stop(); <-followed })
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if _, joined := h.wf.FeedLag(); joined {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the change feed did not join")
-			}
-		}
-	}
+	joinFeed(t, db, h)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return &testApp{t: t, srv: srv, db: db, handler: h}
+}
+
+// joinFeed runs the workflow's change feed on PostgreSQL, as serve does,
+// until the test ends, and waits until it has joined, so /healthz can say
+// ok. On SQLite there is no feed.
+func joinFeed(t *testing.T, db *store.DB, h *Handler) {
+	t.Helper()
+	if !db.Postgres() {
+		return
+	}
+	fctx, stop := context.WithCancel(context.Background())
+	followed := make(chan struct{})
+	go func() { defer close(followed); h.wf.Follow(fctx) }()
+	t.Cleanup(func() { stop(); <-followed })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, joined := h.wf.FeedLag(); joined {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the change feed did not join")
+		}
+	}
 }
 
 // client is one browser: its own cookie jar, no automatic redirects.
