@@ -161,4 +161,3 @@ func (db *DB) RemovePaymentMethod(ctx context.Context, userID, methodID int64, n
 	}
 	return fail(op, tx.Commit(), "")
 }
-

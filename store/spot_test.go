@@ -452,7 +452,6 @@ func TestSpotBidderLimits(t *testing.T) {
 	}
 }
 
-
 // An account whose address is not confirmed places no spot bid and has no
 // saved card charged: the store refuses in the transactions themselves
 // (market.User.MayAct), whatever the caller checked.

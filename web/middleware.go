@@ -1,16 +1,22 @@
 package web
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -240,4 +246,97 @@ func safeNext(next string) string {
 		return "/"
 	}
 	return next
+}
+
+// refuseUnstorableText refuses a request any of whose text — query
+// parameters, form fields, the strings (keys and values) of a JSON body —
+// is not valid UTF-8 or holds a control character other than a line break
+// or tab (market.TextProblem): a NUL that SQLite would keep and PostgreSQL
+// refuses, or bytes PostgreSQL cannot store, so both engines only ever see
+// the same values. The error names the field (422 for a page, 400 in the
+// API) and nothing is changed.
+func refuseUnstorableText(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		bad := func(field, msg string) error {
+			return &market.Error{Code: market.CodeInvalid, Message: fmt.Sprintf("%s (in %q)", msg, field), Fields: map[string]string{field: msg}}
+		}
+		for k, vs := range req.URL.Query() {
+			for _, v := range append(vs, k) {
+				if msg := market.TextProblem(v, true); msg != "" {
+					return bad(k, msg)
+				}
+			}
+		}
+		if req.Body == nil || req.Method == http.MethodGet || req.Method == http.MethodHead {
+			return next(c)
+		}
+		ct := req.Header.Get(echo.HeaderContentType)
+		switch {
+		case strings.HasPrefix(ct, echo.MIMEApplicationForm):
+			if err := req.ParseForm(); err != nil {
+				return next(c) // the handler reports what it cannot read
+			}
+			for k, vs := range req.PostForm {
+				for _, v := range append(vs, k) {
+					if msg := market.TextProblem(v, true); msg != "" {
+						return bad(k, msg)
+					}
+				}
+			}
+		case strings.HasPrefix(ct, echo.MIMEApplicationJSON) || ct == "":
+			body, err := io.ReadAll(req.Body)
+			if err != nil {
+				return err // over the body limit (413), or the client went away
+			}
+			req.Body = io.NopCloser(bytes.NewReader(body))
+			if len(body) == 0 {
+				return next(c)
+			}
+			if !utf8.Valid(body) {
+				return bad("body", "Remove the bytes that are not text (the input is not valid UTF-8).")
+			}
+			dec := json.NewDecoder(bytes.NewReader(body))
+			dec.UseNumber()
+			var doc any
+			if dec.Decode(&doc) != nil {
+				return next(c) // not JSON: the handler's decoder says why
+			}
+			if field, msg := jsonTextProblem("", doc); msg != "" {
+				return bad(field, msg)
+			}
+		}
+		return next(c)
+	}
+}
+
+// jsonTextProblem finds the first string of a decoded JSON document that
+// market.TextProblem refuses, with its path ("request.constraints.notes").
+func jsonTextProblem(path string, v any) (string, string) {
+	at := func(k string) string {
+		if path == "" {
+			return k
+		}
+		return path + "." + k
+	}
+	switch x := v.(type) {
+	case string:
+		return path, market.TextProblem(x, true)
+	case map[string]any:
+		for k, e := range x {
+			if msg := market.TextProblem(k, false); msg != "" {
+				return at(k), msg
+			}
+			if f, msg := jsonTextProblem(at(k), e); msg != "" {
+				return f, msg
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if f, msg := jsonTextProblem(at(strconv.Itoa(i)), e); msg != "" {
+				return f, msg
+			}
+		}
+	}
+	return "", ""
 }

@@ -25,7 +25,7 @@ func (h *Handler) routes(e *echo.Echo) {
 
 	// JSON API for programmatic buyers and providers: bearer tokens, no
 	// cookies, so no CSRF; rate limited per token.
-	api := e.Group("/api/v1", middleware.BodyLimit("1M"), h.apiAuth, h.apiRateLimit())
+	api := e.Group("/api/v1", middleware.BodyLimit("1M"), refuseUnstorableText, h.apiAuth, h.apiRateLimit())
 	api.GET("/ping", h.handleAPIPing)
 	api.GET("/offers", h.handleAPIOffers)
 	api.POST("/quotes", h.handleAPIQuotes)
@@ -47,14 +47,14 @@ func (h *Handler) routes(e *echo.Echo) {
 
 	// The provider agent (docs/agent.md): host tokens per node, no cookies,
 	// so no CSRF; rate limited per token.
-	agent := e.Group("/agent/v1", middleware.BodyLimit(agentBodyLimit), h.agentAuth, h.agentRateLimit())
+	agent := e.Group("/agent/v1", middleware.BodyLimit(agentBodyLimit), refuseUnstorableText, h.agentAuth, h.agentRateLimit())
 	agent.POST("/heartbeat", h.handleAgentHeartbeat)
 	agent.POST("/assignments/:piece_id/installed", h.handleAgentInstalled)
 	agent.POST("/assignments/:piece_id/removed", h.handleAgentRemoved)
 	agent.POST("/assignments/:piece_id/acceptance", h.handleAgentAcceptance)
 
 	// Browser pages: size limit, session, then CSRF (its token is the session's).
-	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.loadSession, h.csrf())
+	b := e.Group("", middleware.BodyLimit(formBodyLimit), refuseUnstorableText, h.loadSession, h.csrf())
 
 	// Public.
 	b.GET("/", h.handleCatalogue)
