@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -218,4 +219,28 @@ func deviceSummary(n int, at func(int) (string, int64)) string {
 		i = j
 	}
 	return strings.Join(parts, ", ")
+}
+
+// ObservationOpen reports whether the buyer may report an observation of
+// piece p of r at now: during the rental, i.e. r confirmed or active and
+// now within [the piece's start, its end for the holder).
+func ObservationOpen(r Reservation, p ReservationPiece, now time.Time) bool {
+	return (r.State == ReservationConfirmed || r.State == ReservationActive) && !now.Before(p.Start) && now.Before(AccessEnd(r, p))
+}
+
+// ObservationNode is the node of the piece an observation is compared
+// with, and how many of the piece's devices it holds there: the node
+// holding the most (the first such), since the buyer's script runs on one
+// machine.
+func ObservationNode(p ReservationPiece) (node, held int) {
+	node, held = -1, 0
+	for _, s := range p.Nodes {
+		if n := p.DevicesOnNode(s.Node); n > held {
+			node, held = s.Node, n
+		}
+	}
+	if node < 0 {
+		return 0, p.Devices
+	}
+	return node, held
 }
