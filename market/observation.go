@@ -244,3 +244,16 @@ func ObservationNode(p ReservationPiece) (node, held int) {
 	}
 	return node, held
 }
+
+// ContradictionsText is the offer page's warning for n buyers'
+// observations in ObservationWindowDays that contradicted the agent, ""
+// for none.
+func ContradictionsText(n int) string {
+	switch {
+	case n <= 0:
+		return ""
+	case n == 1:
+		return fmt.Sprintf("1 buyer report in %d days contradicted the provider's agent", ObservationWindowDays)
+	}
+	return fmt.Sprintf("%d buyer reports in %d days contradicted the provider's agent", n, ObservationWindowDays)
+}

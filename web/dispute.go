@@ -227,6 +227,11 @@ func (h *Handler) adminDisputePage(c echo.Context, status int, id int64, credit,
 	if v.Timeline, err = h.timelineRows(ctx, d.ReservationID); err != nil {
 		return err
 	}
+	obs, err := h.db.ListReservationObservations(ctx, d.ReservationID)
+	if err != nil {
+		return err
+	}
+	v.Observations = observationRows(obs)
 	if d.Status == store.DisputeOpen {
 		v.DecideAction, v.CreditValue, v.ReasonValue, v.Errors = fmt.Sprintf("/admin/disputes/%d/decide", d.ID), credit, reason, errs
 		v.MaxCredit = "what was paid"
