@@ -214,7 +214,7 @@ fi
 report="{\"piece_id\":%[2]d,\"devices\":[$devices]${bench:+,\"benchmark\":$bench}}"
 echo "$report"
 if [ -n "${GPUMARKET_TOKEN:-}" ]; then
-  curl -fsS -X POST -H "Authorization: Bearer $GPUMARKET_TOKEN" -H "Content-Type: application/json" \
+  curl -sS -X POST -H "Authorization: Bearer $GPUMARKET_TOKEN" -H "Content-Type: application/json" \
     --data "$report" %[1]s
   echo
 fi

@@ -1,10 +1,14 @@
 package web
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -202,4 +206,35 @@ func TestObservationForm(t *testing.T) {
 		t.Fatalf("report: %d → %q\n%s", res.status, res.location, res.body)
 	}
 	mustContain(t, buyer.get(resPath).body, `data-testid="observation-mismatch"`, "NVIDIA A100 80GB PCIe", "not the listed NVIDIA H100 80GB SXM")
+}
+
+// TestObservationScriptBuildsReport runs the page's script with a stand-in
+// nvidia-smi and no token: it prints a report the API accepts as it is.
+func TestObservationScriptBuildsReport(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	fake := "#!/bin/sh\nprintf 'NVIDIA H100 80GB HBM3, 81559\\nNVIDIA H100 80GB HBM3, 81559\\n'\n"
+	if err := os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "observe.sh")
+	if err := os.WriteFile(script, []byte(observationScript("http://127.0.0.1:1/api/v1/reservations/5/observations", 31)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bash, script)
+	cmd.Env = []string{"PATH=" + dir + ":/usr/bin:/bin", "GPUMARKET_TOKEN="}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("script: %v\n%s", err, out)
+	}
+	obs, err := parseObservation(bytes.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("report %s: %v", out, err)
+	}
+	if obs.PieceID != 31 || len(obs.Devices) != 2 || obs.Devices[1].Name != "NVIDIA H100 80GB HBM3" || obs.Devices[1].MemoryMiB != 81559 {
+		t.Fatalf("report %s read as %+v", out, obs)
+	}
 }
