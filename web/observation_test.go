@@ -168,6 +168,7 @@ func TestObservationBuyerMachineAgainstAgent(t *testing.T) {
 	dp := admin.get("/admin/disputes/" + id).body
 	mustContain(t, dp, `data-testid="dispute-observations"`, "The buyer's machine reported", "NVIDIA A10", `data-testid="observation-mismatch"`,
 		`data-testid="observation-match"`)
+	mustContain(t, admin.get("/admin"+resPath).body, `data-testid="dispute-observations"`, "NVIDIA A10")
 }
 
 // TestObservationForm: people without the API paste the script's output;
