@@ -201,6 +201,10 @@ func (h *Handler) handleAdminProviders(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	contradictions, err := h.db.CountProviderContradictions(ctx, h.now().AddDate(0, 0, -market.ObservationWindowDays))
+	if err != nil {
+		return err
+	}
 	v := views.AdminProvidersView{}
 	for id, n := range buyerRej {
 		u, err := h.db.FindUserByID(ctx, id)
@@ -221,7 +225,8 @@ func (h *Handler) handleAdminProviders(c echo.Context) error {
 			Reliability: market.FormatPercentBP(market.ReliabilityBP(r)) + "%", Clean: r.CleanTrackRecord(),
 			Suspended: p.User.Suspended, SuspensionReason: p.SuspensionReason, SuspendedAt: formatTime(p.SuspendedAt),
 			SuspendAction: "/admin/providers/" + id + "/suspend", ReinstateAction: "/admin/providers/" + id + "/reinstate",
-			Rejections: rejectionCountText(provRej[p.User.ID]),
+			Rejections:     rejectionCountText(provRej[p.User.ID]),
+			Contradictions: strconv.Itoa(contradictions[p.User.ID]),
 		}
 		v.Providers = append(v.Providers, row)
 	}

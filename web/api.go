@@ -79,10 +79,24 @@ func (h *Handler) apiRateLimit() echo.MiddlewareFunc {
 // decodeBody reads a JSON body strictly into v: unknown fields and
 // trailing data are errors naming what was wrong.
 func decodeBody(c echo.Context, v any) error {
+	data, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	return decodeStrict(data, v)
+}
+
+// readBody reads a request body of at most market.MaxJSONBytes (and one).
+func readBody(c echo.Context) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(c.Request().Body, market.MaxJSONBytes+1))
 	if err != nil {
-		return market.Errorf(market.CodeInvalid, "The request body could not be read.")
+		return nil, market.Errorf(market.CodeInvalid, "The request body could not be read.")
 	}
+	return data, nil
+}
+
+// decodeStrict decodes one JSON value from data into v as decodeBody does.
+func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -213,7 +213,12 @@ func (h *Handler) handleAdminReservation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return render(c, http.StatusOK, views.AdminReservation(h.page(c, fmt.Sprintf("Reservation %d", id)), views.AdminReservationView{ID: strconv.FormatInt(id, 10), Timeline: rows}))
+	obs, err := h.db.ListReservationObservations(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.AdminReservation(h.page(c, fmt.Sprintf("Reservation %d", id)),
+		views.AdminReservationView{ID: strconv.FormatInt(id, 10), Timeline: rows, Observations: observationRows(obs)}))
 }
 
 func (h *Handler) adminDisputePage(c echo.Context, status int, id int64, credit, reason string, errs map[string]string) error {
@@ -227,6 +232,11 @@ func (h *Handler) adminDisputePage(c echo.Context, status int, id int64, credit,
 	if v.Timeline, err = h.timelineRows(ctx, d.ReservationID); err != nil {
 		return err
 	}
+	obs, err := h.db.ListReservationObservations(ctx, d.ReservationID)
+	if err != nil {
+		return err
+	}
+	v.Observations = observationRows(obs)
 	if d.Status == store.DisputeOpen {
 		v.DecideAction, v.CreditValue, v.ReasonValue, v.Errors = fmt.Sprintf("/admin/disputes/%d/decide", d.ID), credit, reason, errs
 		v.MaxCredit = "what was paid"

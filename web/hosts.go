@@ -297,5 +297,10 @@ func (h *Handler) agentFiguresView(ctx context.Context, o market.Offer) (views.A
 		}
 		v.Rows = append(v.Rows, row)
 	}
+	n, err := h.db.CountOfferContradictions(ctx, o.ID, h.now().AddDate(0, 0, -market.ObservationWindowDays))
+	if err != nil {
+		return views.AgentFiguresView{}, err
+	}
+	v.Contradictions = market.ContradictionsText(n)
 	return v, nil
 }

@@ -135,6 +135,9 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 		return err
 	}
 	v.Reject = rejectPanelView(r, acceptance, grounds, now)
+	if v.Observe, err = h.observationPanel(ctx, r, "", ""); err != nil {
+		return err
+	}
 	resaleAdjust(r, &v)
 	return render(c, http.StatusOK, views.Reservation(h.page(c, fmt.Sprintf("Reservation %d", r.ID)), v))
 }
