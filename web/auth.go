@@ -79,6 +79,12 @@ func (h *Handler) handleLogin(c echo.Context) error {
 	fail := func(status int, msg string) error {
 		return render(c, status, views.Login(h.page(c, "Log in"), views.LoginForm{Email: email, Next: next, Message: msg}))
 	}
+	// Text no engine stores alike (a NUL, bytes that are not UTF-8) is
+	// refused before it reaches the throttle's keys or a lookup; the
+	// password is never stored as sent.
+	if msg := market.TextProblem(c.FormValue("email"), false); msg != "" {
+		return fail(http.StatusUnprocessableEntity, msg)
+	}
 	ctx := c.Request().Context()
 	now := h.now()
 	// Only failures count: against the client address (so that an office or

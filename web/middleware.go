@@ -248,13 +248,14 @@ func safeNext(next string) string {
 	return next
 }
 
-// refuseUnstorableText refuses a request any of whose text — query
-// parameters, form fields, the strings (keys and values) of a JSON body —
-// is not valid UTF-8 or holds a control character other than a line break
-// or tab (market.TextProblem): a NUL that SQLite would keep and PostgreSQL
-// refuses, or bytes PostgreSQL cannot store, so both engines only ever see
-// the same values. The error names the field (422 for a page, 400 in the
-// API) and nothing is changed.
+// refuseUnstorableText refuses an API or agent request any of whose text —
+// query parameters, form fields, the strings (keys and values) of a JSON
+// body — is not valid UTF-8 or holds a control character other than a
+// line break or tab (market.TextProblem): a NUL that SQLite would keep and
+// PostgreSQL refuses, or bytes PostgreSQL cannot store, so both engines
+// only ever see the same values. The error names the field (400) and
+// nothing is changed. The pages' forms check their fields themselves, to
+// show the message next to the field.
 func refuseUnstorableText(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()

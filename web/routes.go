@@ -55,7 +55,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	agent.POST("/assignments/:piece_id/acceptance", h.handleAgentAcceptance)
 
 	// Browser pages: size limit, session, then CSRF (its token is the session's).
-	b := e.Group("", middleware.BodyLimit(formBodyLimit), refuseUnstorableText, h.loadSession, h.csrf())
+	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.loadSession, h.csrf())
 
 	// Public.
 	b.GET("/", h.handleCatalogue)
