@@ -220,6 +220,17 @@ func (db *DB) CancelSpotBid(ctx context.Context, buyerID, bidID int64, now time.
 	return db.endSpotBid(ctx, "cancel spot bid", buyerID, bidID, "Cancelled by you.", false, now)
 }
 
+// FindSpotBidOfReservation returns the spot bid whose won hour reservation
+// is, or a market CodeNotFound error when it is not a won spot hour.
+func (db *DB) FindSpotBidOfReservation(ctx context.Context, reservationID int64) (int64, error) {
+	var bidID int64
+	err := db.reader.QueryRowContext(ctx, `SELECT bid_id FROM spot_allocations WHERE reservation_id = ?`, reservationID).Scan(&bidID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, notFound("That reservation is not a won spot hour.")
+	}
+	return bidID, fail("find spot bid of reservation", err, "")
+}
+
 // StopSpotBidDeclined stops a bid of the buyer whose won hour could not be
 // paid, with the reason, and tells the buyer; a bid whose window ended
 // with that hour (finished in the clearing) is marked cancelled too, so

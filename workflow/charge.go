@@ -155,9 +155,30 @@ func (s *Service) chargeTick(ctx context.Context, now time.Time) {
 		return
 	}
 	for _, ci := range due {
-		if _, err := s.makeCharge(ctx, ci); err != nil && market.ErrorCode(err) == market.CodeInternal {
+		_, err := s.makeCharge(ctx, ci)
+		switch {
+		case err == nil:
+		case market.ErrorCode(err) == market.CodeInternal:
 			s.log.Error("background: charge", "charge_intent_id", ci.ID, "err", err)
+		case ci.Purpose == market.PurposeReservation:
+			s.stopDeclinedSpotBid(ctx, ci)
 		}
+	}
+}
+
+// stopDeclinedSpotBid stops the spot bid of a won hour whose charge the
+// retrier found declined, as ClearSpot does when the decline comes at
+// once: a bid whose card is refused must not go on winning hours.
+func (s *Service) stopDeclinedSpotBid(ctx context.Context, ci market.ChargeIntent) {
+	if got, err := s.db.FindChargeIntent(ctx, ci.ID); err != nil || got.State != market.ChargeDeclined {
+		return
+	}
+	bidID, err := s.db.FindSpotBidOfReservation(ctx, ci.ReservationID)
+	if err != nil {
+		return // not a spot hour (a standing order's fill stays held for the buyer)
+	}
+	if _, err := s.db.StopSpotBidDeclined(ctx, ci.BuyerID, bidID, "your saved card was not charged", s.now()); err != nil && market.ErrorCode(err) != market.CodeConflict {
+		s.log.Error("spot bid not stopped", "bid_id", bidID, "err", err)
 	}
 }
 

@@ -320,3 +320,39 @@ func TestRefusedChargeEndsAtOnce(t *testing.T) {
 	f.now = f.now.Add(market.ChargeRetryGrace + time.Second)
 	f.requireReconciled()
 }
+
+// A won spot hour whose charge could not be made at the clearing (the
+// processor was down) and that the retrier then finds declined stops its
+// bid, as a decline at the clearing does: the bid wins no further hours.
+func TestSpotBidStoppedWhenTheRetrierFindsTheCardDeclined(t *testing.T) {
+	var cp *crashingProcessor
+	f := newFixture(t, func(l *billing.Local) billing.Processor {
+		cp = &crashingProcessor{Processor: l, stall: true}
+		return cp
+	})
+	f.onboard()
+	o := f.spotOffer()
+	f.saveCard(f.buyer.ID, "4000 0000 0000 0002")
+	h1 := t0.Add(2 * time.Hour)
+	b := f.bid(f.buyer, o, 2, 150, h1, h1.Add(2*time.Hour))
+	clearAt := h1.Add(-30 * time.Minute)
+	f.tick(clearAt)
+	state := func() market.SpotBidState {
+		rs, err := f.db.ListBuyerSpotBids(f.ctx, f.buyer.ID)
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("bids %+v, %v", rs, err)
+		}
+		return rs[0].Bid.State
+	}
+	if st := state(); st != market.SpotBidLive {
+		t.Fatalf("bid %d after a clearing with the processor down: %s, want live", b.ID, st)
+	}
+	cp.mu.Lock()
+	cp.stall = false
+	cp.mu.Unlock()
+	f.tick(clearAt.Add(market.ChargeRetryGrace + time.Second))
+	if st := state(); st != market.SpotBidCancelled {
+		t.Fatalf("bid after the retrier found the card declined: %s, want cancelled", st)
+	}
+	f.requireReconciled()
+}
