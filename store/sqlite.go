@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/gpumarket/gpumarket/market"
 
@@ -74,9 +75,21 @@ func openSQLite(ctx context.Context, path string) (writer, reader *sql.DB, err e
 	writer.SetMaxOpenConns(1)
 	writer.SetMaxIdleConns(1)
 	writer.SetConnMaxLifetime(0)
-	if err := writer.PingContext(ctx); err != nil {
-		writer.Close()
-		return nil, nil, fmt.Errorf("store: connect writer: %w", err)
+	// The first connection switches a new file to WAL, which needs the
+	// file to itself: another process creating and migrating the same new
+	// file at that moment answers SQLITE_BUSY at once (busy_timeout does
+	// not wait where waiting could deadlock), so the connection is tried
+	// again for as long as busy_timeout would have waited.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		err := writer.PingContext(ctx)
+		if err == nil {
+			break
+		}
+		if !isBusy(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			writer.Close()
+			return nil, nil, fmt.Errorf("store: connect writer: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	reader, err = sql.Open("sqlite", sqliteDSN(path, false))
@@ -93,6 +106,12 @@ func openSQLite(ctx context.Context, path string) (writer, reader *sql.DB, err e
 		return nil, nil, fmt.Errorf("store: connect readers: %w", err)
 	}
 	return writer, reader, nil
+}
+
+// isBusy reports whether err is SQLite's "database is locked".
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // isUniqueViolation reports whether err is a UNIQUE or PRIMARY KEY
