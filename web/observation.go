@@ -77,7 +77,7 @@ func (h *Handler) handleAPIObservation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	rec, err := h.db.RecordObservation(c.Request().Context(), currentUser(c).ID, id, obs, h.now())
+	rec, err := h.wf.RecordObservation(c.Request().Context(), currentUser(c).ID, id, obs)
 	if err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func (h *Handler) handleObservation(c echo.Context) error {
 	value := c.FormValue("report")
 	obs, err := parseObservation([]byte(strings.TrimSpace(value)))
 	if err == nil {
-		_, err = h.db.RecordObservation(ctx, u.ID, r.ID, obs, h.now())
+		_, err = h.wf.RecordObservation(ctx, u.ID, r.ID, obs)
 		if err == nil {
 			h.setFlash(c, "ok", "Thank you: your machine's report is recorded beside the provider's agent's.")
 			return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/reservations/%d#observations", r.ID))

@@ -147,7 +147,7 @@ func (h *Handler) codeThrottle(c echo.Context, userID int64) (string, error) {
 	if !ok {
 		return throttledMessage(wait), nil
 	}
-	if ok, wait, err := h.db.TakeCodeAttempt(ctx, userID, now, loginWindow, codeFailuresPerAccount); err != nil {
+	if ok, wait, err := h.wf.TakeCodeAttempt(ctx, userID, loginWindow, codeFailuresPerAccount); err != nil {
 		return "", err
 	} else if !ok {
 		return fmt.Sprintf("Too many wrong codes for this account. Please wait %s and try again.", waitText(wait)), nil

@@ -64,10 +64,7 @@ func (s *Service) makeCharge(ctx context.Context, ci market.ChargeIntent) (charg
 	if d, ok := billing.AsDecline(err); ok {
 		msg := declineMessage(d, ci.CardLabel)
 		log.Info("saved card declined", "code", d.Code, "decline_code", d.DeclineCode, "payment_intent_id", d.PaymentIntentID)
-		if _, rerr := s.db.RecordChargeDeclined(ctx, ci.ID, d.PaymentIntentID, msg, now); rerr != nil {
-			return chargeResult{}, rerr
-		}
-		return chargeResult{}, market.Errorf(market.CodeConflict, "%s", msg)
+		return chargeResult{}, s.declineCharge(ctx, ci, d.PaymentIntentID, msg, now)
 	}
 	if refused(err) {
 		// The processor refused the call itself (not the bank, not a
@@ -75,19 +72,13 @@ func (s *Service) makeCharge(ctx context.Context, ci market.ChargeIntent) (charg
 		// same call would be refused the same way.
 		log.Error("charge refused by the processor", "err", err)
 		msg := "The payment could not be made with your saved card. Nothing was charged."
-		if _, rerr := s.db.RecordChargeDeclined(ctx, ci.ID, "", msg, now); rerr != nil {
-			return chargeResult{}, rerr
-		}
-		return chargeResult{}, market.Errorf(market.CodeConflict, "%s", msg)
+		return chargeResult{}, s.declineCharge(ctx, ci, "", msg, now)
 	}
 	if err == nil && (pay.Status == "canceled" || pay.Status == "requires_payment_method") {
 		// A payment that was processing and then failed: nothing charged.
 		log.Info("saved card payment failed after processing", "payment_intent_id", pay.ID, "status", pay.Status)
 		msg := declineMessage(&billing.Decline{PaymentIntentID: pay.ID, Code: "card_declined"}, ci.CardLabel)
-		if _, rerr := s.db.RecordChargeDeclined(ctx, ci.ID, pay.ID, msg, now); rerr != nil {
-			return chargeResult{}, rerr
-		}
-		return chargeResult{}, market.Errorf(market.CodeConflict, "%s", msg)
+		return chargeResult{}, s.declineCharge(ctx, ci, pay.ID, msg, now)
 	}
 	if err == nil && !pay.Succeeded {
 		err = fmt.Errorf("workflow: payment %s is %s", pay.ID, pay.Status)
@@ -116,6 +107,16 @@ func (s *Service) makeCharge(ctx context.Context, ci market.ChargeIntent) (charg
 		return chargeResult{Payment: pay, Sold: n}, err
 	}
 	return chargeResult{}, fmt.Errorf("workflow: charge intent %d has unknown purpose %q", ci.ID, ci.Purpose)
+}
+
+// declineCharge records that a charge ended without money moving (the
+// bank or the processor refused it) and returns the buyer's message as a
+// market CodeConflict error.
+func (s *Service) declineCharge(ctx context.Context, ci market.ChargeIntent, paymentIntentID, msg string, now time.Time) error {
+	if _, err := s.db.RecordChargeDeclined(ctx, ci.ID, paymentIntentID, msg, now); err != nil {
+		return err
+	}
+	return market.Errorf(market.CodeConflict, "%s", msg)
 }
 
 // sellResale sells the listing a resale charge paid for, finishing the
