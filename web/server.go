@@ -17,7 +17,6 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/metrics"
 	"github.com/gpumarket/gpumarket/store"
@@ -37,16 +36,11 @@ type Config struct {
 	APIRatePerSecond float64
 	// Now returns the current time; nil means time.Now in UTC. Tests fix it.
 	Now func() time.Time
-	// Workflow runs the multi-step operations; the process owner builds it
-	// and runs its background work. nil means New builds one from Billing,
-	// PlatformFeeBP and Now (tests; nobody runs its background work).
+	// Workflow runs the multi-step operations and is the only way the web
+	// layer changes anything; the process owner builds it and runs its
+	// background work. nil means New builds one with the local test
+	// processor and Now (tests; nobody runs its background work).
 	Workflow *workflow.Service
-	// Billing is the payment processor when Workflow is nil; nil means the
-	// local test processor (simulated payments, no money moves).
-	Billing billing.Processor
-	// PlatformFeeBP is the platform's fee in basis points of what a
-	// provider keeps after credits, when Workflow is nil.
-	PlatformFeeBP int
 	// TrustedProxies are the load balancers and proxies whose
 	// X-Forwarded-For is believed for the client address (throttles,
 	// logs). None means the TCP peer is the client and the header is
@@ -87,10 +81,6 @@ type Handler struct {
 	// against when a login names no account.
 	pwCost    int
 	dummyHash []byte
-	// pay moves money; local is set when it is the local test processor,
-	// whose simulated payment and onboarding pages this server serves.
-	pay     billing.Processor
-	local   localProcessor
 	baseURL string
 	// routeSet holds "METHOD template" of every route, so a request that
 	// matched none is measured as one "unmatched" route, not by the
@@ -144,15 +134,14 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	}
 	h := &Handler{cfg: cfg, db: db, log: log, secure: strings.EqualFold(u.Scheme, "https")}
 	if cfg.Workflow == nil {
-		cfg.Workflow, err = workflow.New(ctx, workflow.Config{Billing: cfg.Billing, PlatformFeeBP: cfg.PlatformFeeBP, Now: cfg.Now,
+		cfg.Workflow, err = workflow.New(ctx, workflow.Config{Now: cfg.Now,
 			Metrics: cfg.Metrics, BaseURL: cfg.BaseURL, QuoteBudget: cfg.QuoteBudget, BroadSlots: cfg.BroadSlots}, db, log)
 		if err != nil {
 			return nil, nil, err
 		}
 	}
 	h.wf, h.cfg.Workflow = cfg.Workflow, cfg.Workflow
-	h.pay, h.baseURL = h.wf.Processor(), strings.TrimSuffix(cfg.BaseURL, "/")
-	h.local, _ = h.pay.(localProcessor)
+	h.baseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	h.anonQuotes = newLimiter(anonQuotesPerSecond, anonQuoteBurst)
 	h.userQuotes = newLimiter(userQuotesPerSecond, userQuoteBurst)
 	h.pwCost = cfg.PasswordCost
