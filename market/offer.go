@@ -31,6 +31,22 @@ const (
 	OfferWithdrawn OfferState = "withdrawn"
 )
 
+// ChangeOfferState checks that a provider may switch an offer in state cur
+// to next: only to active, paused or withdrawn, and never out of
+// withdrawn (withdrawal is final).
+func ChangeOfferState(cur, next OfferState) error {
+	switch next {
+	case OfferActive, OfferPaused, OfferWithdrawn:
+	default:
+		return &Error{Code: CodeInvalid, Message: "Choose pause, resume or withdraw.",
+			Fields: map[string]string{"state": "one of active, paused, withdrawn"}}
+	}
+	if cur == OfferWithdrawn {
+		return Errorf(CodeConflict, "This offer has been withdrawn; withdrawal is final.")
+	}
+	return nil
+}
+
 // BillingBasis says what the buyer pays for.
 type BillingBasis string
 

@@ -433,10 +433,8 @@ func (db *DB) ListProviderOffers(ctx context.Context, providerID int64) ([]marke
 // (conflict).
 func (db *DB) SetOfferState(ctx context.Context, providerID, offerID int64, state market.OfferState, now time.Time) error {
 	const op = "set offer state"
-	switch state {
-	case market.OfferActive, market.OfferPaused, market.OfferWithdrawn:
-	default:
-		return invalid("Choose active, paused or withdrawn.")
+	if err := market.ChangeOfferState("", state); err != nil {
+		return err
 	}
 	tx, err := db.begin(ctx)
 	if err != nil {
@@ -453,8 +451,8 @@ func (db *DB) SetOfferState(ctx context.Context, providerID, offerID int64, stat
 	if err != nil {
 		return fail(op, err, "")
 	}
-	if market.OfferState(cur) == market.OfferWithdrawn {
-		return conflict("This offer has been withdrawn; withdrawal is final.")
+	if err := market.ChangeOfferState(market.OfferState(cur), state); err != nil {
+		return err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE offers SET state = ?, updated_at = ? WHERE id = ?`,
 		string(state), unix(now), offerID); err != nil {

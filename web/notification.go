@@ -23,7 +23,7 @@ func (h *Handler) handleNotifications(c echo.Context) error {
 }
 
 func (h *Handler) handleNotificationsRead(c echo.Context) error {
-	if err := h.db.MarkNotificationsRead(c.Request().Context(), currentUser(c).ID, h.now()); err != nil {
+	if err := h.wf.MarkNotificationsRead(c.Request().Context(), currentUser(c).ID); err != nil {
 		return err
 	}
 	return c.Redirect(http.StatusSeeOther, "/notifications")

@@ -189,7 +189,7 @@ func (h *Handler) pieceInfo(ctx context.Context, id int64, cache map[int64]piece
 }
 
 func (h *Handler) quoteCard(ctx context.Context, req market.Request, q market.Quote, cache map[int64]pieceInfo, now time.Time) (views.QuoteCard, error) {
-	charged := q.Cost.Instance + q.Cost.Storage + q.Cost.Egress
+	charged := q.Cost.Charged()
 	card := views.QuoteCard{
 		Rank:        strconv.Itoa(q.Rank),
 		Window:      formatSpan(q.Start, q.End),
@@ -419,11 +419,7 @@ func (h *Handler) handleRequestSave(c echo.Context) error {
 		v.Errors = errs
 		return render(c, http.StatusUnprocessableEntity, views.RequestBuilder(h.page(c, "Request compute"), v))
 	}
-	b, err := market.EncodeRequestJSON(req)
-	if err != nil {
-		return err
-	}
-	if _, err := h.db.SaveRequest(c.Request().Context(), u.ID, name, string(b), h.now()); err != nil {
+	if _, err := h.wf.SaveRequest(c.Request().Context(), u.ID, name, req); err != nil {
 		return err
 	}
 	h.setFlash(c, "ok", fmt.Sprintf("Saved “%s”.", name))
@@ -451,7 +447,7 @@ func (h *Handler) handleRequestDelete(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.db.DeleteSavedRequest(c.Request().Context(), currentUser(c).ID, id); err != nil {
+	if err := h.wf.DeleteSavedRequest(c.Request().Context(), currentUser(c).ID, id); err != nil {
 		return err
 	}
 	h.setFlash(c, "ok", "Saved request deleted.")

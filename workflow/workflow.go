@@ -1,11 +1,19 @@
-// Package workflow is the one home of the marketplace's multi-step
-// operations: booking and cancelling (with the matcher index kept in step),
-// applying the payment processor's events, settling reservations and
-// retrying their money movements, refunding late and mismatched payments,
-// deciding disputes, reconciling the ledger with the processor, and the
-// periodic work (hold expiry, lifecycle, clean-up). The web handlers and the
-// command line both call it; it decides nothing itself — the rules are in
-// market, the state in store, the money moves through billing.
+// Package workflow is the one door for changes: every change of the
+// marketplace's state goes through it. The rule: web reads through store
+// and changes anything only through workflow, and holds no payment
+// processor (web's TestWebChangesOnlyThroughWorkflow fails otherwise); cmd
+// and the background loop call the same methods.
+//
+// It is the home of the multi-step operations: quoting and booking (with
+// the matcher index kept in step), checkout, saved cards and payout
+// onboarding, applying the payment processor's events, settling
+// reservations and retrying their money movements, refunding late and
+// mismatched payments, the exchange (standing orders, spot clearings,
+// resale), offers and their moderation, suspension and reinstatement,
+// incidents and disputes, reconciling the ledger with the processor, and
+// the periodic work (hold expiry, lifecycle, clean-up). It decides nothing
+// itself — the rules are in market, the state in store, the money moves
+// through billing.
 package workflow
 
 import (
