@@ -81,7 +81,7 @@ type Handler struct {
 	// against when a login names no account.
 	pwCost    int
 	dummyHash []byte
-	baseURL string
+	baseURL   string
 	// routeSet holds "METHOD template" of every route, so a request that
 	// matched none is measured as one "unmatched" route, not by the
 	// nearest template Echo leaves in its context.
