@@ -479,9 +479,7 @@ func (db *DB) RecordPaymentRefund(ctx context.Context, reservationID int64, refu
 	if p.Status != PaymentRefundPending {
 		return nil
 	}
-	e := market.LedgerEntry{ReservationID: r.ID, Kind: market.EntryRefund, Debit: market.BuyerAccount(r.BuyerID),
-		Credit: market.AccountPlatformCash, Amount: r.AmountCents, StripeRef: refundID,
-		IdempotencyKey: market.EntryKey(r.ID, market.EntryRefund, 0), At: now}
+	e := market.BuyerRefund(r.ID, r.BuyerID, r.AmountCents, refundID, market.EntryKey(r.ID, market.EntryRefund, 0), now)
 	if err := insertEntries(ctx, tx, []market.LedgerEntry{e}); err != nil {
 		return fail(op, err, "")
 	}

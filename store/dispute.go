@@ -525,8 +525,7 @@ func (db *DB) RecordDisputeRefund(ctx context.Context, disputeID int64, refundRe
 	if err != nil {
 		return DisputeCase{}, fail(op, err, "")
 	}
-	e := market.LedgerEntry{ReservationID: settled, Kind: market.EntryRefund, Debit: market.BuyerAccount(d.BuyerID),
-		Credit: market.AccountPlatformCash, Amount: d.CreditCents, StripeRef: refundRef, IdempotencyKey: market.DisputeKey(d.ID, market.EntryRefund, 0), At: now}
+	e := market.BuyerRefund(settled, d.BuyerID, d.CreditCents, refundRef, market.DisputeKey(d.ID, market.EntryRefund, 0), now)
 	if err := insertEntries(ctx, tx, []market.LedgerEntry{e}); err != nil {
 		return DisputeCase{}, fail(op, err, "")
 	}
