@@ -160,25 +160,6 @@ func insertAudit(ctx context.Context, tx querier, e AuditEntry) error {
 	return err
 }
 
-// RecordAudit appends one entry to the audit trail in its own transaction,
-// for actions whose store method does not record it itself (money movements
-// made through billing). Prefer recording inside the action's transaction.
-func (db *DB) RecordAudit(ctx context.Context, e AuditEntry) error {
-	const op = "record audit"
-	if e.Action == "" || e.SubjectKind == "" {
-		return invalid("An audit entry needs an action and a subject.")
-	}
-	tx, err := db.begin(ctx)
-	if err != nil {
-		return fail(op, err, "")
-	}
-	defer tx.Rollback()
-	if err := insertAudit(ctx, tx, e); err != nil {
-		return fail(op, err, "")
-	}
-	return fail(op, tx.Commit(), "")
-}
-
 // AuditFilter selects audit entries; zero values mean "any".
 type AuditFilter struct {
 	ActorID     int64

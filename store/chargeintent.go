@@ -213,12 +213,6 @@ func (db *DB) ListDueChargeIntents(ctx context.Context, now time.Time) ([]market
 	return out, fail("list due charge intents", err, "")
 }
 
-// ListChargeIntents returns every charge intent, for reconciliation.
-func (db *DB) ListChargeIntents(ctx context.Context) ([]market.ChargeIntent, error) {
-	out, err := collect(ctx, db.reader, scanChargeIntent, `SELECT `+chargeIntentColumns+chargeIntentFrom+`ORDER BY c.id`)
-	return out, fail("list charge intents", err, "")
-}
-
 // RecordChargeAttempt records a charge attempt that did not finish (the
 // processor failed, or the payment is still processing): the payment's id
 // when known, the error for admins, and the next attempt at next.

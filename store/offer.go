@@ -495,40 +495,6 @@ func (db *DB) ReviewOffer(ctx context.Context, offerID int64, review market.Revi
 	return fail(op, tx.Commit(), "")
 }
 
-// VerifyOfferFigure marks the offer's figure of the given kind as verified
-// by the platform, with the admin's evidence note. The offer must state a
-// figure of that kind (else not found).
-func (db *DB) VerifyOfferFigure(ctx context.Context, offerID int64, kind market.FigureKind, note string, now time.Time) error {
-	const op = "verify offer figure"
-	if strings.TrimSpace(note) == "" {
-		return &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
-			Fields: map[string]string{"verified_note": "Say what evidence the verification rests on."}}
-	}
-	if err := badText("verified_note", note, true); err != nil {
-		return err
-	}
-	tx, err := db.begin(ctx)
-	if err != nil {
-		return fail(op, err, "")
-	}
-	defer tx.Rollback()
-
-	res, err := tx.ExecContext(ctx, `UPDATE offer_figures SET basis = ?, verified_note = ? WHERE offer_id = ? AND kind = ?`,
-		string(market.FigureVerified), note, offerID, string(kind))
-	if err != nil {
-		return fail(op, err, "")
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fail(op, err, "")
-	} else if n == 0 {
-		return notFound("That offer states no such figure.")
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE offers SET updated_at = ? WHERE id = ?`, unix(now), offerID); err != nil {
-		return fail(op, err, "")
-	}
-	return fail(op, tx.Commit(), "")
-}
-
 // ListOffersForReview returns the offers pending review (withdrawn ones
 // excluded), the longest waiting first.
 func (db *DB) ListOffersForReview(ctx context.Context) ([]OfferListing, error) {

@@ -602,23 +602,6 @@ func (db *DB) ListAllCommitments(ctx context.Context, now time.Time) ([]market.C
 	return cs, nil
 }
 
-// CountHeld returns how many of the buyer's reservations are held with a
-// hold that has not expired at now.
-func (db *DB) CountHeld(ctx context.Context, buyerID int64, now time.Time) (int, error) {
-	const op = "count held reservations"
-	tx, err := db.read(ctx)
-	if err != nil {
-		return 0, fail(op, err, "")
-	}
-	defer tx.Rollback()
-
-	n, err := countHeld(ctx, tx, buyerID, now)
-	if err != nil {
-		return 0, fail(op, err, "")
-	}
-	return n, nil
-}
-
 // setState moves reservation r to state at now, in the row and in r.
 func setState(ctx context.Context, tx *sql.Tx, r *market.Reservation, state market.ReservationState, now time.Time) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE reservations SET state = ?, cancel_fee_cents = ?, updated_at = ? WHERE id = ?`,
