@@ -54,6 +54,14 @@ type Processor interface {
 	// is a *Decline error; a retried call with the same idempotency key
 	// returns the first call's payment (or decline) and charges once.
 	ChargeSaved(ctx context.Context, in ChargeInput) (Payment, error)
+	// Capture takes amount (at most what was authorised) of a payment
+	// authorised with ChargeInput.Authorize; the rest of the hold is
+	// released. A retried call with the same idempotency key captures once.
+	Capture(ctx context.Context, paymentIntentID string, amount market.Cents, idempotencyKey string) (Payment, error)
+	// ReleaseAuthorization cancels an authorised payment that will not be
+	// captured, so the hold on the buyer's card ends; one already released
+	// is left as it is.
+	ReleaseAuthorization(ctx context.Context, paymentIntentID string) error
 
 	// Refund returns amount of a payment to the buyer.
 	Refund(ctx context.Context, paymentIntentID string, amount market.Cents, idempotencyKey string) (Refund, error)
@@ -147,6 +155,10 @@ type ChargeInput struct {
 	// Metadata names the row that explains the charge (the charge intent:
 	// market.ChargeIntent.Metadata); it is kept on the payment intent.
 	Metadata map[string]string
+	// Authorize only holds Amount on the card (a PaymentIntent with manual
+	// capture, status "requires_capture"): nothing is charged until
+	// Capture, and ReleaseAuthorization ends the hold.
+	Authorize bool
 }
 
 // Decline is a saved card's charge refused by the bank (or needing the

@@ -260,6 +260,9 @@ func (s *Stripe) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, erro
 		PaymentMethodTypes: stripe.StringSlice([]string{"card"}),
 		OffSession:         stripe.Bool(true), Confirm: stripe.Bool(true),
 	}
+	if in.Authorize {
+		p.CaptureMethod = stripe.String(string(stripe.PaymentIntentCaptureMethodManual))
+	}
 	if in.Description != "" {
 		p.Description = stripe.String(in.Description)
 	}
@@ -286,6 +289,40 @@ func (s *Stripe) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, erro
 		return Payment{}, wrap(fmt.Sprintf("charge %d to saved card %s", in.Amount, in.PaymentMethodID), err)
 	}
 	return paymentFrom(pi), nil
+}
+
+// Capture captures amount of an authorised PaymentIntent; Stripe releases
+// the rest of the authorisation.
+func (s *Stripe) Capture(ctx context.Context, paymentIntentID string, amount market.Cents, idempotencyKey string) (Payment, error) {
+	if err := checkMutation("capture", amount, idempotencyKey); err != nil {
+		return Payment{}, err
+	}
+	p := &stripe.PaymentIntentCaptureParams{AmountToCapture: stripe.Int64(int64(amount))}
+	p.Context = ctx
+	p.SetIdempotencyKey(idempotencyKey)
+	pi, err := s.api.PaymentIntents.Capture(paymentIntentID, p)
+	if err != nil {
+		return Payment{}, wrap(fmt.Sprintf("capture %d of %s", amount, paymentIntentID), err)
+	}
+	return paymentFrom(pi), nil
+}
+
+// ReleaseAuthorization cancels an authorised PaymentIntent; one already
+// canceled is left as it is.
+func (s *Stripe) ReleaseAuthorization(ctx context.Context, paymentIntentID string) error {
+	p := &stripe.PaymentIntentCancelParams{}
+	p.Context = ctx
+	_, err := s.api.PaymentIntents.Cancel(paymentIntentID, p)
+	var se *stripe.Error
+	if errors.As(err, &se) && se.Code == stripe.ErrorCodePaymentIntentUnexpectedState {
+		if pi, rerr := s.RetrievePayment(ctx, paymentIntentID); rerr == nil && pi.Status == string(stripe.PaymentIntentStatusCanceled) {
+			return nil
+		}
+	}
+	if err != nil {
+		return wrap("release authorization "+paymentIntentID, err)
+	}
+	return nil
 }
 
 // Refund makes a (partial) refund of a PaymentIntent.
