@@ -20,10 +20,14 @@ func TestStripeAuthorizeCaptureRelease(t *testing.T) {
 	}
 	wantForm(t, rec.last(t), "POST", "/v1/payment_intents", "spot_auth_7_1", map[string]string{
 		"amount": "1200", "capture_method": "manual", "confirm": "true", "off_session": "true"})
-	if _, err := s.Capture(ctx, p.ID, 900, "spot_capture_7_1"); err != nil {
+	if _, err := s.Capture(ctx, CaptureInput{PaymentIntentID: p.ID, Amount: 900, IdempotencyKey: "spot_capture_7_1", ReservationID: 42}); err != nil {
 		t.Fatal(err)
 	}
 	wantForm(t, rec.last(t), "POST", "/v1/payment_intents/"+p.ID+"/capture", "spot_capture_7_1", map[string]string{"amount_to_capture": "900"})
+	if named := rec.reqs[len(rec.reqs)-2]; named.Path != "/v1/payment_intents/"+p.ID || named.Form.Get("metadata[reservation_id]") != "42" ||
+		named.Form.Get("transfer_group") != "res_42" {
+		t.Errorf("before the capture %s %v, want the reservation named", named.Path, named.Form)
+	}
 	if err := s.ReleaseAuthorization(ctx, p.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -31,10 +35,10 @@ func TestStripeAuthorizeCaptureRelease(t *testing.T) {
 		t.Errorf("release sent %s %s", got.Method, got.Path)
 	}
 	n := rec.count()
-	if _, err := s.Capture(ctx, p.ID, 0, "k"); err == nil {
+	if _, err := s.Capture(ctx, CaptureInput{PaymentIntentID: p.ID, IdempotencyKey: "k"}); err == nil {
 		t.Error("a capture of nothing was accepted")
 	}
-	if _, err := s.Capture(ctx, p.ID, 100, ""); err == nil {
+	if _, err := s.Capture(ctx, CaptureInput{PaymentIntentID: p.ID, Amount: 100}); err == nil {
 		t.Error("a capture without a key was accepted")
 	}
 	if rec.count() != n {
@@ -70,17 +74,17 @@ func TestLocalAuthorizeCaptureRelease(t *testing.T) {
 	if p.Succeeded || p.Status != "requires_capture" || p.AmountReceived != 0 || p.Amount != 1200 {
 		t.Fatalf("authorisation %+v", p)
 	}
-	if _, err := l.Capture(ctx, p.ID, 1201, "cap_1"); market.ErrorCode(err) != market.CodeInvalid {
+	if _, err := l.Capture(ctx, CaptureInput{PaymentIntentID: p.ID, Amount: 1201, IdempotencyKey: "cap_1"}); market.ErrorCode(err) != market.CodeInvalid {
 		t.Errorf("capture above the authorisation: %v", err)
 	}
-	got, err := l.Capture(ctx, p.ID, 900, "cap_1")
-	if err != nil || !got.Succeeded || got.AmountReceived != 900 {
+	got, err := l.Capture(ctx, CaptureInput{PaymentIntentID: p.ID, Amount: 900, IdempotencyKey: "cap_1", ReservationID: 12})
+	if err != nil || !got.Succeeded || got.AmountReceived != 900 || got.ReservationID != 12 || got.TransferGroup != "res_12" {
 		t.Fatalf("capture %+v, %v", got, err)
 	}
-	if again, err := l.Capture(ctx, p.ID, 900, "cap_1"); err != nil || again.AmountReceived != 900 {
+	if again, err := l.Capture(ctx, CaptureInput{PaymentIntentID: p.ID, Amount: 900, IdempotencyKey: "cap_1"}); err != nil || again.AmountReceived != 900 {
 		t.Errorf("repeated capture %+v, %v", again, err)
 	}
-	if _, err := l.Capture(ctx, p.ID, 100, "cap_2"); market.ErrorCode(err) != market.CodeConflict {
+	if _, err := l.Capture(ctx, CaptureInput{PaymentIntentID: p.ID, Amount: 100, IdempotencyKey: "cap_2"}); market.ErrorCode(err) != market.CodeConflict {
 		t.Errorf("a second capture under another key: %v", err)
 	}
 	if err := l.ReleaseAuthorization(ctx, p.ID); market.ErrorCode(err) != market.CodeConflict {
@@ -94,7 +98,7 @@ func TestLocalAuthorizeCaptureRelease(t *testing.T) {
 	if err := l.ReleaseAuthorization(ctx, q.ID); err != nil {
 		t.Errorf("second release: %v", err)
 	}
-	if _, err := l.Capture(ctx, q.ID, 500, "cap_3"); market.ErrorCode(err) != market.CodeConflict {
+	if _, err := l.Capture(ctx, CaptureInput{PaymentIntentID: q.ID, Amount: 500, IdempotencyKey: "cap_3"}); market.ErrorCode(err) != market.CodeConflict {
 		t.Errorf("capture of a released authorisation: %v", err)
 	}
 	if r, err := l.RetrievePayment(ctx, q.ID); err != nil || r.Status != "canceled" || r.AmountReceived != 0 {

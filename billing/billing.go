@@ -54,10 +54,12 @@ type Processor interface {
 	// is a *Decline error; a retried call with the same idempotency key
 	// returns the first call's payment (or decline) and charges once.
 	ChargeSaved(ctx context.Context, in ChargeInput) (Payment, error)
-	// Capture takes amount (at most what was authorised) of a payment
-	// authorised with ChargeInput.Authorize; the rest of the hold is
-	// released. A retried call with the same idempotency key captures once.
-	Capture(ctx context.Context, paymentIntentID string, amount market.Cents, idempotencyKey string) (Payment, error)
+	// Capture takes in.Amount (at most what was authorised) of a payment
+	// authorised with ChargeInput.Authorize, naming what it pays for (the
+	// reservation's transfer group and metadata, as ChargeSaved would);
+	// the rest of the hold is released. A retried call with the same
+	// idempotency key captures once.
+	Capture(ctx context.Context, in CaptureInput) (Payment, error)
 	// ReleaseAuthorization cancels an authorised payment that will not be
 	// captured, so the hold on the buyer's card ends; one already released
 	// is left as it is.
@@ -159,6 +161,18 @@ type ChargeInput struct {
 	// capture, status "requires_capture"): nothing is charged until
 	// Capture, and ReleaseAuthorization ends the hold.
 	Authorize bool
+}
+
+// CaptureInput is the capture of an authorised payment.
+type CaptureInput struct {
+	PaymentIntentID string
+	Amount          market.Cents
+	IdempotencyKey  string
+	// ReservationID and Metadata are as ChargeInput's: they are set on the
+	// payment before it is captured, so its events and payouts find the
+	// reservation and reconciliation the charge.
+	ReservationID int64
+	Metadata      map[string]string
 }
 
 // Decline is a saved card's charge refused by the bank (or needing the

@@ -756,7 +756,8 @@ func (l *Local) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, error
 
 // Capture captures amount of a simulated authorised payment (at most what
 // was authorised); capturing it again answers with the captured payment.
-func (l *Local) Capture(ctx context.Context, paymentIntentID string, amount market.Cents, idempotencyKey string) (Payment, error) {
+func (l *Local) Capture(ctx context.Context, in CaptureInput) (Payment, error) {
+	paymentIntentID, amount, idempotencyKey := in.PaymentIntentID, in.Amount, in.IdempotencyKey
 	if err := checkMutation("capture", amount, idempotencyKey); err != nil {
 		return Payment{}, err
 	}
@@ -775,6 +776,16 @@ func (l *Local) Capture(ctx context.Context, paymentIntentID string, amount mark
 		return Payment{}, market.Errorf(market.CodeInvalid, "Cannot capture %s of an authorisation of %s.", amount, p.Amount)
 	}
 	p.Status, p.AmountReceived, p.CaptureKey = "succeeded", amount, idempotencyKey
+	if p.Metadata == nil {
+		p.Metadata = map[string]string{}
+	}
+	for k, v := range in.Metadata {
+		p.Metadata[k] = v
+	}
+	if in.ReservationID > 0 {
+		p.ReservationID, p.TransferGroup = in.ReservationID, market.TransferGroup(in.ReservationID)
+		p.Metadata[market.MetadataReservationID] = strconv.FormatInt(in.ReservationID, 10)
+	}
 	if err := updateObject(ctx, l, localPayment, paymentIntentID, p); err != nil {
 		return Payment{}, err
 	}

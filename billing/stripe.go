@@ -293,16 +293,33 @@ func (s *Stripe) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, erro
 
 // Capture captures amount of an authorised PaymentIntent; Stripe releases
 // the rest of the authorisation.
-func (s *Stripe) Capture(ctx context.Context, paymentIntentID string, amount market.Cents, idempotencyKey string) (Payment, error) {
-	if err := checkMutation("capture", amount, idempotencyKey); err != nil {
+func (s *Stripe) Capture(ctx context.Context, in CaptureInput) (Payment, error) {
+	if err := checkMutation("capture", in.Amount, in.IdempotencyKey); err != nil {
 		return Payment{}, err
 	}
-	p := &stripe.PaymentIntentCaptureParams{AmountToCapture: stripe.Int64(int64(amount))}
+	if in.PaymentIntentID == "" {
+		return Payment{}, fmt.Errorf("billing: capture needs the authorised payment")
+	}
+	// What the payment is for goes on it first (setting the same values
+	// again on a retry changes nothing), then the capture, under its key.
+	up := &stripe.PaymentIntentParams{Metadata: map[string]string{}}
+	for k, v := range in.Metadata {
+		up.Metadata[k] = v
+	}
+	if in.ReservationID > 0 {
+		up.Metadata[MetadataReservationID] = strconv.FormatInt(in.ReservationID, 10)
+		up.TransferGroup = stripe.String(market.TransferGroup(in.ReservationID))
+	}
+	up.Context = ctx
+	if _, err := s.api.PaymentIntents.Update(in.PaymentIntentID, up); err != nil {
+		return Payment{}, wrap("name the payment "+in.PaymentIntentID+" before its capture", err)
+	}
+	p := &stripe.PaymentIntentCaptureParams{AmountToCapture: stripe.Int64(int64(in.Amount))}
 	p.Context = ctx
-	p.SetIdempotencyKey(idempotencyKey)
-	pi, err := s.api.PaymentIntents.Capture(paymentIntentID, p)
+	p.SetIdempotencyKey(in.IdempotencyKey)
+	pi, err := s.api.PaymentIntents.Capture(in.PaymentIntentID, p)
 	if err != nil {
-		return Payment{}, wrap(fmt.Sprintf("capture %d of %s", amount, paymentIntentID), err)
+		return Payment{}, wrap(fmt.Sprintf("capture %d of %s", in.Amount, in.PaymentIntentID), err)
 	}
 	return paymentFrom(pi), nil
 }

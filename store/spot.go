@@ -508,10 +508,20 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 	if err != nil {
 		return SpotResult{}, fail(op, err, "")
 	}
+	// A bid whose hold for the hour was declined or never answered sits
+	// the hour out (market.SpotAuthorization): it cannot win, nor set the
+	// price the others pay.
+	auths, err := spotAuthsForHour(ctx, tx, offerID, hour)
+	if err != nil {
+		return SpotResult{}, fail(op, err, "")
+	}
 	bids := make([]market.SpotBid, 0, len(live))
 	barred := map[int64]bool{}
 	for _, b := range live {
 		if b.Wash(full) {
+			continue
+		}
+		if a, held := auths[b.ID]; held && a.State != market.SpotAuthAuthorized {
 			continue
 		}
 		bar, seen := barred[b.BuyerID]
@@ -574,8 +584,17 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 		}
 		// The charge is recorded with the hold it pays, so a crash
 		// before it is made leaves it for the retrier, not lost.
-		ci, err := insertChargeIntent(ctx, tx, market.ChargeIntent{Purpose: market.PurposeReservation, BuyerID: b.BuyerID,
-			ReservationID: r.ID, Amount: r.AmountCents}, now)
+		want := market.ChargeIntent{Purpose: market.PurposeReservation, BuyerID: b.BuyerID, ReservationID: r.ID, Amount: r.AmountCents}
+		if a, held := auths[b.ID]; held {
+			// The charge captures the hold: the amount is at most the
+			// bid's maximum for a whole hour.
+			want.PaymentMethodID, want.PaymentIntentID, want.Authorized = a.PaymentMethodID, a.PaymentIntentID, true
+			if _, err := tx.ExecContext(ctx, `UPDATE spot_authorizations SET state = ?, updated_at = ? WHERE id = ?`,
+				string(market.SpotAuthAwarded), unix(now), a.ID); err != nil {
+				return SpotResult{}, fail(op, err, "")
+			}
+		}
+		ci, err := insertChargeIntent(ctx, tx, want, now)
 		if err != nil && market.ErrorCode(err) != market.CodeNotFound {
 			return SpotResult{}, fail(op, err, "")
 		}
