@@ -24,10 +24,10 @@ type crashingProcessor struct {
 	mu      sync.Mutex
 	crashes int // how many more charges to lose the answer of
 	stall   bool
-	refuse  bool     // refuse every charge as an invalid request
+	refuse  bool // refuse every charge as an invalid request
 	// loseHolds is how many more holds to place and then lose the answer of.
 	loseHolds int
-	made    []string // the processor payments the charges made
+	made      []string // the processor payments the charges made
 }
 
 func (p *crashingProcessor) ChargeSaved(ctx context.Context, in billing.ChargeInput) (billing.Payment, error) {
@@ -397,7 +397,10 @@ func TestSpotBidStoppedWhenTheRetrierFindsTheCardDeclined(t *testing.T) {
 // at a 150¢ maximum, floor 100¢: holds of 300¢, the 12:00 hour paid 200¢.
 func TestLostSpotHoldIsReleasedNotLeftOnTheCard(t *testing.T) {
 	var cp *crashingProcessor
-	f := newFixture(t, func(l *billing.Local) billing.Processor { cp = &crashingProcessor{Processor: l, loseHolds: 1}; return cp })
+	f := newFixture(t, func(l *billing.Local) billing.Processor {
+		cp = &crashingProcessor{Processor: l, loseHolds: 1}
+		return cp
+	})
 	f.onboard()
 	o := f.spotOffer()
 	f.saveCard(f.buyer.ID, "4242 4242 4242 4242")
