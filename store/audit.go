@@ -34,6 +34,7 @@ type AuditEntry struct {
 const (
 	AuditOfferApprove          = "offer.approve"
 	AuditOfferAutoApprove      = "offer.auto_approve"
+	AuditOfferEditAtOnce       = "offer.edit_at_once"
 	AuditOfferReject           = "offer.reject"
 	AuditOfferRequestChanges   = "offer.request_changes"
 	AuditFigureVerify          = "offer.verify_figure"

@@ -145,8 +145,10 @@ func (db *DB) CreateOffer(ctx context.Context, o market.Offer, now time.Time) (m
 
 // UpdateOffer replaces the provider-editable fields of offer o.ID, which
 // must belong to providerID (else not found) and must not be withdrawn
-// (conflict). The edited offer goes back to pending review with no review
-// note. A figure the platform has verified stays verified when the provider
+// (conflict). An approved offer whose edit cannot mislead a buyer (a
+// lower price, a longer window: market.EditNeedsReview) stays listed, the
+// change recorded in the audit trail with its before and after; any other
+// edit sends it back to pending review with no review note. A figure the platform has verified stays verified when the provider
 // resubmits the same kind with the same value; a changed value replaces it
 // and loses the verification. Review, State, ProviderID and the times in o
 // are ignored.
@@ -170,13 +172,19 @@ func (db *DB) UpdateOffer(ctx context.Context, providerID int64, o market.Offer,
 		return market.Offer{}, err
 	}
 
+	o.Figures = figures
+	review, note := market.ReviewPending, ""
+	atOnce := cur.Review == market.ReviewApproved && !market.EditNeedsReview(cur, o)
+	if atOnce {
+		review, note = cur.Review, cur.ReviewNote
+	}
 	cols, args := offerFields(o)
 	set := make([]string, 0, len(cols)+3)
 	for _, c := range cols {
 		set = append(set, c+" = ?")
 	}
 	set = append(set, "review = ?", "review_note = ?", "updated_at = ?")
-	args = append(args, string(market.ReviewPending), "", unix(now), o.ID)
+	args = append(args, string(review), note, unix(now), o.ID)
 	if _, err := tx.ExecContext(ctx, `UPDATE offers SET `+strings.Join(set, ", ")+` WHERE id = ?`, args...); err != nil {
 		return market.Offer{}, fail(op, err, "")
 	}
@@ -187,10 +195,34 @@ func (db *DB) UpdateOffer(ctx context.Context, providerID int64, o market.Offer,
 	if err != nil {
 		return market.Offer{}, fail(op, err, "")
 	}
+	if atOnce {
+		if err := insertAudit(ctx, tx, AuditEntry{At: now, ActorID: providerID, Action: AuditOfferEditAtOnce, SubjectKind: AuditSubjectOffer,
+			SubjectID: o.ID, Before: AuditJSON(offerTermsOf(cur)), After: AuditJSON(offerTermsOf(stored)),
+			Note: "a lower price or a longer window: listed at once"}); err != nil {
+			return market.Offer{}, fail(op, err, "")
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return market.Offer{}, fail(op, err, "")
 	}
 	return stored, nil
+}
+
+// offerTerms is what an edit applied at once may change, for the audit
+// trail.
+type offerTerms struct {
+	PriceCents             market.Cents `json:"price_cents_per_device_hour"`
+	InterruptibleCents     market.Cents `json:"interruptible_cents_per_device_hour"`
+	StorageCentsPerGBMonth market.Cents `json:"storage_cents_per_gb_month"`
+	EgressCentsPerGB       market.Cents `json:"egress_cents_per_gb"`
+	AvailableFrom          time.Time    `json:"available_from"`
+	AvailableUntil         time.Time    `json:"available_until"`
+}
+
+func offerTermsOf(o market.Offer) offerTerms {
+	return offerTerms{PriceCents: o.PriceCentsPerDeviceHour, InterruptibleCents: o.InterruptibleCentsPerDH,
+		StorageCentsPerGBMonth: o.StorageCentsPerGBMonth, EgressCentsPerGB: o.EgressCentsPerGB,
+		AvailableFrom: o.AvailableFrom, AvailableUntil: o.AvailableUntil}
 }
 
 // mergeFigures returns the figures to store when a provider resubmits

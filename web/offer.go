@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/views"
+	"github.com/gpumarket/gpumarket/workflow"
 )
 
 // pathID reads the :id path parameter; a malformed id is simply not found.
@@ -169,14 +170,18 @@ func (h *Handler) handleOfferUpdate(c echo.Context) error {
 		return h.offerForm(c, http.StatusOK, "Edit offer", action, "Save and resubmit for review", values, nil, current.ReviewNote, true)
 	}
 	o.ID = id
-	updated, approved, err := h.wf.UpdateOffer(ctx, u.ID, o)
+	updated, outcome, err := h.wf.UpdateOffer(ctx, u.ID, o)
 	if market.ErrorCode(err) == market.CodeInvalid {
 		return h.offerForm(c, http.StatusUnprocessableEntity, "Edit offer", action, "Save and resubmit for review", values, market.FieldErrors(err), current.ReviewNote, false)
 	}
 	if err != nil {
 		return err
 	}
-	if approved {
+	switch outcome {
+	case workflow.EditListed:
+		h.setFlash(c, "ok", fmt.Sprintf("“%s” is saved and still listed: a lower price or a longer window applies at once.", updated.Title))
+		return c.Redirect(http.StatusSeeOther, "/provider/offers")
+	case workflow.EditApproved:
 		h.setFlash(c, "ok", fmt.Sprintf("“%s” is saved and listed: approved automatically on your track record.", updated.Title))
 		return c.Redirect(http.StatusSeeOther, "/provider/offers")
 	}

@@ -23,21 +23,39 @@ func (s *Service) CreateOffer(ctx context.Context, o market.Offer) (market.Offer
 	return created, approved, nil
 }
 
-// UpdateOffer saves a provider's edit of their offer; it goes back to
-// review (out of the matcher) unless moderation approves it at once. It
-// reports whether the offer was approved.
-func (s *Service) UpdateOffer(ctx context.Context, providerID int64, o market.Offer) (market.Offer, bool, error) {
+// EditOutcome is where a provider's edit left their offer.
+type EditOutcome int
+
+// Edit outcomes.
+const (
+	// EditInReview: the edit waits for an admin; the offer is out of the
+	// matcher until it is approved.
+	EditInReview EditOutcome = iota
+	// EditListed: a change that cannot mislead (market.EditNeedsReview) —
+	// listed at once, audited.
+	EditListed
+	// EditApproved: a claim change approved at once by moderation.
+	EditApproved
+)
+
+// UpdateOffer saves a provider's edit of their offer: a lower price or a
+// longer window stays listed at once; any other change goes back to
+// review (out of the matcher) unless moderation approves it at once.
+func (s *Service) UpdateOffer(ctx context.Context, providerID int64, o market.Offer) (market.Offer, EditOutcome, error) {
 	updated, err := s.db.UpdateOffer(ctx, providerID, o, s.now())
 	if err != nil {
-		return market.Offer{}, false, err
+		return market.Offer{}, EditInReview, err
 	}
 	s.RefreshOffer(ctx, updated.ID)
-	s.log.Info("offer updated", "offer_id", updated.ID, "provider_id", providerID)
-	approved := s.moderate(ctx, updated)
-	if approved {
-		updated.Review = market.ReviewApproved
+	s.log.Info("offer updated", "offer_id", updated.ID, "provider_id", providerID, "review", updated.Review)
+	if updated.Review == market.ReviewApproved {
+		return updated, EditListed, nil
 	}
-	return updated, approved, nil
+	if s.moderate(ctx, updated) {
+		updated.Review = market.ReviewApproved
+		return updated, EditApproved, nil
+	}
+	return updated, EditInReview, nil
 }
 
 // SetOfferState pauses, resumes or withdraws a provider's offer
