@@ -35,7 +35,7 @@ func (h *Handler) handlePay(c echo.Context) error {
 	to, err := h.wf.StartCheckout(c.Request().Context(), *currentUser(c), id,
 		workflow.CheckoutURLs{Success: h.absURL(resPath + "?paid=1"), Cancel: h.absURL(resPath)},
 		func(r market.Reservation) string {
-			return fmt.Sprintf("Reservation #%d: %d devices, %s – %s", r.ID, r.Devices(), formatTime(r.Start()), formatTime(r.End()))
+			return fmt.Sprintf("Reservation #%d: %s, %s – %s", r.ID, plural(r.Devices(), "device"), formatTime(r.Start()), formatTime(r.End()))
 		})
 	if err != nil {
 		return err

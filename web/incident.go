@@ -71,7 +71,7 @@ func incidentFormView(r market.Reservation, pieces []market.ReservationPiece, ac
 	}
 	for _, p := range pieces {
 		v.Pieces = append(v.Pieces, views.Option{Value: strconv.FormatInt(p.ID, 10),
-			Label: fmt.Sprintf("%d devices, %s – %s", p.Devices, formatTime(p.Start), formatTime(p.End))})
+			Label: fmt.Sprintf("%s, %s – %s", plural(p.Devices, "device"), formatTime(p.Start), formatTime(p.End))})
 	}
 	for _, k := range market.IncidentKinds {
 		v.Kinds = append(v.Kinds, views.Option{Value: string(k), Label: k.Label() + " — " + k.Remedy()})

@@ -267,7 +267,7 @@ func explainCost(segs []views.CostSegment, req market.Request, q market.Quote, o
 	notes := map[string]string{}
 	if len(q.Pieces) == 1 {
 		p := q.Pieces[0]
-		notes["instance"] = fmt.Sprintf("%d devices × %s × %s per device-hour. Charged at booking.", p.Devices, plural(p.Hours, "hour"), p.PriceCents)
+		notes["instance"] = fmt.Sprintf("%s × %s × %s per device-hour. Charged at booking.", plural(p.Devices, "device"), plural(p.Hours, "hour"), p.PriceCents)
 	} else {
 		notes["instance"] = "Each piece's devices × hours × its price per device-hour (the pieces are listed below). Charged at booking."
 	}
