@@ -80,3 +80,24 @@ func TestPasswords(t *testing.T) {
 		t.Fatalf("dummy hash cost %d, %v; want %d, the same as real hashes", cost, err, bcrypt.MinCost+1)
 	}
 }
+
+// A log-in naming no account costs what a wrong password costs: compare
+// the two (docs/accounts.md gives the ratio).
+func BenchmarkCheckWrongPassword(b *testing.B) {
+	p, _ := NewPasswords(DefaultCost)
+	hash, err := p.Hash("the account's password")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		p.Check(hash, "a guess at it")
+	}
+}
+
+func BenchmarkCheckNoAccount(b *testing.B) {
+	p, _ := NewPasswords(DefaultCost)
+	p.Check(nil, "") // the dummy hash is made once, before timing
+	for b.Loop() {
+		p.Check(nil, "a guess at it")
+	}
+}
