@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
@@ -114,7 +116,7 @@ func newBillingAppWith(t *testing.T, edit func(*Config), wrap ...func(*countingL
 	clock := newTestClock(testNow)
 	pay := &countingLocal{Local: billing.NewLocal(billing.LocalConfig{Store: db}), refunds: map[string]market.Cents{}, transfers: map[string]market.Cents{}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), Now: clock.now}
+	cfg := Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), Now: clock.now, PasswordCost: bcrypt.MinCost}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -124,6 +126,7 @@ func newBillingAppWith(t *testing.T, edit func(*Config), wrap ...func(*countingL
 	}
 	if cfg.Workflow == nil {
 		cfg.Workflow, err = workflow.New(ctx, workflow.Config{Billing: processor, PlatformFeeBP: 1000, Now: cfg.Now, BaseURL: cfg.BaseURL,
+			SessionKey: cfg.SessionKey, PasswordCost: cfg.PasswordCost,
 			Metrics: cfg.Metrics, QuoteBudget: cfg.QuoteBudget, BroadSlots: cfg.BroadSlots}, db, log)
 		if err != nil {
 			t.Fatal(err)

@@ -359,7 +359,8 @@ func newStripeFlowApp(t *testing.T, apiBase string) *stripeFlowApp {
 	clock := newTestClock(testNow)
 	// The server's log goes to the test's, shown when it fails.
 	log := slog.New(slog.NewTextHandler(stripeFlowLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	wf, err := workflow.New(ctx, workflow.Config{Billing: mem, PlatformFeeBP: flowFeeBP, Now: clock.now, BaseURL: "http://127.0.0.1"}, db, log)
+	wf, err := workflow.New(ctx, workflow.Config{Billing: mem, PlatformFeeBP: flowFeeBP, Now: clock.now, BaseURL: "http://127.0.0.1",
+		SessionKey: []byte(strings.Repeat("k", 32)), PasswordCost: bcrypt.MinCost}, db, log)
 	if err != nil {
 		t.Fatal(err)
 	}
