@@ -241,7 +241,7 @@ func (db *DB) StopSpotBidDeclined(ctx context.Context, buyerID, bidID int64, rea
 		return b, err
 	}
 	return b, db.Notify(ctx, Notification{UserID: buyerID, Kind: NotifySpotCancelled, CreatedAt: now, URL: "/spot",
-		Message: fmt.Sprintf("Spot bid #%d stopped: the payment for a won hour did not go through (%s). The bid wins no further hours; the hour stays held for a few minutes for you to pay it another way, then its devices go back on the market.", bidID, reason)})
+		Notice: market.Notice{Kind: market.NoticeSpotStopped, Params: market.NoticeParams{Bid: bidID, Text: reason}}})
 }
 
 func (db *DB) endSpotBid(ctx context.Context, op string, buyerID, bidID int64, note string, finishedToo bool, now time.Time) (market.SpotBid, error) {
@@ -578,8 +578,8 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 			return SpotResult{}, fail(op, err, "")
 		}
 		if err := insertNotification(ctx, tx, Notification{UserID: b.BuyerID, Kind: NotifySpotWon, CreatedAt: now, URL: "/spot",
-			Message: fmt.Sprintf("Spot bid #%d won %d devices for %s at %s per device-hour (your maximum: %s); reservation #%d, %s, is charged to your saved payment method.",
-				b.ID, w.Devices, market.FormatSpan(d.Start, d.End), c.PriceCents, b.MaxCents, r.ID, d.AmountCents)}); err != nil {
+			Notice: market.Notice{Kind: market.NoticeSpotWon, Params: market.NoticeParams{Bid: b.ID, Devices: w.Devices, Start: d.Start, End: d.End,
+				Price: c.PriceCents, Max: b.MaxCents, Reservation: r.ID, Amount: d.AmountCents}}}); err != nil {
 			return SpotResult{}, fail(op, err, "")
 		}
 		// The charge is recorded with the hold it pays, so a crash
@@ -645,8 +645,8 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 			return SpotResult{}, fail(op, err, "")
 		}
 		if err := insertNotification(ctx, tx, Notification{UserID: h.buyerID, Kind: NotifySpotPreempted, CreatedAt: now, URL: "/spot",
-			Message: fmt.Sprintf("Spot bid #%d preempted at %s, %d minutes' notice: it did not win the hour from %s (clearing price %s per device-hour). The bid stays live for later hours.",
-				h.bidID, hour.Format("15:04 UTC"), full.PreemptNoticeMins, market.FormatTime(hour), c.PriceCents)}); err != nil {
+			Notice: market.Notice{Kind: market.NoticeSpotPreempted, Params: market.NoticeParams{Bid: h.bidID, Start: hour, Minutes: full.PreemptNoticeMins,
+				Price: c.PriceCents}}}); err != nil {
 			return SpotResult{}, fail(op, err, "")
 		}
 		res.Preempted = append(res.Preempted, inc)

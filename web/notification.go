@@ -17,7 +17,9 @@ func (h *Handler) handleNotifications(c echo.Context) error {
 	for _, n := range ns {
 		unread := n.ReadAt.IsZero()
 		v.HasUnread = v.HasUnread || unread
-		v.Rows = append(v.Rows, views.NotificationRow{Kind: n.Kind, Message: n.Message, URL: n.URL, At: formatTime(n.CreatedAt), Unread: unread})
+		// The store keeps what a notification says; its words are
+		// written here, as its e-mail's are in workflow.MailMessage.
+		v.Rows = append(v.Rows, views.NotificationRow{Kind: n.Kind, Message: n.Notice.Text(), URL: n.URL, At: formatTime(n.CreatedAt), Unread: unread})
 	}
 	return render(c, http.StatusOK, views.Notifications(h.page(c, "Notifications"), v))
 }

@@ -785,7 +785,7 @@ func stripeFlow(t *testing.T, apiBase string, events []string, onboardLate bool)
 		}
 		out := map[string][]string{}
 		for _, n := range ns {
-			out[n.Kind] = append(out[n.Kind], n.Message)
+			out[n.Kind] = append(out[n.Kind], n.Notice.Text())
 		}
 		return out
 	}
