@@ -53,6 +53,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	agent.POST("/assignments/:piece_id/installed", h.handleAgentInstalled)
 	agent.POST("/assignments/:piece_id/removed", h.handleAgentRemoved)
 	agent.POST("/assignments/:piece_id/acceptance", h.handleAgentAcceptance)
+	agent.POST("/assignments/:piece_id/container", h.handleAgentContainer)
 
 	// Browser pages: size limit, session, then CSRF (its token is the session's).
 	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.loadSession, h.csrf())
