@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,6 +59,13 @@ func (s *Service) bookingRuntime(ctx context.Context, buyerID int64, rt market.R
 			return market.Runtime{}, err
 		}
 		rt = rt.FillSecrets(t.Runtime)
+		// The template's secrets the request does not name (the form never
+		// carries them) come with it.
+		for _, e := range t.Runtime.Env {
+			if e.Secret && !slices.ContainsFunc(rt.Env, func(x market.EnvVar) bool { return x.Name == e.Name }) {
+				rt.Env = append(slices.Clone(rt.Env), e)
+			}
+		}
 	}
 	if missing := rt.MissingSecrets(); len(missing) > 0 {
 		return market.Runtime{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",

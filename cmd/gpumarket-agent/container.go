@@ -209,6 +209,9 @@ type containerState struct {
 	Failed  string               `json:"failed,omitempty"` // why it could not be made ready; not retried
 	Ports   []market.PortMapping `json:"ports,omitempty"`
 	Token   string               `json:"token,omitempty"` // jupyter
+	// Reported is the last phase the server accepted: a phase is posted
+	// once, not on every heartbeat (the server limits each token's rate).
+	Reported market.ContainerPhase `json:"reported,omitempty"`
 }
 
 // containers runs the pieces' containers.
@@ -345,14 +348,15 @@ func runEngine(ctx context.Context, env []string, argv []string) ([]byte, []byte
 
 // The agent's side of container mode.
 
-// report posts a container report; a failure is logged (the report is
-// made again when the server next asks).
-func (a *agent) report(ctx context.Context, piece int64, phase market.ContainerPhase, msg string, progress int, ports []market.PortMapping) {
+// report posts a container report and says whether the server took it; a
+// failure is logged (the report is made again when the server next asks).
+func (a *agent) report(ctx context.Context, piece int64, phase market.ContainerPhase, msg string, progress int, ports []market.PortMapping) bool {
 	err := a.client.container(context.WithoutCancel(ctx), piece, agentapi.ContainerReport{Phase: string(phase), Message: clip(msg, market.MaxContainerMessage),
 		Progress: progress, Ports: ports})
 	if err != nil {
 		a.log.Error("report container", "piece", piece, "phase", phase, "err", err)
 	}
+	return err == nil
 }
 
 // prepare pulls a piece's image before its start, once, in the background
@@ -483,7 +487,15 @@ func (a *agent) installContainer(ctx context.Context, as assignment) error {
 	if p.Container.Token != "" && market.LaunchMode(as.Runtime.Launch) == market.LaunchJupyter {
 		msg = fmt.Sprintf("http://%s:%d/lab?token=%s", p.Connection.Host, p.Connection.Port, p.Container.Token)
 	}
-	a.report(ctx, as.PieceID, market.PhaseReady, msg, 100, p.Container.Ports)
+	if p.Container.Reported != market.PhaseReady && a.report(ctx, as.PieceID, market.PhaseReady, msg, 100, p.Container.Ports) {
+		if err := a.state.update(as.PieceID, func(p *pieceState) {
+			if p.Container != nil {
+				p.Container.Reported = market.PhaseReady
+			}
+		}); err != nil {
+			a.log.Error("state", "err", err)
+		}
+	}
 	if err := a.client.installed(context.WithoutCancel(ctx), as.PieceID, installedReport{Connection: p.Connection, InstalledAt: p.InstalledAt}); err != nil {
 		return fmt.Errorf("report installed: %w", err)
 	}

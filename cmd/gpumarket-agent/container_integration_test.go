@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
-
 )
 
 // The container test's engine: podman with runc and the vfs driver, as
@@ -29,7 +28,7 @@ var (
 )
 
 const (
-	sshdTestImage = "localhost/gpumarket-sshd-test:1"
+	sshdTestImage = "localhost/gpumarket-sshd-test:2"
 	// testCDIKind is the fake CDI spec's kind: simulated GPUs, each a file
 	// mounted at /dev/fake-gpu-<index>, so the test sees which devices a
 	// container was given (no GPU here; a real host has nvidia.com/gpu
@@ -173,7 +172,7 @@ func TestContainerModeAgainstServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := []string{"-server", srv.URL, "-token-file", tokenFile, "-state", filepath.Join(dir, "state.json"),
-		"-interval", "1s", "-simulate", "H100 80GB SXM x4", "-authorized-keys", keysFile,
+		"-interval", "2s", "-simulate", "H100 80GB SXM x4", "-authorized-keys", keysFile,
 		"-host", "127.0.0.1", "-ssh-user", "gpu",
 		"-containers", "podman", "-engine-args", strings.Join(testPodman[1:], " "), "-container-args", testContainerArgs,
 		"-container-dir", filepath.Join(dir, "containers"), "-publish-address", "127.0.0.1", "-cdi-kind", testCDIKind}
@@ -251,7 +250,7 @@ func sshRun(t *testing.T, signer ssh.Signer, port int, cmd string) string {
 	t.Helper()
 	var c *ssh.Client
 	var err error
-	for i := 0; i < 20; i++ { // sshd may still be generating host keys
+	for i := 0; i < 60; i++ { // sshd may not listen yet
 		c, err = ssh.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &ssh.ClientConfig{User: "root", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
 			HostKeyCallback: ssh.InsecureIgnoreHostKey(), Timeout: 5 * time.Second})
 		if err == nil {
@@ -344,9 +343,9 @@ func buildSSHDImage(t *testing.T) {
 		}
 	}
 	files := map[string]string{
-		"etc/passwd":         "root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/bin/false\n",
-		"etc/group":          "root:x:0:\nnogroup:x:65534:\n",
-		"etc/shadow":         "root:*:19000:0:99999:7:::\n",
+		"etc/passwd":          "root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/bin/false\n",
+		"etc/group":           "root:x:0:\nnogroup:x:65534:\n",
+		"etc/shadow":          "root:*:19000:0:99999:7:::\n",
 		"etc/ssh/sshd_config": "",
 	}
 	for name, data := range files {
@@ -356,6 +355,11 @@ func buildSSHDImage(t *testing.T) {
 	}
 	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
 		t.Fatal(err)
+	}
+	// Host keys made now: generating an RSA key at each start takes seconds
+	// on a busy machine.
+	if out, err := exec.Command("ssh-keygen", "-A", "-f", root).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen -A: %v\n%s", err, out)
 	}
 	tarball := filepath.Join(t.TempDir(), "rootfs.tar")
 	if out, err := exec.Command("tar", "-C", root, "-cf", tarball, ".").CombinedOutput(); err != nil {
