@@ -178,7 +178,15 @@ var (
 
 // ValidImageRef reports whether ref is an OCI image reference.
 func ValidImageRef(ref string) bool {
-	return ref != "" && len(ref) <= MaxImageRefLen && imageRefRe.MatchString(ref)
+	if ref == "" || len(ref) > MaxImageRefLen || !imageRefRe.MatchString(ref) {
+		return false
+	}
+	// A first part is a registry only with a dot, a port or as localhost;
+	// otherwise it is a path component, in lower case.
+	if first, _, ok := strings.Cut(ref, "/"); ok && !strings.ContainsAny(first, ".:") && first != "localhost" {
+		return regexp.MustCompile(`^` + imageComponent + `$`).MatchString(first)
+	}
+	return true
 }
 
 // reservedEnvName reports whether the agent owns the variable: the

@@ -24,6 +24,8 @@ func TestValidateRuntime(t *testing.T) {
 		{"registry port", Runtime{Image: "localhost:5000/train:v1", Launch: LaunchEntrypoint}, "", ""},
 		{"upper case path", Runtime{Image: "docker.io/NVIDIA/cuda"}, "runtime.image", "not an image reference"},
 		{"spaces", Runtime{Image: "ubuntu 22.04"}, "runtime.image", "not an image reference"},
+		{"upper case first part", Runtime{Image: "UPPER/case"}, "runtime.image", "not an image reference"},
+		{"registry with upper case", Runtime{Image: "Registry.Example.com/team/img:1"}, "", ""},
 		{"missing image", Runtime{Ports: []int{8080}}, "runtime.image", "Name the image"},
 		{"bad launch", Runtime{Image: "ubuntu", Launch: "vnc"}, "runtime.launch", "ssh, jupyter or entrypoint"},
 		{"oversized script", Runtime{Image: "ubuntu", OnStart: long}, "runtime.on_start", "keep it under 16,384"},

@@ -111,6 +111,10 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/requests/saved", h.handleRequestSave, requireUser)
 	b.GET("/requests/saved/:id", h.handleRequestOpen, requireUser)
 	b.POST("/requests/saved/:id/delete", h.handleRequestDelete, requireUser)
+	// Environment templates (docs/runtime.md).
+	b.GET("/templates", h.handleTemplates, requireUser)
+	b.POST("/templates", h.handleTemplateSave, requireUser)
+	b.POST("/templates/:id/delete", h.handleTemplateDelete, requireUser)
 	b.POST("/reservations", h.handleReserve, requireUser, h.requireVerified)
 	b.GET("/reservations", h.handleReservations, requireUser)
 	b.GET("/reservations/:id", h.handleReservationShow, requireUser)

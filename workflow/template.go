@@ -30,17 +30,6 @@ func (s *Service) DeleteTemplate(ctx context.Context, authorID, id int64) error 
 	return s.db.DeleteTemplate(ctx, authorID, id)
 }
 
-// SeedDemoTemplates saves market.DemoTemplates as the author's (the
-// demo's), replacing any of the same name.
-func (s *Service) SeedDemoTemplates(ctx context.Context, authorID int64) error {
-	for _, t := range market.DemoTemplates {
-		if _, err := s.db.SaveTemplate(ctx, authorID, t, s.now()); err != nil {
-			return fmt.Errorf("workflow: demo template %q: %w", t.Name, err)
-		}
-	}
-	return nil
-}
-
 // bookingRuntime is the runtime to book with: the request's, its secrets
 // without values filled from its template when the buyer may use it (a
 // public template's secrets stay its author's). A secret left without a
