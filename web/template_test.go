@@ -128,4 +128,6 @@ func TestTemplatesAndTheRequestFormsEnvironment(t *testing.T) {
 }
 
 // errorText is the message shown next to a field.
-func errorText(body, field string) string { return html.UnescapeString(testidText(body, "error-"+field)) }
+func errorText(body, field string) string {
+	return html.UnescapeString(testidText(body, "error-"+field))
+}
