@@ -300,73 +300,15 @@ func removeTestContainers(reservations ...int64) {
 	}
 }
 
-// buildSSHDImage makes the test image unless present: a rootfs of busybox
-// and the host's sshd and ssh-keygen with the libraries ldd names, and the
-// users sshd needs, imported with podman (no registry is reachable here).
+// buildSSHDImage builds the test image unless present
+// (scripts/build-sshd-test-image.sh: busybox and the host's sshd, imported
+// with podman; no registry is reachable here).
 func buildSSHDImage(t *testing.T) {
 	t.Helper()
-	if exec.Command(testPodman[0], append(testPodman[1:], "image", "exists", sshdTestImage)...).Run() == nil {
-		return
-	}
-	root := filepath.Join(t.TempDir(), "rootfs")
-	for _, d := range []string{"bin", "usr/sbin", "usr/bin", "etc/ssh", "root", "run", "tmp", "var/empty", "proc", "dev", "sys"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyFile := func(src, dst string) {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatalf("building the sshd image: %v (install busybox-static and openssh-server: scripts/install-test-deps.sh)", err)
-		}
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, dst)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, dst), b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyFile("/bin/busybox", "bin/busybox")
-	for _, n := range []string{"sh", "ls", "cat", "ps", "grep", "mkdir", "echo", "id", "sleep", "setsid", "hostname"} {
-		if err := os.Symlink("busybox", filepath.Join(root, "bin", n)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, bin := range []string{"/usr/sbin/sshd", "/usr/bin/ssh-keygen"} {
-		copyFile(bin, bin)
-		out, err := exec.Command("ldd", bin).Output()
-		if err != nil {
-			t.Fatalf("ldd %s: %v", bin, err)
-		}
-		for _, lib := range regexp.MustCompile(`(/[^\s:]+\.so[^\s:]*)`).FindAllString(string(out), -1) {
-			copyFile(lib, lib)
-		}
-	}
-	files := map[string]string{
-		"etc/passwd":          "root:x:0:0:root:/root:/bin/sh\nsshd:x:100:65534::/run/sshd:/bin/false\n",
-		"etc/group":           "root:x:0:\nnogroup:x:65534:\n",
-		"etc/shadow":          "root:*:19000:0:99999:7:::\n",
-		"etc/ssh/sshd_config": "",
-	}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
-		t.Fatal(err)
-	}
-	// Host keys made now: generating an RSA key at each start takes seconds
-	// on a busy machine.
-	if out, err := exec.Command("ssh-keygen", "-A", "-f", root).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen -A: %v\n%s", err, out)
-	}
-	tarball := filepath.Join(t.TempDir(), "rootfs.tar")
-	if out, err := exec.Command("tar", "-C", root, "-cf", tarball, ".").CombinedOutput(); err != nil {
-		t.Fatalf("tar: %v\n%s", err, out)
-	}
-	if out, err := exec.Command(testPodman[0], append(testPodman[1:], "import", tarball, sshdTestImage)...).CombinedOutput(); err != nil {
-		t.Fatalf("podman import: %v\n%s", err, out)
+	cmd := exec.Command("bash", "../../scripts/build-sshd-test-image.sh")
+	cmd.Env = append(os.Environ(), "PODMAN_FLAGS="+strings.Join(testPodman[1:], " "))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the sshd test image: %v\n%s", err, out)
 	}
 }
 
