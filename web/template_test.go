@@ -2,12 +2,15 @@ package web
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"html"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpumarket/gpumarket/market"
 )
@@ -130,4 +133,85 @@ func TestTemplatesAndTheRequestFormsEnvironment(t *testing.T) {
 // errorText is the message shown next to a field.
 func errorText(body, field string) string {
 	return html.UnescapeString(testidText(body, "error-"+field))
+}
+
+// An agent is told a piece's runtime and device indices before the start
+// (prepare) and at it (install); a container that cannot be made ready
+// opens one host failure incident over the rest of the rental, reported
+// by the agent and applied at once, and the buyer reads why.
+func TestContainerFailureOpensAnIncident(t *testing.T) {
+	app := newBillingApp(t)
+	prov := app.client()
+	prov.signUp("boxes@example.com", true)
+	o := app.twoNodeOffer(prov.userID())
+	o.Containers = market.ContainerSupport{Engine: market.EngineDocker, CDI: true}
+	ctx := context.Background()
+	if _, err := app.db.UpdateOffer(ctx, o.ProviderID, o, testNow); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.db.ReviewOffer(ctx, o.ID, market.ReviewApproved, "", testNow); err != nil {
+		t.Fatal(err)
+	}
+	app.handler.wf.RefreshOffer(ctx, o.ID)
+	buyer := app.client()
+	buyer.signUp("boxbuyer@example.com", false)
+	addSSHKey(t, buyer, publicKeyLine(t, "ed25519"))
+	q := trainingQuery()
+	q.Set("runtime.image", "docker.io/library/ubuntu:22.04")
+	q.Set("runtime.env", "MODE=train")
+	r := app.bookAndPayQuery(buyer, q)
+	p := r.Pieces[0]
+	token := createHostToken(t, prov, o.ID, p.Nodes[0].Node)
+
+	type assignment struct {
+		PieceID       int64  `json:"piece_id"`
+		State         string `json:"state"`
+		DeviceIndices []int  `json:"device_indices"`
+		Runtime       *struct {
+			Image string `json:"image"`
+			Env   []struct{ Name, Value string }
+		} `json:"runtime"`
+	}
+	beat := func(seq int64) []assignment {
+		res := app.agentPost(token, "/agent/v1/heartbeat", heartbeatBody(seq, 8))
+		var out struct{ Assignments []assignment }
+		if res.status != http.StatusOK || json.Unmarshal([]byte(res.body), &out) != nil {
+			t.Fatalf("heartbeat: %d %s", res.status, res.body)
+		}
+		return out.Assignments
+	}
+	app.tick(p.Start.Add(-10 * time.Minute))
+	as := beat(1)
+	if len(as) != 1 || as[0].State != "prepare" || as[0].Runtime == nil || as[0].Runtime.Image != "docker.io/library/ubuntu:22.04" ||
+		fmt.Sprint(as[0].DeviceIndices) != "[0 1 2 3 4 5 6 7]" {
+		t.Fatalf("before the start: %+v", as)
+	}
+	app.tick(p.Start)
+	if as = beat(2); len(as) != 1 || as[0].State != "install" || as[0].Runtime == nil || len(as[0].Runtime.Env) != 1 {
+		t.Fatalf("at the start: %+v", as)
+	}
+	path := fmt.Sprintf("/agent/v1/assignments/%d/container", p.ID)
+	failed := map[string]any{"phase": "failed", "message": "the image could not be pulled: manifest unknown"}
+	for i := 0; i < 2; i++ { // reported again: still one incident
+		if res := app.agentPost(token, path, failed); res.status != http.StatusOK {
+			t.Fatalf("container report: %d %s", res.status, res.body)
+		}
+	}
+	incs, err := app.db.ListIncidents(ctx, r.ID)
+	if err != nil || len(incs) != 1 {
+		t.Fatalf("incidents %+v %v, want one", incs, err)
+	}
+	in := incs[0]
+	if in.Kind != market.IncidentHostFailure || in.ReportedBy != "agent" || !in.Acknowledged || !in.Start.Equal(p.Start) ||
+		!in.End.Equal(p.End) || in.DevicesAffected != 8 || !strings.Contains(in.Note, "manifest unknown") {
+		t.Fatalf("incident %+v", in)
+	}
+	page := buyer.get(fmt.Sprintf("/reservations/%d", r.ID)).body
+	if got := testidText(page, "container-phase"); got != "failed" {
+		t.Errorf("the page shows the container %q", got)
+	}
+	mustContain(t, page, "manifest unknown")
+	if res := app.agentPost(token, path, map[string]any{"phase": "exploded"}); res.status != http.StatusBadRequest {
+		t.Errorf("an unknown phase: %d", res.status)
+	}
 }
