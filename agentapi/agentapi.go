@@ -19,6 +19,8 @@ const (
 	ReportInstalled  = "installed"
 	ReportRemoved    = "removed"
 	ReportAcceptance = "acceptance"
+	// ReportContainer names a container mode report (ContainerReport).
+	ReportContainer = "container"
 )
 
 // AssignmentPath is the path of a report on a piece: "agent/v1/assignments/31/installed".
@@ -58,6 +60,58 @@ type Assignment struct {
 	SSHKeys       []string  `json:"ssh_keys"`
 	Acceptance    bool      `json:"acceptance"`
 	State         string    `json:"state"`
+	// DeviceIndices are the node's devices the piece holds (0-based): a
+	// container gets these and no others (CDI nvidia.com/gpu=<index>).
+	DeviceIndices []int `json:"device_indices,omitempty"`
+	// Runtime is the buyer's container, sent in the prepare and install
+	// states; absent: the host's own environment (authorized_keys mode).
+	Runtime *Runtime `json:"runtime,omitempty"`
+}
+
+// Runtime is the buyer's container for a piece (market.Runtime): the
+// environment's secrets included, for the container only; an agent never
+// logs or stores them.
+type Runtime struct {
+	Image    string   `json:"image"`
+	Launch   string   `json:"launch"`
+	OnStart  string   `json:"on_start,omitempty"`
+	Ports    []int    `json:"ports,omitempty"`
+	Env      []EnvVar `json:"env,omitempty"`
+	MinShmMB int      `json:"min_shm_mb,omitempty"`
+}
+
+// EnvVar is one environment variable of a Runtime.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// NewRuntime is rt as sent to an agent, or nil for none.
+func NewRuntime(rt market.Runtime) *Runtime {
+	if rt.IsZero() {
+		return nil
+	}
+	out := &Runtime{Image: rt.Image, Launch: string(rt.Launch), OnStart: rt.OnStart, Ports: rt.Ports, MinShmMB: rt.MinShmMB}
+	for _, e := range rt.Env {
+		out.Env = append(out.Env, EnvVar{Name: e.Name, Value: e.Value})
+	}
+	return out
+}
+
+// StatePrepare asks the agent to get a piece's container ready before its
+// start: pull the image (container mode).
+const StatePrepare = "prepare"
+
+// ContainerReport is POST /agent/v1/assignments/{piece_id}/container's
+// body: where the piece's container stands (market.ContainerPhase:
+// pulling, pulled, ready, failed, removed, remove_failed), a message (what
+// failed; never a secret), pull progress in percent and, once ready, the
+// host ports its container ports are published on.
+type ContainerReport struct {
+	Phase    string               `json:"phase"`
+	Message  string               `json:"message,omitempty"`
+	Progress int                  `json:"progress,omitempty"`
+	Ports    []market.PortMapping `json:"ports,omitempty"`
 }
 
 // Assignment states.

@@ -116,6 +116,7 @@ const (
 	ConstraintInterconnect Constraint = "interconnect"
 	ConstraintNetwork      Constraint = "network"
 	ConstraintSoftware     Constraint = "software"
+	ConstraintContainer    Constraint = "container"
 	ConstraintVerified     Constraint = "verified"
 	ConstraintReliability  Constraint = "reliability"
 	ConstraintCarbon       Constraint = "carbon"
@@ -140,6 +141,7 @@ var reasons = [...]struct {
 	{ConstraintInterconnect, "interconnect too weak"},
 	{ConstraintNetwork, "network too slow"},
 	{ConstraintSoftware, "driver or CUDA too old"},
+	{ConstraintContainer, "do not run containers"},
 	{ConstraintVerified, "no verified figures"},
 	{ConstraintReliability, "reliability too low"},
 	{ConstraintCarbon, "carbon intensity too high"},
@@ -158,6 +160,7 @@ const (
 	rInterconnect
 	rNetwork
 	rSoftware
+	rContainer
 	rVerified
 	rReliability
 	rCarbon
@@ -279,6 +282,7 @@ const (
 	flagPlacement uint8 = 1 << iota
 	flagInterruptible
 	flagVerified
+	flagContainers // runs buyer containers with CDI (ContainerSupport.RunsContainers)
 )
 
 // slot is an offer in the matcher's compact form. Prices in cents, times in
@@ -365,6 +369,9 @@ func makeSlot(c Candidate) (slot, error) {
 	if o.PlacementGroup {
 		s.flags |= flagPlacement
 	}
+	if o.Containers.RunsContainers() {
+		s.flags |= flagContainers
+	}
 	if o.Interruptible && o.InterruptibleCentsPerDH > 0 && o.InterruptibleCentsPerDH <= o.PriceCentsPerDeviceHour {
 		s.flags |= flagInterruptible
 		s.intrPrice = int32(o.InterruptibleCentsPerDH)
@@ -415,6 +422,7 @@ type query struct {
 	minCUDA          uint32
 	vrank            []uint32 // the index's version ranks while the query runs
 	verified         bool
+	containers       bool // the request has a runtime
 	minReliability   uint16
 	maxCarbon        uint16
 	lo               int64 // earliest start, unix
@@ -466,7 +474,7 @@ func compile(req Request, now time.Time) (*query, error) {
 		hours:    int64(w.Hours),
 		maxPrice: int32(c.MaxPricePerDeviceHour), offers: c.OfferIDs, budget: int64(c.BudgetCents),
 		minInterconnect: uint8(c.MinInterconnect.Rank()), minNet: clampU16(int64(c.MinNetworkGbps)),
-		verified: c.RequireVerified, minReliability: uint16(c.MinReliabilityBP), maxCarbon: uint16(c.MaxCarbonGPerKWh),
+		verified: c.RequireVerified, containers: req.Runtime.Image != "", minReliability: uint16(c.MinReliabilityBP), maxCarbon: uint16(c.MaxCarbonGPerKWh),
 		allowIntr: c.AllowInterruption, dataRegion: -1, datasetGB: int64(w.DatasetGB),
 		checkpointMins: int64(w.CheckpointMins), restartMins: int64(w.RestartMins),
 	}
@@ -599,6 +607,9 @@ func (q *query) eval(s *slot, f *fit) int {
 		return rNetwork
 	case (q.minDriver > 0 && q.vrank[s.driver] < q.minDriver) || (q.minCUDA > 0 && q.vrank[s.cuda] < q.minCUDA):
 		return rSoftware
+	case q.containers && s.flags&flagContainers == 0:
+		// A runtime needs an engine and CDI (runtime.go).
+		return rContainer
 	case q.verified && s.flags&flagVerified == 0:
 		return rVerified
 	case s.reliability < q.minReliability:

@@ -254,6 +254,9 @@ type Offer struct {
 	CUDAVersion      string // CUDA or ROCm version, e.g. "12.4" / "6.1"
 	OSImage          string
 	ContainerRuntime string
+	// Containers is whether and how the host runs buyers' environments
+	// (runtime.go).
+	Containers ContainerSupport
 
 	// Location and power.
 	RegionID      string
@@ -406,6 +409,7 @@ func ValidateOffer(o *Offer, now time.Time) error {
 	}
 	textField(p, "os_image", o.OSImage, false)
 	textField(p, "container_runtime", o.ContainerRuntime, false)
+	validateContainerSupport(p, &o.Containers)
 
 	region, ok := FindRegion(o.RegionID)
 	if !ok {

@@ -132,6 +132,9 @@ type Request struct {
 	Preferences Preferences
 	// Limit is the most quotes returned (default DefaultQuoteLimit).
 	Limit int
+	// Runtime is the buyer's environment (runtime.go); a runtime is a hard
+	// constraint: only offers that run containers are used.
+	Runtime Runtime
 }
 
 // ValidateRequest checks a request and returns an invalid *Error whose
@@ -275,6 +278,7 @@ func ValidateRequest(r *Request) error {
 			p.Add("preferences.preferred_regions", fmt.Sprintf("Unknown region %q.", id))
 		}
 	}
+	validateRuntime(p, &r.Runtime)
 	if r.Limit == 0 {
 		r.Limit = DefaultQuoteLimit
 	}

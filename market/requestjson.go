@@ -23,6 +23,7 @@ type requestJSON struct {
 	Constraints constraintsJSON `json:"constraints"`
 	Preferences preferencesJSON `json:"preferences"`
 	Limit       int             `json:"limit,omitempty"`
+	Runtime     *runtimeJSON    `json:"runtime,omitempty"`
 }
 
 type workloadJSON struct {
@@ -98,6 +99,7 @@ func EncodeRequestJSON(r Request) ([]byte, error) {
 		},
 		Preferences: preferencesJSON(p),
 		Limit:       r.Limit,
+		Runtime:     encodeRuntimeJSON(r.Runtime),
 	}
 	return json.MarshalIndent(doc, "", "  ")
 }
@@ -146,6 +148,7 @@ func DecodeRequestJSON(data []byte) (Request, error) {
 		},
 		Preferences: Preferences(doc.Preferences),
 		Limit:       doc.Limit,
+		Runtime:     decodeRuntimeJSON(doc.Runtime),
 	}
 	if err := ValidateRequest(&r); err != nil {
 		return Request{}, err
@@ -198,6 +201,8 @@ type offerJSON struct {
 	RejectMinutes *int `json:"reject_minutes,omitempty"`
 
 	Figures []figureJSON `json:"figures,omitempty"`
+
+	Containers *containersJSON `json:"containers,omitempty"`
 }
 
 type figureJSON struct {
@@ -213,6 +218,7 @@ var offerFieldJSON = map[string]string{
 	"carbon": "carbon_g_per_kwh", "price": "price_cents", "interruptible_price": "interruptible_price_cents",
 	"storage_price": "storage_cents_per_gb_month", "egress_price": "egress_cents_per_gb",
 	"uptime": "uptime_bp", "credit_cap": "credit_cap_bp", "cancel_fee": "cancel_fee_bp",
+	"container_engine": "containers.engine", "container_max_image_gb": "containers.max_image_gb",
 }
 
 // EncodeOfferJSON writes the portable, versioned JSON form of an offer's
@@ -232,6 +238,7 @@ func EncodeOfferJSON(o Offer) ([]byte, error) {
 		EgressCentsPerGB: o.EgressCentsPerGB, BillingBasis: o.BillingBasis, UptimeBP: o.UptimeBP,
 		CreditSchedule: o.CreditSchedule, CreditCapBP: o.CreditCapBP, FreeCancelHours: o.FreeCancelHours,
 		CancelFeeBP: o.CancelFeeBP, RejectMinutes: &o.RejectMinutes,
+		Containers: encodeContainersJSON(o.Containers),
 	}
 	for _, f := range o.Figures {
 		basis := f.Basis
@@ -280,6 +287,7 @@ func DecodeOfferJSON(data []byte, now time.Time) (Offer, error) {
 		EgressCentsPerGB: doc.EgressCentsPerGB, BillingBasis: doc.BillingBasis, UptimeBP: doc.UptimeBP,
 		CreditSchedule: doc.CreditSchedule, CreditCapBP: doc.CreditCapBP, FreeCancelHours: doc.FreeCancelHours,
 		CancelFeeBP: doc.CancelFeeBP, RejectMinutes: DefaultRejectMinutes, Review: ReviewPending, State: OfferActive,
+		Containers: decodeContainersJSON(doc.Containers),
 	}
 	if doc.RejectMinutes != nil {
 		o.RejectMinutes = *doc.RejectMinutes

@@ -8,7 +8,11 @@
 #   - stripe-mock, Stripe's API mock, built from the Go module proxy into tools/bin;
 #   - PostgreSQL's server binaries from Debian's postgresql package (initdb, pg_ctl), for the tests
 #     that run on PostgreSQL (store/pgtest starts a throwaway cluster from them); skipped when
-#     GPUMARKET_TEST_POSTGRES_URL names a server to use instead.
+#     GPUMARKET_TEST_POSTGRES_URL names a server to use instead;
+#   - podman with runc (crun refuses some hosts' cgroup layouts), busybox-static and openssh-server from
+#     Debian's packages, for the container-mode test (cmd/gpumarket-agent: real podman, an sshd image built
+#     by `podman import` of busybox and the host's sshd; no registry is needed). Debian 12 ships podman 4.3,
+#     which understands CDI devices; the test refuses an older one.
 #
 # Only the Go module proxy, Debian's packages and the npm registry are used: no browser or driver
 # downloads of Playwright's own.
@@ -105,8 +109,31 @@ install_postgresql() {
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql
 }
 
+install_containers() {
+	local want=(podman runc uidmap slirp4netns fuse-overlayfs busybox-static openssh-server)
+	local missing=()
+	for p in "${want[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+	if ((${#missing[@]} == 0)); then
+		log "podman present: $(podman --version)"
+	else
+		log "installing ${missing[*]} from Debian's packages"
+		as_root apt-get update
+		# The openssh-server package would start an sshd on port 22: the test only copies its binary.
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+	fi
+	local major
+	major=$(podman --version | sed -E 's/.* ([0-9]+)\..*/\1/')
+	if ((major < 4)); then
+		log "podman $(podman --version) is too old for CDI devices; want 4 or later" >&2
+		exit 1
+	fi
+}
+
 install_chromium
 install_playwright_driver
 install_stripe_mock
 install_postgresql
+install_containers
 log "done"

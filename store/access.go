@@ -61,6 +61,11 @@ type Assignment struct {
 	State         market.AccessState
 	SSHKeys       []string // the buyer's keys as authorized_keys lines; only to install
 	Acceptance    bool     // run the acceptance test and report it: no result is in yet
+	// Runtime is the buyer's container (zero: none), sent to prepare and
+	// install; DeviceIndices the node's devices the piece holds
+	// (runtime.go).
+	Runtime       market.Runtime
+	DeviceIndices []int
 }
 
 // ListAssignments returns what the agent of the token's node must act on
@@ -84,16 +89,31 @@ func (db *DB) ListAssignments(ctx context.Context, tokenID int64, now time.Time)
 		return nil, fail(op, err, "")
 	}
 	out := []Assignment{}
+	indices, err := nodeDeviceIndices(ctx, tx, t, rentals)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
 	for _, r := range rentals {
 		a, err := getPieceAccess(ctx, tx, r.Piece.ID, t.Node)
 		if err != nil {
 			return nil, fail(op, err, "")
 		}
+		rt, hasRuntime, err := getReservationRuntime(ctx, tx, r.ReservationID)
+		if err != nil {
+			return nil, fail(op, err, "")
+		}
 		state := market.AccessStateOf(r.State, r.Piece, a.Installed(), a.Removed(), now)
+		if state == market.AccessNone && hasRuntime && market.Prepares(r.State, r.Piece, now) {
+			state = market.AccessPrepare
+		}
 		if state == market.AccessNone {
 			continue
 		}
-		as := Assignment{ReservationID: r.ReservationID, Piece: r.Piece, Devices: r.Piece.DevicesOnNode(t.Node), State: state, SSHKeys: []string{}}
+		as := Assignment{ReservationID: r.ReservationID, Piece: r.Piece, Devices: r.Piece.DevicesOnNode(t.Node), State: state, SSHKeys: []string{},
+			DeviceIndices: indices[r.Piece.ID]}
+		if hasRuntime && state != market.AccessRemove {
+			as.Runtime = rt
+		}
 		if state == market.AccessInstall {
 			done, err := hasAcceptance(ctx, tx, r.Piece.ID, t.Node)
 			if err != nil {

@@ -33,6 +33,7 @@ func offerFields(o market.Offer) ([]string, []any) {
 		"available_from", "available_until", "min_rental_hours", "max_rental_hours", "provisioning_mins", "preempt_notice_mins",
 		"price_cents_per_device_hour", "interruptible", "interruptible_cents_per_dh", "storage_cents_per_gb_month", "egress_cents_per_gb",
 		"billing_basis", "uptime_bp", "credit_cap_bp", "free_cancel_hours", "cancel_fee_bp", "reject_minutes",
+		"container_engine", "container_cdi", "container_max_image_gb", "container_image_cache", "shared_host_user",
 	}
 	args := []any{
 		o.Title, o.AcceleratorID, o.MemoryGB, o.DevicesPerNode, o.Nodes, string(o.Interconnect), o.NetworkID,
@@ -42,6 +43,7 @@ func offerFields(o market.Offer) ([]string, []any) {
 		unix(o.AvailableFrom), unix(o.AvailableUntil), o.MinRentalHours, o.MaxRentalHours, o.ProvisioningMins, o.PreemptNoticeMins,
 		int64(o.PriceCentsPerDeviceHour), boolInt(o.Interruptible), int64(o.InterruptibleCentsPerDH), int64(o.StorageCentsPerGBMonth), int64(o.EgressCentsPerGB),
 		string(o.BillingBasis), o.UptimeBP, o.CreditCapBP, o.FreeCancelHours, o.CancelFeeBP, o.RejectMinutes,
+		string(o.Containers.Engine), boolInt(o.Containers.CDI), o.Containers.MaxImageGB, boolInt(o.Containers.ImageCache), boolInt(o.Containers.SharedHostUser),
 	}
 	return cols, args
 }
@@ -56,6 +58,7 @@ const (
 		o.available_from, o.available_until, o.min_rental_hours, o.max_rental_hours, o.provisioning_mins, o.preempt_notice_mins,
 		o.price_cents_per_device_hour, o.interruptible, o.interruptible_cents_per_dh, o.storage_cents_per_gb_month, o.egress_cents_per_gb,
 		o.billing_basis, o.uptime_bp, o.credit_cap_bp, o.free_cancel_hours, o.cancel_fee_bp, o.reject_minutes,
+		o.container_engine, o.container_cdi, o.container_max_image_gb, o.container_image_cache, o.shared_host_user,
 		o.review, o.review_note, o.state, o.created_at, o.updated_at`
 	listingColumns = offerColumns + `, u.display_name, u.organisation, u.suspended`
 	listingFrom    = ` FROM offers o JOIN users u ON u.id = o.provider_id`
@@ -63,7 +66,7 @@ const (
 
 func scanOffer(s scanner, extra ...any) (market.Offer, error) {
 	var o market.Offer
-	var interconnect, basis, review, state string
+	var interconnect, basis, review, state, engine string
 	var from, until, created, updated int64
 	var price, intPrice, storagePrice, egressPrice int64
 	dest := append([]any{
@@ -74,12 +77,14 @@ func scanOffer(s scanner, extra ...any) (market.Offer, error) {
 		&from, &until, &o.MinRentalHours, &o.MaxRentalHours, &o.ProvisioningMins, &o.PreemptNoticeMins,
 		&price, &o.Interruptible, &intPrice, &storagePrice, &egressPrice,
 		&basis, &o.UptimeBP, &o.CreditCapBP, &o.FreeCancelHours, &o.CancelFeeBP, &o.RejectMinutes,
+		&engine, &o.Containers.CDI, &o.Containers.MaxImageGB, &o.Containers.ImageCache, &o.Containers.SharedHostUser,
 		&review, &o.ReviewNote, &state, &created, &updated,
 	}, extra...)
 	if err := s.Scan(dest...); err != nil {
 		return market.Offer{}, err
 	}
 	o.Interconnect = market.Interconnect(interconnect)
+	o.Containers.Engine = market.ContainerEngine(engine)
 	o.BillingBasis = market.BillingBasis(basis)
 	o.Review = market.ReviewState(review)
 	o.State = market.OfferState(state)

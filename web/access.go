@@ -83,6 +83,10 @@ func (h *Handler) reservationAccessView(c echo.Context, r market.Reservation, no
 		return v, err
 	}
 	v.NoKeys = len(keys) == 0 && now.Before(r.End())
+	containers, err := h.runtimeAccess(ctx, currentUser(c).ID, r, &v)
+	if err != nil {
+		return v, err
+	}
 	for _, na := range nodes {
 		p := pieceOf(r, na.PieceID)
 		_, state := accessState(r, p, na, now)
@@ -93,6 +97,7 @@ func (h *Handler) reservationAccessView(c echo.Context, r market.Reservation, no
 			conn := na.Access.Connection
 			row.Command, row.Host, row.Port, row.User = conn.SSHCommand(), conn.Host, strconv.Itoa(conn.Port), conn.User
 		}
+		containerRow(&row, containers[[2]int64{na.PieceID, int64(na.Node)}])
 		v.Rows = append(v.Rows, row)
 	}
 	return v, nil

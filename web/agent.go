@@ -98,7 +98,7 @@ func (h *Handler) handleAgentHeartbeat(c echo.Context) error {
 	for _, a := range as {
 		out.Assignments = append(out.Assignments, agentapi.Assignment{ReservationID: a.ReservationID, PieceID: a.Piece.ID,
 			Devices: a.Devices, Start: a.Piece.Start, End: a.Piece.End, SSHKeys: a.SSHKeys, Acceptance: a.Acceptance,
-			State: string(a.State)})
+			State: string(a.State), DeviceIndices: a.DeviceIndices, Runtime: agentapi.NewRuntime(a.Runtime)})
 	}
 	return writeJSON(c, http.StatusOK, out)
 }

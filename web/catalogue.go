@@ -361,6 +361,7 @@ func offerDetail(l store.OfferListing) views.OfferDetailView {
 			{Label: stackName(acc) + " version", Value: o.CUDAVersion, Basis: g},
 			{Label: "OS image", Value: o.OSImage},
 			{Label: "Container runtime", Value: o.ContainerRuntime},
+			{Label: "Buyer environments", Value: o.Containers.Summary()},
 		}},
 		{Title: "Location and power", Rows: []views.Row{
 			{Label: "Region", Value: reg.Name + ", " + reg.Site, Basis: g},

@@ -19,6 +19,7 @@ const formTimeLayout = "2006-01-02T15:04"
 var offerFieldOrder = []string{
 	"title", "accelerator", "memory_gb", "devices_per_node", "nodes", "interconnect", "network", "placement_group",
 	"cpu_cores", "ram_gb", "storage_gb", "driver_version", "cuda_version", "os_image", "container_runtime",
+	"container_engine", "container_max_image_gb",
 	"region", "carbon", "power_note", "available_from", "available_until", "min_rental_hours", "max_rental_hours",
 	"provisioning_mins", "price", "storage_price", "egress_price", "interruptible_price", "preempt_notice_mins",
 	"billing_basis", "uptime", "credit_schedule", "credit_cap", "free_cancel_hours", "cancel_fee", "reject_minutes",
@@ -50,7 +51,10 @@ func readOfferForm(c echo.Context) views.OfferFormValues {
 		BillingBasis: c.FormValue("billing_basis"), Uptime: c.FormValue("uptime"),
 		CreditSchedule: c.FormValue("credit_schedule"), CreditCap: c.FormValue("credit_cap"),
 		FreeCancelHours: c.FormValue("free_cancel_hours"), CancelFee: c.FormValue("cancel_fee"),
-		RejectMinutes: c.FormValue("reject_minutes"),
+		RejectMinutes:   c.FormValue("reject_minutes"),
+		ContainerEngine: c.FormValue("container_engine"), ContainerCDI: c.FormValue("container_cdi") != "",
+		ContainerMaxImageGB: c.FormValue("container_max_image_gb"), ContainerImageCache: c.FormValue("container_image_cache") != "",
+		SharedHostUser: c.FormValue("shared_host_user") != "",
 	}
 	for _, fk := range market.FigureKinds {
 		k := string(fk.Kind)
@@ -73,6 +77,8 @@ func offerFromForm(v views.OfferFormValues) (market.Offer, market.Problems) {
 		DriverVersion: v.DriverVersion, CUDAVersion: v.CUDAVersion, OSImage: v.OSImage, ContainerRuntime: v.ContainerRuntime,
 		RegionID: v.Region, PowerNote: strings.TrimSpace(v.PowerNote), Interruptible: v.Interruptible,
 		BillingBasis: market.BillingBasis(v.BillingBasis),
+		Containers: market.ContainerSupport{Engine: market.ContainerEngine(v.ContainerEngine), CDI: v.ContainerCDI,
+			ImageCache: v.ContainerImageCache, SharedHostUser: v.SharedHostUser},
 	}
 	integer := func(field, s string, dst *int, optional bool) {
 		s = strings.TrimSpace(s)
@@ -128,6 +134,7 @@ func offerFromForm(v views.OfferFormValues) (market.Offer, market.Problems) {
 	integer("ram_gb", v.RAMGB, &o.RAMGB, false)
 	integer("storage_gb", v.StorageGB, &o.StorageGB, false)
 	integer("carbon", v.Carbon, &o.CarbonGPerKWh, true)
+	integer("container_max_image_gb", v.ContainerMaxImageGB, &o.Containers.MaxImageGB, true)
 	instant("available_from", v.AvailableFrom, &o.AvailableFrom)
 	instant("available_until", v.AvailableUntil, &o.AvailableUntil)
 	integer("min_rental_hours", v.MinRentalHours, &o.MinRentalHours, false)
@@ -186,7 +193,12 @@ func offerFormValues(o market.Offer) views.OfferFormValues {
 		BillingBasis: string(o.BillingBasis), Uptime: market.FormatPercentBP(o.UptimeBP),
 		CreditSchedule: market.FormatCreditSchedule(o.CreditSchedule), CreditCap: market.FormatPercentBP(o.CreditCapBP),
 		FreeCancelHours: itoa(o.FreeCancelHours), CancelFee: market.FormatPercentBP(o.CancelFeeBP),
-		RejectMinutes: itoa(o.RejectMinutes),
+		RejectMinutes:   itoa(o.RejectMinutes),
+		ContainerEngine: string(o.Containers.Engine), ContainerCDI: o.Containers.CDI, ContainerImageCache: o.Containers.ImageCache,
+		SharedHostUser: o.Containers.SharedHostUser,
+	}
+	if o.Containers.MaxImageGB > 0 {
+		v.ContainerMaxImageGB = itoa(o.Containers.MaxImageGB)
 	}
 	if o.Interruptible {
 		v.InterruptPrice = o.InterruptibleCentsPerDH.Decimal()

@@ -22,7 +22,7 @@ import (
 // the quotes. With the X-Quotes-Partial header it renders only the quotes,
 // for the page's script that refreshes them as the buyer edits.
 func (h *Handler) handleRequestBuilder(c echo.Context) error {
-	values := readRequestForm(c.QueryParams(), h.now())
+	values := h.withTemplate(c, readRequestForm(c.QueryParams(), h.now()))
 	v := h.builderView(c, values)
 	status := http.StatusOK
 	if c.QueryParam("workload.kind") != "" {
@@ -101,6 +101,7 @@ func (h *Handler) builderView(c echo.Context, values views.RequestFormValues) vi
 		}
 	}
 	h.pinnedView(c.Request().Context(), &v)
+	v.Templates = h.runtimeOptions(c)
 	return v
 }
 

@@ -28,6 +28,8 @@ func readRequestForm(q url.Values, now time.Time) views.RequestFormValues {
 	}
 	get := func(k string) string { return strings.TrimSpace(q.Get(k)) }
 	return views.RequestFormValues{
+		RuntimeTemplate: get("runtime.template"), Image: get("runtime.image"), Launch: get("runtime.launch"),
+		OnStart: q.Get("runtime.on_start"), Ports: get("runtime.ports"), Env: q.Get("runtime.env"), MinShmMB: get("runtime.min_shm_mb"),
 		Kind: get("workload.kind"), Devices: get("workload.devices"), MinPiece: get("workload.min_piece_devices"),
 		Hours: get("workload.hours"), WorkDeviceHours: get("workload.work_device_hours"), WorkModel: get("workload.work_model"),
 		CheckpointMins: get("workload.checkpoint_mins"), RestartMins: get("workload.restart_mins"),
@@ -163,6 +165,7 @@ func requestFromValues(v views.RequestFormValues) (market.Request, map[string]st
 	pr.PreferredRegionIDs = nonEmpty(v.PreferredRegions)
 	pr.CarbonAwareStart = v.CarbonAwareStart
 	r.Limit = 5
+	r.Runtime = runtimeFromValues(p, v)
 
 	if err := market.ValidateRequest(&r); err != nil {
 		for k, msg := range market.FieldErrors(err) {
@@ -222,6 +225,7 @@ func requestValues(r market.Request) views.RequestFormValues {
 	for _, id := range c.OfferIDs {
 		v.Offers = append(v.Offers, strconv.FormatInt(id, 10))
 	}
+	runtimeValues(&v, r.Runtime)
 	return v
 }
 
@@ -278,6 +282,15 @@ func requestQuery(v views.RequestFormValues) string {
 	q["preferences.preferred_accelerators"] = v.PreferredAccelerators
 	q["preferences.preferred_regions"] = v.PreferredRegions
 	flag("preferences.carbon_aware_start", v.CarbonAwareStart)
+	set("runtime.template", v.RuntimeTemplate)
+	set("runtime.image", v.Image)
+	if v.Image != "" {
+		set("runtime.launch", v.Launch)
+	}
+	set("runtime.on_start", v.OnStart)
+	set("runtime.ports", v.Ports)
+	set("runtime.env", v.Env)
+	set("runtime.min_shm_mb", v.MinShmMB)
 	for k, vals := range q {
 		if len(nonEmpty(vals)) == 0 {
 			delete(q, k)

@@ -53,6 +53,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	agent.POST("/assignments/:piece_id/installed", h.handleAgentInstalled)
 	agent.POST("/assignments/:piece_id/removed", h.handleAgentRemoved)
 	agent.POST("/assignments/:piece_id/acceptance", h.handleAgentAcceptance)
+	agent.POST("/assignments/:piece_id/container", h.handleAgentContainer)
 
 	// Browser pages: size limit, session, then CSRF (its token is the session's).
 	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.loadSession, h.csrf())
@@ -110,6 +111,10 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/requests/saved", h.handleRequestSave, requireUser)
 	b.GET("/requests/saved/:id", h.handleRequestOpen, requireUser)
 	b.POST("/requests/saved/:id/delete", h.handleRequestDelete, requireUser)
+	// Environment templates (docs/runtime.md).
+	b.GET("/templates", h.handleTemplates, requireUser)
+	b.POST("/templates", h.handleTemplateSave, requireUser)
+	b.POST("/templates/:id/delete", h.handleTemplateDelete, requireUser)
 	b.POST("/reservations", h.handleReserve, requireUser, h.requireVerified)
 	b.GET("/reservations", h.handleReservations, requireUser)
 	b.GET("/reservations/:id", h.handleReservationShow, requireUser)

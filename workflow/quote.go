@@ -104,11 +104,15 @@ func (s *Service) BookQuote(ctx context.Context, buyerID int64, req market.Reque
 	if err != nil {
 		return market.Reservation{}, err
 	}
-	reqJSON, err := market.EncodeRequestJSON(req)
+	rt, err := s.bookingRuntime(ctx, buyerID, req.Runtime)
 	if err != nil {
 		return market.Reservation{}, err
 	}
-	return s.Book(ctx, buyerID, pieces, string(reqJSON), hold)
+	reqJSON, err := market.EncodeRequestJSON(req) // the runtime's secrets are left out
+	if err != nil {
+		return market.Reservation{}, err
+	}
+	return s.bookWithRuntime(ctx, buyerID, pieces, string(reqJSON), rt, hold)
 }
 
 // carbonProfiles returns the profile lookup for quote pieces: the offer's

@@ -43,6 +43,7 @@ type (
 const (
 	stateInstall = agentapi.StateInstall
 	stateRemove  = agentapi.StateRemove
+	statePrepare = agentapi.StatePrepare
 )
 
 // errUnauthorized is the server refusing the host token (revoked, unknown,
@@ -104,6 +105,11 @@ func (c *client) installed(ctx context.Context, piece int64, r installedReport) 
 // removed reports that a piece's keys are gone.
 func (c *client) removed(ctx context.Context, piece int64, r removedReport) error {
 	return c.post(ctx, agentapi.AssignmentPath(piece, agentapi.ReportRemoved), r, nil)
+}
+
+// container reports where a piece's container stands (container mode).
+func (c *client) container(ctx context.Context, piece int64, r agentapi.ContainerReport) error {
+	return c.post(ctx, agentapi.AssignmentPath(piece, agentapi.ReportContainer), r, nil)
 }
 
 // acceptance reports a piece's acceptance result.

@@ -88,6 +88,11 @@ type config struct {
 	installHook, removeHook, acceptanceCmd []string
 	authorizedKeys                         authorizedKeys
 	conn                                   connection
+	// Container mode (container.go): nil engine argv means off.
+	engine       engine
+	runOpts      runOptions
+	containerDir string
+	maxImageGB   int
 }
 
 // errVersionShown ends run after -version.
@@ -116,6 +121,16 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	host := fs.String("host", "", "address buyers connect to, reported with the keys (required)")
 	port := fs.Int("port", 22, "SSH port buyers connect to")
 	sshUser := fs.String("ssh-user", "", "user buyers log in as (required)")
+	engineKind := fs.String("containers", "", "container mode: run pieces that come with a runtime in podman or docker containers (docs/agent.md)")
+	engineArgs := fs.String("engine-args", "", `global flags of the engine, e.g. "--runtime runc --storage-driver vfs"`)
+	containerArgs := fs.String("container-args", "", `extra flags for every container's run, e.g. "--ulimit nofile=1024:1024"`)
+	containerDir := fs.String("container-dir", "/var/lib/gpumarket-agent/containers", "where each piece's keys and scripts are kept (mounted read-only at /etc/gpumarket)")
+	publishAddr := fs.String("publish-address", "0.0.0.0", "host address containers' ports are published on")
+	cdiKind := fs.String("cdi-kind", "nvidia.com/gpu", "CDI device kind each piece's devices are given as (<kind>=<index>)")
+	cpusPerDevice := fs.Float64("cpus-per-device", 0, "CPU limit of a container per device it holds (0: none)")
+	memPerDevice := fs.Int("memory-gb-per-device", 0, "memory limit of a container per device it holds, GB (0: none)")
+	pidsLimit := fs.Int("pids-limit", 4096, "most processes in a container (0: none)")
+	maxImageGB := fs.Int("max-image-gb", 0, "largest image pulled, GB (0: no limit); say the same on the offer")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -201,6 +216,20 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 			return config{}, err
 		}
 	}
+	switch *engineKind {
+	case "":
+	case "podman", "docker":
+		argv := append([]string{*engineKind}, strings.Fields(*engineArgs)...)
+		if _, err := exec.LookPath(argv[0]); err != nil {
+			return config{}, fmt.Errorf("-containers %s: %w", *engineKind, err)
+		}
+		cfg.engine = engine{kind: *engineKind, argv: argv}
+		cfg.runOpts = runOptions{publishAddr: *publishAddr, cdiKind: *cdiKind, cpusPerDevice: *cpusPerDevice,
+			memGBPerDev: *memPerDevice, pidsLimit: *pidsLimit, extraRunArgs: strings.Fields(*containerArgs)}
+		cfg.containerDir, cfg.maxImageGB = *containerDir, *maxImageGB
+	default:
+		return config{}, fmt.Errorf("-containers %q: want podman or docker", *engineKind)
+	}
 	return cfg, nil
 }
 
@@ -284,8 +313,11 @@ type agent struct {
 	// clock.
 	offset time.Duration
 
+	containers *containers // container mode, or nil
+
 	mu             sync.Mutex
 	running        map[int64]bool // acceptance tests under way, by piece
+	pulling        map[int64]bool // image pulls under way, by piece
 	tests          sync.WaitGroup
 	warnedInterval bool
 }
@@ -307,6 +339,10 @@ func newAgent(cfg config, log *slog.Logger, now func() time.Time) (*agent, error
 		start:   now(),
 		retry:   backoff{min: time.Second, max: time.Minute},
 		running: map[int64]bool{},
+		pulling: map[int64]bool{},
+	}
+	if cfg.engine.argv != nil {
+		a.containers = &containers{engine: cfg.engine, opts: cfg.runOpts, dir: cfg.containerDir, maxGB: cfg.maxImageGB, runProg: runEngine}
 	}
 	a.tester = acceptanceTester{command: cfg.acceptanceCmd, now: a.clock, log: log}
 	switch cfg.probe {
@@ -450,6 +486,10 @@ func (a *agent) act(ctx context.Context, assignments []assignment) error {
 		switch {
 		case as.PieceID <= 0:
 			err = errors.New("an assignment without a piece id")
+		case as.State == statePrepare:
+			err = a.prepare(ctx, as)
+		case as.State == stateInstall && as.Runtime != nil:
+			err = a.installContainer(ctx, as)
 		case as.State == stateInstall:
 			err = a.install(ctx, as)
 		case as.State == stateRemove:
@@ -536,6 +576,9 @@ func (a *agent) install(ctx context.Context, as assignment) error {
 func (a *agent) remove(ctx context.Context, as assignment) error {
 	p, _ := a.state.piece(as.PieceID)
 	if p.RemovedAt.IsZero() {
+		if !a.removeContainer(ctx, as.PieceID) {
+			return errors.New("the container could not be removed")
+		}
 		out, err := a.hooks.Remove(context.WithoutCancel(ctx), as)
 		a.logOutput("remove hook", as.PieceID, out)
 		if err != nil {
@@ -577,6 +620,9 @@ func (a *agent) expire(ctx context.Context) {
 		}
 		as := assignment{ReservationID: p.ReservationID, PieceID: id, Devices: p.Devices, Start: p.Start, End: p.End,
 			SSHKeys: []string{}, State: stateRemove}
+		if !a.removeContainer(ctx, id) {
+			continue
+		}
 		out, err := a.hooks.Remove(context.WithoutCancel(ctx), as)
 		a.logOutput("remove hook", id, out)
 		if err != nil {

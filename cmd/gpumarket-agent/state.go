@@ -40,6 +40,8 @@ type pieceState struct {
 	// once per piece; AcceptanceReported once the server accepted it.
 	Acceptance         *acceptanceReport `json:"acceptance,omitempty"`
 	AcceptanceReported bool              `json:"acceptance_reported,omitempty"`
+	// Container is the piece's container in container mode (container.go).
+	Container *containerState `json:"container,omitempty"`
 }
 
 // installed reports whether the piece's keys are in place.

@@ -63,20 +63,30 @@ func seedDemo(ctx context.Context, db *store.DB, now time.Time) ([]demoCredentia
 		return created, nil
 	}
 
-	if _, err := newUser("admin", market.User{Email: "admin@demo.gpumarket.test", DisplayName: "Demo Admin", IsBuyer: true, IsAdmin: true}); err != nil {
+	admin, err := newUser("admin", market.User{Email: "admin@demo.gpumarket.test", DisplayName: "Demo Admin", IsBuyer: true, IsAdmin: true})
+	if err != nil {
 		return nil, err
+	}
+	// The starting templates (docs/runtime.md), public, by the demo's admin.
+	for _, t := range market.DemoTemplates {
+		if _, err := db.SaveTemplate(ctx, admin.ID, t, now); err != nil {
+			return nil, fmt.Errorf("demo template %q: %w", t.Name, err)
+		}
 	}
 	if _, err := newUser("buyer", market.User{Email: "buyer@demo.gpumarket.test", DisplayName: "Ada Research", Organisation: "Lovelace ML Lab", IsBuyer: true}); err != nil {
 		return nil, err
 	}
 	start := now.Truncate(time.Hour)
-	for _, p := range demoProviders(start) {
+	for i, p := range demoProviders(start) {
 		u, err := newUser("provider", market.User{Email: p.email, DisplayName: p.name, Organisation: p.org, IsProvider: true})
 		if err != nil {
 			return nil, err
 		}
 		for _, o := range p.offers {
 			o.ProviderID = u.ID
+			if i == 0 { // the first provider runs buyers' containers, so the templates find offers
+				o.Containers = market.ContainerSupport{Engine: market.EnginePodman, CDI: true, MaxImageGB: 50, ImageCache: true}
+			}
 			if err := market.ValidateOffer(&o, now); err != nil {
 				return nil, fmt.Errorf("demo offer %q: %w", o.Title, err)
 			}
