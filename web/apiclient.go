@@ -316,7 +316,6 @@ func (h *Handler) handleAPIHostTokenCreate(c echo.Context) error {
 	return writeJSON(c, http.StatusCreated, apiHostToken{ID: tok.ID, OfferID: tok.OfferID, Node: tok.Node, Prefix: tok.Prefix, Token: raw})
 }
 
-
 // apiAccountField names the field of an invalid refusal that names none:
 // on the routes that charge the saved card, the refusal is about the
 // account's payment method (workflow's "Add a payment method…"), so the

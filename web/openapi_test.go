@@ -196,8 +196,8 @@ func (a *testApp) conformsToContract(req *http.Request, body []byte, resp *http.
 	in := &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route,
 			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}},
-		Status: resp.StatusCode,
-		Header: resp.Header,
+		Status:  resp.StatusCode,
+		Header:  resp.Header,
 		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
 	}
 	in.SetBodyBytes([]byte(respBody))
