@@ -83,8 +83,8 @@ func cmdSearch(c *apiClient, args []string) error {
 // file ("-" for stdin).
 type requestFlags struct {
 	file, kind, families, accelerators, regions, start, deadline string
-	devices, hours, limit, checkpoint, restart                  int
-	maxPrice                                                    int64
+	devices, hours, limit, checkpoint, restart                   int
+	maxPrice                                                     int64
 }
 
 func addRequestFlags(fs *flag.FlagSet) *requestFlags {

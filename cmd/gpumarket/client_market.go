@@ -55,8 +55,12 @@ func simple(c *apiClient, args []string, usage, method, pathFormat string, nIDs 
 func cmdOrders(c *apiClient, args []string) error {
 	const usage = "orders list | orders place (--file request.json | --devices N --hours H …) --limit-cents C [--limit-kind price|budget] --fill-by TIME [--on-fill hold|pay] | orders cancel ID"
 	return group(c, "orders", args, map[string]func(*apiClient, []string) error{
-		"list":   func(c *apiClient, a []string) error { return simple(c, a, "orders list", http.MethodGet, "/orders", 0, "") },
-		"cancel": func(c *apiClient, a []string) error { return simple(c, a, "orders cancel ID", http.MethodPost, "/orders/%d/cancel", 1, "Standing order %s cancelled.") },
+		"list": func(c *apiClient, a []string) error {
+			return simple(c, a, "orders list", http.MethodGet, "/orders", 0, "")
+		},
+		"cancel": func(c *apiClient, a []string) error {
+			return simple(c, a, "orders cancel ID", http.MethodPost, "/orders/%d/cancel", 1, "Standing order %s cancelled.")
+		},
 		"place": func(c *apiClient, a []string) error {
 			fs := flag.NewFlagSet("orders place", flag.ContinueOnError)
 			rf := addRequestFlags(fs)
@@ -87,8 +91,12 @@ func cmdOrders(c *apiClient, args []string) error {
 func cmdBids(c *apiClient, args []string) error {
 	const usage = "bids list | bids place --offer ID --devices N --max-cents C --first-hour TIME --last-hour TIME [--confirm-above-on-demand] | bids cancel ID"
 	return group(c, "bids", args, map[string]func(*apiClient, []string) error{
-		"list":   func(c *apiClient, a []string) error { return simple(c, a, "bids list", http.MethodGet, "/spot/bids", 0, "") },
-		"cancel": func(c *apiClient, a []string) error { return simple(c, a, "bids cancel ID", http.MethodPost, "/spot/bids/%d/cancel", 1, "Spot bid %s cancelled.") },
+		"list": func(c *apiClient, a []string) error {
+			return simple(c, a, "bids list", http.MethodGet, "/spot/bids", 0, "")
+		},
+		"cancel": func(c *apiClient, a []string) error {
+			return simple(c, a, "bids cancel ID", http.MethodPost, "/spot/bids/%d/cancel", 1, "Spot bid %s cancelled.")
+		},
 		"place": func(c *apiClient, a []string) error {
 			fs := flag.NewFlagSet("bids place", flag.ContinueOnError)
 			offer := fs.Int64("offer", 0, "the offer")
@@ -118,9 +126,15 @@ func cmdBids(c *apiClient, args []string) error {
 func cmdResale(c *apiClient, args []string) error {
 	const usage = "resale list | resale sell RESERVATION --from TIME --price-cents C | resale withdraw LISTING | resale buy LISTING"
 	return group(c, "resale", args, map[string]func(*apiClient, []string) error{
-		"list":     func(c *apiClient, a []string) error { return simple(c, a, "resale list", http.MethodGet, "/resale", 0, "") },
-		"withdraw": func(c *apiClient, a []string) error { return simple(c, a, "resale withdraw LISTING", http.MethodPost, "/resale/%d/withdraw", 1, "Listing %s withdrawn.") },
-		"buy":      func(c *apiClient, a []string) error { return simple(c, a, "resale buy LISTING", http.MethodPost, "/resale/%d/buy", 1, "") },
+		"list": func(c *apiClient, a []string) error {
+			return simple(c, a, "resale list", http.MethodGet, "/resale", 0, "")
+		},
+		"withdraw": func(c *apiClient, a []string) error {
+			return simple(c, a, "resale withdraw LISTING", http.MethodPost, "/resale/%d/withdraw", 1, "Listing %s withdrawn.")
+		},
+		"buy": func(c *apiClient, a []string) error {
+			return simple(c, a, "resale buy LISTING", http.MethodPost, "/resale/%d/buy", 1, "")
+		},
 		"sell": func(c *apiClient, a []string) error {
 			fs := flag.NewFlagSet("resale sell", flag.ContinueOnError)
 			from := fs.String("from", "", "the whole hour to sell from, RFC 3339")
