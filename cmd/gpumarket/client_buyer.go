@@ -643,6 +643,9 @@ func cmdSSH(c *apiClient, args []string) error {
 	}
 	argv := []string{"ssh", "-p", strconv.Itoa(target.Port)}
 	if *identity != "" {
+		if rest, ok := strings.CutPrefix(*identity, "~/"); ok && c.getenv("HOME") != "" {
+			*identity = c.getenv("HOME") + "/" + rest // no shell expands it here
+		}
 		argv = append(argv, "-i", *identity)
 	}
 	argv = append(argv, target.User+"@"+target.Host)
