@@ -51,6 +51,24 @@ func TestAPIPayExtendResaleAndHosts(t *testing.T) {
 		t.Fatalf("extension before the start: %d %s", r.status, r.body)
 	}
 	app.tick(res.Pieces[0].Start)
+	// Resale of the rest, from a whole hour, then withdrawn.
+	from := res.Pieces[0].Start.Add(6 * time.Hour)
+	r = app.apiCall("POST", "/api/v1/reservations/"+itoa(res.ID)+"/resale", tok, `{"from":"`+from.Format(time.RFC3339)+`","price_cents":20000}`)
+	var listing apiResale
+	if err := json.Unmarshal([]byte(r.body), &listing); err != nil || r.status != http.StatusCreated || listing.State != "open" || listing.PriceCents != 20000 ||
+		!listing.From.Equal(from) || !listing.End.Equal(res.Pieces[0].End) || listing.ReservationID != res.ID || listing.Devices != 8 {
+		t.Fatalf("resale: %d %s", r.status, r.body)
+	}
+	if r := app.apiCall("GET", "/api/v1/resale", provTok, ""); r.status != http.StatusOK || !strings.Contains(r.body, `"id":`+itoa(listing.ID)) ||
+		strings.Contains(r.body, `"reservation_id"`) {
+		t.Fatalf("resale list to another: %d %s", r.status, r.body)
+	}
+	if r := app.apiCall("POST", "/api/v1/resale/"+itoa(listing.ID)+"/withdraw", provTok, ""); r.status != http.StatusNotFound {
+		t.Fatalf("withdrawn by another: %d %s", r.status, r.body)
+	}
+	if r := app.apiCall("POST", "/api/v1/resale/"+itoa(listing.ID)+"/withdraw", tok, ""); r.status != http.StatusOK || !strings.Contains(r.body, `"state":"withdrawn"`) {
+		t.Fatalf("withdraw: %d %s", r.status, r.body)
+	}
 	r = app.apiCall("GET", ext+"?hours=2", tok, "")
 	var eq apiExtension
 	if err := json.Unmarshal([]byte(r.body), &eq); err != nil || r.status != http.StatusOK || eq.Hours != 2 || eq.AmountCents != 8*2*219 ||
@@ -81,8 +99,7 @@ func TestAPIPayExtendResaleAndHosts(t *testing.T) {
 	if r := app.apiCall("POST", sell, tok, `{}`); r.status != http.StatusBadRequest || !strings.Contains(r.body, `"from"`) || !strings.Contains(r.body, `"price_cents"`) {
 		t.Fatalf("resale without terms: %d %s", r.status, r.body)
 	}
-	from := res.Pieces[0].Start.Add(6 * time.Hour).Format(time.RFC3339)
-	if r := app.apiCall("POST", sell, provTok, `{"from":"`+from+`","price_cents":20000}`); r.status != http.StatusNotFound {
+	if r := app.apiCall("POST", sell, provTok, `{"from":"`+from.Format(time.RFC3339)+`","price_cents":20000}`); r.status != http.StatusNotFound {
 		t.Fatalf("another's reservation listed: %d %s", r.status, r.body)
 	}
 	if r := app.apiCall("POST", "/api/v1/resale/999/withdraw", tok, ""); r.status != http.StatusNotFound {
