@@ -88,6 +88,20 @@ func TestOpenAPIDocumentIsValidOpenAPI31(t *testing.T) {
 			}
 		}
 	}
+	// The schemas' examples (3.1's examples keyword, which the document's
+	// validator leaves alone) match their schemas.
+	examples := 0
+	for name, ref := range doc.Components.Schemas {
+		for _, ex := range ref.Value.Examples {
+			examples++
+			if err := ref.Value.VisitJSON(ex, openapi3.EnableJSONSchema2020()); err != nil {
+				t.Errorf("example of %s: %v", name, err)
+			}
+		}
+	}
+	if examples < 10 {
+		t.Errorf("only %d examples in the document", examples)
+	}
 	// A 400 is documented to name its field.
 	v := doc.Components.Schemas["ValidationError"].Value
 	if err := v.VisitJSON(map[string]any{"error": map[string]any{"code": "invalid", "message": "m"}}, openapi3.EnableJSONSchema2020()); err == nil {
