@@ -88,7 +88,7 @@ func apiReferenceView(doc []byte) (views.APIReferenceView, error) {
 	if err := json.Unmarshal(doc, &d); err != nil {
 		return views.APIReferenceView{}, fmt.Errorf("web: read openapi.json: %w", err)
 	}
-	v := views.APIReferenceView{Intro: d.Info.Description}
+	v := views.APIReferenceView{Intro: plainText(d.Info.Description)}
 	groups := map[string][]views.APIOperationView{}
 	paths := make([]string, 0, len(d.Paths))
 	for p := range d.Paths {
@@ -101,7 +101,7 @@ func apiReferenceView(doc []byte) (views.APIReferenceView, error) {
 			if !ok {
 				continue
 			}
-			ov := views.APIOperationView{ID: o.OperationID, Method: strings.ToUpper(m), Path: "/api/v1" + p, Summary: o.Summary, Description: o.Description}
+			ov := views.APIOperationView{ID: o.OperationID, Method: strings.ToUpper(m), Path: "/api/v1" + p, Summary: o.Summary, Description: plainText(o.Description)}
 			var scopes []string
 			for _, s := range o.Security {
 				for _, sc := range s["token"] {
@@ -109,6 +109,9 @@ func apiReferenceView(doc []byte) (views.APIReferenceView, error) {
 				}
 			}
 			ov.Scope = strings.Join(scopes, ", ")
+			if ov.Scope == "" {
+				ov.Scope = "none (public)"
+			}
 			var params []string
 			for _, pa := range o.Parameters {
 				if pa.Ref != "" {
@@ -146,7 +149,7 @@ func apiReferenceView(doc []byte) (views.APIReferenceView, error) {
 	}
 	for _, t := range d.Tags {
 		if ops := groups[t.Name]; len(ops) > 0 {
-			v.Groups = append(v.Groups, views.APIGroupView{Name: t.Name, Operations: ops})
+			v.Groups = append(v.Groups, views.APIGroupView{Name: strings.ToUpper(t.Name[:1]) + t.Name[1:], Operations: ops})
 		}
 	}
 	return v, nil
@@ -156,3 +159,6 @@ func apiReferenceView(doc []byte) (views.APIReferenceView, error) {
 func schemaName(ref string) string {
 	return ref[strings.LastIndex(ref, "/")+1:]
 }
+
+// plainText is a description without its Markdown code marks, for the page.
+func plainText(s string) string { return strings.ReplaceAll(s, "`", "") }
