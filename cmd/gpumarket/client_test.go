@@ -410,6 +410,27 @@ func TestClientAgainstTheServer(t *testing.T) {
 	s.cli(as, "bids", "list").must(t, 0, `"bids": []`)
 	s.cli(as, "resale", "list").must(t, 0, `"listings": []`)
 	s.cli(as, "orders").must(t, 2, "usage: gpumarket orders")
+	// A standing order below the price stays open, then is cancelled.
+	ord := s.cli(as, "orders", "place", "--devices", "8", "--hours", "4", "--family", "H100", "--start", begin.Add(96*time.Hour).Format(time.RFC3339),
+		"--limit-cents", "1", "--fill-by", begin.Add(48*time.Hour).Format(time.RFC3339), "--on-fill", "hold")
+	ord.must(t, 0, `"state": "open"`, `"limit_cents": 1`)
+	var placed struct{ ID int64 }
+	json.Unmarshal([]byte(ord.stdout), &placed)
+	oid := strconv.FormatInt(placed.ID, 10)
+	s.cli(as, "orders", "list").must(t, 0, `"id": `+oid)
+	s.cli(as, "orders", "cancel", oid).must(t, 0, "Standing order "+oid+" cancelled.")
+	s.cli(as, "orders", "place", "--devices", "8", "--hours", "4", "--limit-cents", "100", "--fill-by", "tomorrow").must(t, 2, "--fill-by")
+	// A spot bid on an offer that is not interruptible: the server's 400.
+	s.cli(as, "bids", "place", "--offer", id, "--devices", "2", "--max-cents", "150", "--first-hour", begin.Add(24*time.Hour).Format(time.RFC3339),
+		"--last-hour", begin.Add(25*time.Hour).Format(time.RFC3339)).must(t, 1, "(HTTP 400)")
+	sell := s.cli(as, "resale", "sell", rid, "--from", begin.Add(6*time.Hour).Format(time.RFC3339), "--price-cents", "20000")
+	sell.must(t, 0, `"state": "open"`, `"price_cents": 20000`, `"reservation_id": `+rid)
+	var listing struct{ ID int64 }
+	json.Unmarshal([]byte(sell.stdout), &listing)
+	lid := strconv.FormatInt(listing.ID, 10)
+	s.cli(as, "resale", "list").must(t, 0, `"id": `+lid)
+	s.cli(as, "resale", "withdraw", lid).must(t, 0, "Listing "+lid+" withdrawn.")
+	s.cli(as, "resale", "withdraw", lid).must(t, 1, "(HTTP 409)")
 	pv := map[string]string{"GPUMARKET_TOKEN": provTok}
 	s.cli(pv, "offers", "list").must(t, 0, id, "active", "approved", "$2.19")
 	s.cli(pv, "offers", "pause", id).must(t, 0, "Offer "+id+" paused.")
