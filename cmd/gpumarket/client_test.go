@@ -99,7 +99,7 @@ func newCLIServer(t *testing.T, start time.Time) *cliServer {
 		t.Fatal(err)
 	}
 	_, e, err := web.New(ctx, web.Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), PasswordCost: bcrypt.MinCost,
-		Now: s.now, Workflow: s.wf, Billing: s.local, APIRatePerSecond: 1000}, db, log)
+		Now: s.now, Workflow: s.wf, APIRatePerSecond: 1000}, db, log)
 	if err != nil {
 		t.Fatal(err)
 	}
