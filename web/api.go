@@ -105,7 +105,8 @@ func decodeStrict(data []byte, v any) error {
 	// One value only: anything after it (a second object, stray text) is
 	// refused, as market.DecodeRequestJSON refuses it on the other routes.
 	if _, err := dec.Token(); err != io.EOF {
-		return market.Errorf(market.CodeInvalid, "The JSON body is malformed: trailing data after the JSON object.")
+		return &market.Error{Code: market.CodeInvalid, Message: "The JSON body is malformed: trailing data after the JSON object.",
+			Fields: map[string]string{"body": "trailing data after the JSON object"}}
 	}
 	return nil
 }
@@ -131,7 +132,7 @@ func jsonProblemField(err error) map[string]string {
 	if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		return map[string]string{strings.Trim(s, `"`): "unknown field"}
 	}
-	return nil
+	return map[string]string{"body": jsonProblem(err)} // a syntax error: the body as a whole
 }
 
 // handleAPIPing answers 200 once the token is accepted: a client's check

@@ -25,7 +25,9 @@ func (a *testApp) apiCall(method, path, token, body string) response {
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	return read(a.t, resp)
+	r := read(a.t, resp)
+	a.conformsToContract(req, []byte(body), resp, r.body) // every answer, against web/openapi.json
+	return r
 }
 
 var newTokenRe = regexp.MustCompile(`data-testid="new-token">[\s\S]*?<div class="mono"[^>]*>([^<]+)</div>`)

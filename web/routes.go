@@ -58,6 +58,22 @@ func (h *Handler) routes(e *echo.Echo) {
 	// Browser pages: size limit, session, then CSRF (its token is the session's).
 	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.loadSession, h.csrf())
 
+	// The command-line client's routes (issue 30, web/apiclient.go): pay
+	// with the saved card, extend, resale, the provider's hosts. The API's
+	// contract (web/openapi.json, checked against this table by a test) is
+	// public, as is its reference page.
+	api.POST("/reservations/:id/pay", h.handleAPIPaySaved, requireScope(scopeWrite))
+	api.GET("/reservations/:id/extension", h.handleAPIExtensionQuote)
+	api.POST("/reservations/:id/extend", h.handleAPIExtend, requireScope(scopeWrite), h.requireVerified)
+	api.GET("/resale", h.handleAPIResaleList)
+	api.POST("/reservations/:id/resale", h.handleAPIResaleCreate, requireScope(scopeWrite), h.requireVerified)
+	api.POST("/resale/:id/withdraw", h.handleAPIResaleWithdraw, requireScope(scopeWrite))
+	api.POST("/resale/:id/buy", h.handleAPIResaleBuy, requireScope(scopeWrite), h.requireVerified)
+	api.GET("/provider/hosts", h.handleAPIHosts)
+	api.POST("/provider/hosts/tokens", h.handleAPIHostTokenCreate, requireScope(scopeWrite), h.requireVerified)
+	e.GET("/api/v1/openapi.json", h.handleOpenAPI)
+	b.GET("/docs/api", h.handleAPIReference)
+
 	// Public.
 	b.GET("/", h.handleCatalogue)
 	b.GET("/offers/:id", h.handleOfferShow)

@@ -35,7 +35,7 @@ var apiSpotBidFields = map[string]string{"offer": "offer_id", "max_price": "max_
 func apiSpotBidError(err error) error {
 	fields := market.FieldErrors(err)
 	if len(fields) == 0 {
-		return err
+		return apiAccountField(err)
 	}
 	named := map[string]string{}
 	for k, msg := range fields {

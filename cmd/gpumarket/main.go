@@ -34,8 +34,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "gpumarket:", err)
-		os.Exit(1)
+		os.Exit(reportExit(err, os.Stderr)) // the client's exit codes (client.go); 1 otherwise
 	}
 }
 
@@ -45,6 +44,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	cmd := "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
+	}
+	if _, ok := clientCommands[cmd]; ok {
+		return runClient(ctx, cmd, args, getenv, stdin, stdout, stderr, syscall.Exec)
 	}
 	switch cmd {
 	case "serve":
@@ -65,7 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return errors.New("usage: gpumarket admin create -email EMAIL -name NAME [-db PATH] (password from GPUMARKET_ADMIN_PASSWORD or stdin)\n" +
 			"       gpumarket admin reset-2fa -email EMAIL -note WHY [-db PATH]")
 	default:
-		return fmt.Errorf("unknown command %q (want serve, reconcile, migrate-db, backup, admin create or admin reset-2fa)", cmd)
+		return usageErr("unknown command %q (want serve, reconcile, migrate-db, backup, admin create or admin reset-2fa; or a client command: search, quote, book, pay, list, show, extend, cancel, reject, ssh, orders, bids, resale, offers, hosts, ping — docs/cli.md)", cmd)
 	}
 }
 
