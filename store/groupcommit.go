@@ -130,7 +130,7 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 			}
 		}
 	}()
-	ctx := context.WithoutCancel(batch[0].ctx)
+	ctx := withoutFence(context.WithoutCancel(batch[0].ctx)) // each job's own fence is checked below
 	tx, err := db.beginPrepared(ctx, bookingQueries)
 	if err != nil {
 		for _, j := range batch {
@@ -159,7 +159,10 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 			}
 		}
 		running = j
-		err := j.run(ctx, tx)
+		err := db.checkFence(j.ctx, tx)
+		if err == nil {
+			err = j.run(ctx, tx)
+		}
 		running = nil
 		if err != nil {
 			if !single {

@@ -82,13 +82,20 @@ func (db *DB) Postgres() bool { return db.postgres }
 // begin starts a write transaction. On SQLite the one writer connection
 // and BEGIN IMMEDIATE make writes one at a time; on PostgreSQL the
 // transaction first takes the write lock (postgres.go), which every
-// replica's writes share.
+// replica's writes share. A context with a fence (WithFence) has the
+// transaction refused when its lease was lost.
 func (db *DB) begin(ctx context.Context) (*sql.Tx, error) {
 	tx, err := db.writer.BeginTx(ctx, nil)
-	if err != nil || !db.postgres {
-		return tx, err
+	if err != nil {
+		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, pgLockQuery); err != nil {
+	if db.postgres {
+		if _, err := tx.ExecContext(ctx, pgLockQuery); err != nil {
+			tx.Rollback()
+			return nil, err
+		}
+	}
+	if err := db.checkFence(ctx, tx); err != nil {
 		tx.Rollback()
 		return nil, err
 	}
