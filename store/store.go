@@ -25,6 +25,7 @@ import (
 type DB struct {
 	postgres bool   // the engine: PostgreSQL, else SQLite
 	dsn      string // what Open was given
+	feedDSN  string // where the change feed connects, when not dsn (FollowDirect)
 	writer   *sql.DB
 	reader   *sql.DB
 	stmts    stmtCache    // prepared on the writer, for the booking path
