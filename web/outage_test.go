@@ -162,7 +162,7 @@ func TestFrozenDatabaseAnswers503AndCommitsNothing(t *testing.T) {
 // database holds the writer's connection; /healthz does not wait for it
 // but answers 503 "unreachable" once its ping's deadline has passed.
 func TestHealthzAnswersWithinItsDeadline(t *testing.T) {
-	app, dsn := newOutageApp(t, nil) // the default request deadline: the booking stays stuck
+	app, dsn := newOutageApp(t, nil)                   // the default request deadline: the booking stays stuck
 	if err := app.db.LimitConnections(2); err != nil { // on PostgreSQL one writer connection, as SQLite has
 		t.Fatal(err)
 	}
