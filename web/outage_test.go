@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -206,5 +207,80 @@ func TestHealthzAnswersWithinItsDeadline(t *testing.T) {
 	}
 	if r := app.client().get("/healthz"); r.status != http.StatusOK {
 		t.Fatalf("healthz after the thaw: %d %s", r.status, r.body)
+	}
+}
+
+// TestTooManyClientsAnswers503: on PostgreSQL, a server that refuses new
+// connections with "too many connections" (SQLSTATE 53300, as "sorry, too
+// many clients already" is) makes a page and the API answer 503 with
+// Retry-After, not 500. The server's limit is the role's connection limit
+// here, set to 0 once the market is up, with its open connections ended.
+func TestTooManyClientsAnswers503(t *testing.T) {
+	if !pgtest.Enabled() {
+		t.Skip("PostgreSQL only: connection limits are the server's")
+	}
+	ctx := context.Background()
+	admin := pgtest.Database(t)
+	super, err := sql.Open("pgx", admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer super.Close()
+	role := "limited_" + strings.ReplaceAll(strings.ToLower(t.Name()), "/", "_")
+	for _, q := range []string{`DROP ROLE IF EXISTS ` + role, `CREATE ROLE ` + role + ` LOGIN`, `GRANT ALL ON SCHEMA public TO ` + role} {
+		if _, err := super.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	db, err := store.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		db.Close()
+		super.ExecContext(ctx, `DROP OWNED BY `+role)
+		super.ExecContext(ctx, `DROP ROLE `+role)
+	})
+	cfg := Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), PasswordCost: bcrypt.MinCost, Now: func() time.Time { return testNow }}
+	_, e, err := New(ctx, cfg, db, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	app := &testApp{t: t, srv: srv, db: db}
+	if r := app.client().get("/"); r.status != http.StatusOK {
+		t.Fatalf("catalogue before the limit: %d", r.status)
+	}
+
+	for _, q := range []string{`ALTER ROLE ` + role + ` CONNECTION LIMIT 0`,
+		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '` + role + `'`} {
+		if _, err := super.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, p := range []string{"/", "/api/v1/ping"} { // the catalogue; a token looked up
+		req, _ := http.NewRequest("GET", srv.URL+p, nil)
+		req.Header.Set("Authorization", "Bearer gpm_0000000000000000000000000000000000000000")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		retry := resp.Header.Get("Retry-After")
+		r := read(t, resp)
+		if r.status != http.StatusServiceUnavailable || retry != "5" || !strings.Contains(r.body, "cannot reach its database") {
+			t.Errorf("%s with no connections left: %d, Retry-After %q\n%s", p, r.status, retry, r.body)
+		}
+	}
+	if _, err := super.ExecContext(ctx, `ALTER ROLE `+role+` CONNECTION LIMIT -1`); err != nil {
+		t.Fatal(err)
+	}
+	if r := app.client().get("/"); r.status != http.StatusOK {
+		t.Fatalf("catalogue once connections are allowed again: %d", r.status)
 	}
 }
