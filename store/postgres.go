@@ -135,6 +135,12 @@ func isPgUniqueViolation(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
+// isPgForeignKeyViolation reports a PostgreSQL foreign_key_violation (23503).
+func isPgForeignKeyViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23503"
+}
+
 // rebind rewrites the store's '?' placeholders as PostgreSQL's $1, $2, …,
 // leaving question marks inside string literals, quoted identifiers and
 // comments alone.
