@@ -11,6 +11,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -115,7 +116,8 @@ func (db *DB) FollowDirect(url string) error {
 // serve this request now, though it may in a moment: too many connections
 // (53300) and the other insufficient-resources errors (class 53), a server
 // starting or shutting down (57P01–57P03), a broken connection (class 08),
-// a connection that could not be made, or a timeout.
+// a connection that could not be made or was closed by the server, or a
+// timeout.
 func isPgUnavailable(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
@@ -123,7 +125,10 @@ func isPgUnavailable(err error) bool {
 			pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
 	}
 	var ce *pgconn.ConnectError
-	return errors.As(err, &ce) || pgconn.Timeout(err)
+	return errors.As(err, &ce) || pgconn.Timeout(err) ||
+		// A connection the server closed under it (stopped, restarted,
+		// failed over): "conn closed", "unexpected EOF".
+		pgconn.SafeToRetry(err) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // pgLockQuery starts every PostgreSQL write transaction.
