@@ -20,6 +20,7 @@ const (
 	CodeUnauthorized Code = "unauthorized"
 	CodeForbidden    Code = "forbidden"
 	CodeRateLimited  Code = "rate_limited"
+	CodeUnavailable  Code = "unavailable" // the service cannot answer now (its database is out of reach); try again shortly
 	CodeInternal     Code = "internal"
 )
 

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -387,7 +389,7 @@ func (db *DB) ListProviders(ctx context.Context, now time.Time) ([]ProviderSumma
 	rows, err := tx.QueryContext(ctx, `SELECT `+prefixed("u.", userColumns)+`,
 			(SELECT COUNT(*) FROM offers o WHERE o.provider_id = u.id), COALESCE(s.reason, ''), COALESCE(s.suspended_at, 0)
 		FROM users u LEFT JOIN provider_suspensions s ON s.user_id = u.id
-		WHERE u.is_provider = 1 ORDER BY u.display_name, u.id`)
+		WHERE u.is_provider = 1`)
 	if err != nil {
 		return nil, fail(op, err, "")
 	}
@@ -418,7 +420,27 @@ func (db *DB) ListProviders(ctx context.Context, now time.Time) ([]ProviderSumma
 		r.ProviderID, r.Suspended = out[i].User.ID, out[i].User.Suspended
 		out[i].Record = r
 	}
+	slices.SortFunc(out, func(a, b ProviderSummary) int {
+		return compareNames(a.User.DisplayName, a.User.ID, b.User.DisplayName, b.User.ID)
+	})
 	return out, nil
+}
+
+// compareNames orders names as lists shown to people are ordered, the same
+// on both engines: an ORDER BY on text follows the database's collation —
+// byte order in SQLite, the server's locale in PostgreSQL — so text is
+// ordered here instead. Names compare case-insensitively (Unicode simple
+// case folding, so "bob" sits beside "Bob"), then by their bytes, then by
+// id; accented letters come after the unaccented alphabet (code point
+// order: "Zoë" after "Zoe", "Émile" after "zed").
+func compareNames(a string, aID int64, b string, bID int64) int {
+	if c := strings.Compare(strings.ToLower(a), strings.ToLower(b)); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a, b); c != 0 {
+		return c
+	}
+	return cmp.Compare(aID, bID)
 }
 
 // prefixed qualifies each column of a comma-separated list.

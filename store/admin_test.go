@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -370,5 +372,32 @@ func TestAdminNotesRefuseControlCharacters(t *testing.T) {
 	}
 	if _, err := db.ReinstateProvider(ctx, admin, prov.ID, "o\u0085k", t0); market.FieldErrors(err)["note"] == "" {
 		t.Errorf("reinstatement note with a C1 control: %v", err)
+	}
+}
+
+// TestProvidersInTheSameOrderOnBothEngines: /admin/providers lists
+// providers by name in one order whatever the engine and its collation —
+// case-insensitive, accents after the plain alphabet, ties by id. The
+// expected order is written out by hand.
+func TestProvidersInTheSameOrderOnBothEngines(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	names := []string{"zed", "Émile", "bob", "Alice", "Zoë", "alice", "Bob", "Zoe", "adam", "émile", "_under", "Ärzte"}
+	for i, n := range names {
+		if _, err := db.CreateUser(ctx, market.User{Email: fmt.Sprintf("p%d@example.com", i), DisplayName: n, IsProvider: true}, []byte("h"), t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"_under", "adam", "Alice", "alice", "Bob", "bob", "zed", "Zoe", "Zoë", "Ärzte", "Émile", "émile"}
+	ps, err := db.ListProviders(ctx, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, len(ps))
+	for i, p := range ps {
+		got[i] = p.User.DisplayName
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("providers in order %q; want %q", got, want)
 	}
 }

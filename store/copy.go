@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gpumarket/gpumarket/market"
 )
@@ -19,6 +21,33 @@ type CopyReport struct {
 	LedgerEntries int64        // ledger entries on both sides
 	LedgerMoved   market.Cents // their amounts added up, the same on both sides
 	Accounts      int          // ledger accounts whose balances were compared
+	// Unstorable lists the source rows PostgreSQL cannot store, by table
+	// and key: left out of the copy (CopyOptions.SkipUnstorable), or the
+	// reason it failed.
+	Unstorable []Unstorable
+}
+
+// Unstorable is a source row PostgreSQL cannot store as it is: a text
+// value holding a NUL byte or bytes that are not UTF-8, which SQLite keeps
+// (the web boundary refuses such text now; older rows may hold it).
+type Unstorable struct {
+	Table   string
+	Key     string // the row's primary key, e.g. "id=42" or "key=zz"; "rowid=7" for a table without one
+	Column  string // the first column found at fault
+	Problem string // "a NUL byte" or "bytes that are not UTF-8"
+}
+
+func (u Unstorable) String() string {
+	return fmt.Sprintf("table %s, row %s: column %s holds %s", u.Table, u.Key, u.Column, u.Problem)
+}
+
+// CopyOptions changes what CopyDatabase does with unstorable rows.
+type CopyOptions struct {
+	// SkipUnstorable copies every other row and leaves the unstorable ones
+	// out, listed in the report. The copy still fails if another row refers
+	// to one left out (a foreign key) or the ledger would then differ.
+	// Without it, any unstorable row fails the copy, and every one is named.
+	SkipUnstorable bool
 }
 
 // Rows is the number of rows copied, over every table.
@@ -60,8 +89,11 @@ const copyBatchRows = 500
 // many rows as the source and that the ledger's entries and every
 // account's balance (debits less credits) are the same. On any failure
 // nothing is written. A non-empty target and differing schemas are
-// conflicts whose message says why.
-func CopyDatabase(ctx context.Context, from, to *DB) (CopyReport, error) {
+// conflicts whose message says why. Rows holding text PostgreSQL cannot
+// store are found in the same pass and named by table and key
+// (rep.Unstorable): they fail the copy with every one listed, or are left
+// out with opts.SkipUnstorable.
+func CopyDatabase(ctx context.Context, from, to *DB, opts CopyOptions) (CopyReport, error) {
 	const op = "copy database"
 	if from.postgres || !to.postgres {
 		return CopyReport{}, invalid("The copy goes from an SQLite database to a PostgreSQL database.")
@@ -109,12 +141,26 @@ func CopyDatabase(ctx context.Context, from, to *DB) (CopyReport, error) {
 	}
 
 	rep := CopyReport{SchemaVersion: version}
+	skipped := map[string]int64{}
 	for _, t := range ordered {
-		n, err := copyRows(ctx, src, tx, t)
+		// Once a row cannot be stored and will not be skipped, the copy
+		// fails: the rest is only read, to name every such row.
+		write := opts.SkipUnstorable || len(rep.Unstorable) == 0
+		n, bad, err := copyRows(ctx, src, tx, t, write)
+		rep.Unstorable = append(rep.Unstorable, bad...)
 		if err != nil {
-			return CopyReport{}, fail(op+": table "+t.name, err, "")
+			if len(rep.Unstorable) > 0 && isPgForeignKeyViolation(err) {
+				return rep, fmt.Errorf("store: %s: table %s refers to a row left out as unstorable (%w); fix the rows listed in the source and copy again", op, t.name, err)
+			}
+			return rep, fail(op+": table "+t.name, err, "")
 		}
+		skipped[t.name] = int64(len(bad))
 		rep.Tables = append(rep.Tables, TableCount{Name: t.name, Rows: n})
+	}
+	if len(rep.Unstorable) > 0 && !opts.SkipUnstorable {
+		return rep, &market.Error{Code: market.CodeInvalid, Message: fmt.Sprintf(
+			"%d rows hold text PostgreSQL cannot store (a NUL byte, or bytes that are not UTF-8); nothing was copied. "+
+				"Fix or delete them in the source and copy again, or copy without them (-skip-unstorable).", len(rep.Unstorable))}
 	}
 	for _, t := range ordered {
 		for _, c := range targetColumns[t.name] {
@@ -129,7 +175,7 @@ func CopyDatabase(ctx context.Context, from, to *DB) (CopyReport, error) {
 		}
 	}
 
-	if err := verifyCopy(ctx, src, tx, &rep); err != nil {
+	if err := verifyCopy(ctx, src, tx, &rep, skipped); err != nil {
 		return CopyReport{}, err
 	}
 	return rep, fail(op, tx.Commit(), "")
@@ -238,12 +284,15 @@ func copyOrder(tables []copyTable) ([]copyTable, error) {
 }
 
 // copyRows streams the rows of t from src into dst in key order, in
-// multi-row INSERTs, and returns how many it copied.
-func copyRows(ctx context.Context, src, dst querier, t copyTable) (int64, error) {
+// multi-row INSERTs, and returns how many it copied and the rows it left
+// out because PostgreSQL cannot store them. With write false it only reads,
+// to find such rows.
+func copyRows(ctx context.Context, src, dst querier, t copyTable, write bool) (int64, []Unstorable, error) {
 	cols := make([]string, len(t.columns))
 	for i, c := range t.columns {
 		cols[i] = quoteIdent(c)
 	}
+	keyCols := t.key
 	order := "rowid"
 	if len(t.key) > 0 {
 		keys := make([]string, len(t.key))
@@ -251,11 +300,17 @@ func copyRows(ctx context.Context, src, dst querier, t copyTable) (int64, error)
 			keys[i] = quoteIdent(k)
 		}
 		order = strings.Join(keys, ", ")
+	} else {
+		keyCols = []string{"rowid"}
 	}
 	list := strings.Join(cols, ", ")
-	rows, err := src.QueryContext(ctx, `SELECT `+list+` FROM `+quoteIdent(t.name)+` ORDER BY `+order)
+	selected := list
+	if len(t.key) == 0 {
+		selected += ", rowid" // to name a row; not copied
+	}
+	rows, err := src.QueryContext(ctx, `SELECT `+selected+` FROM `+quoteIdent(t.name)+` ORDER BY `+order)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer rows.Close()
 
@@ -273,35 +328,80 @@ func copyRows(ctx context.Context, src, dst querier, t copyTable) (int64, error)
 		return err
 	}
 	var n int64
-	vals := make([]any, len(cols))
-	ptrs := make([]any, len(cols))
+	var bad []Unstorable
+	width := len(cols)
+	if len(t.key) == 0 {
+		width++
+	}
+	vals := make([]any, width)
+	ptrs := make([]any, width)
 	for i := range vals {
 		ptrs[i] = &vals[i]
 	}
+	index := map[string]int{"rowid": len(cols)}
+	for i, c := range t.columns {
+		index[c] = i
+	}
 	for rows.Next() {
 		if err := rows.Scan(ptrs...); err != nil {
-			return n, err
+			return n, bad, err
 		}
-		args = append(args, vals...)
+		if col, problem := unstorable(t.columns, vals[:len(cols)]); problem != "" {
+			key := make([]string, len(keyCols))
+			for i, k := range keyCols {
+				key[i] = fmt.Sprintf("%s=%v", k, printable(vals[index[k]]))
+			}
+			bad = append(bad, Unstorable{Table: t.name, Key: strings.Join(key, ","), Column: col, Problem: problem})
+			continue
+		}
+		if !write {
+			continue
+		}
+		args = append(args, vals[:len(cols)]...)
 		pending++
 		n++
 		if pending == perBatch {
 			if err := flush(); err != nil {
-				return n, err
+				return n, bad, err
 			}
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return n, err
+		return n, bad, err
 	}
-	return n, flush()
+	return n, bad, flush()
+}
+
+// unstorable names the first text value PostgreSQL cannot store and why,
+// or "", "".
+func unstorable(columns []string, vals []any) (column, problem string) {
+	for i, v := range vals {
+		s, ok := v.(string)
+		switch {
+		case !ok:
+		case strings.IndexByte(s, 0) >= 0:
+			return columns[i], "a NUL byte"
+		case !utf8.ValidString(s):
+			return columns[i], "bytes that are not UTF-8"
+		}
+	}
+	return "", ""
+}
+
+// printable is a key value as a report shows it: quoted and escaped when
+// it is text, so a NUL in a key is seen, not printed.
+func printable(v any) string {
+	if s, ok := v.(string); ok {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprint(v)
 }
 
 // verifyCopy counts every table's rows on both sides and compares the
 // ledger: the number of entries, their total and each account's balance.
 // It fills in rep's ledger figures and replaces its counts by the
 // target's.
-func verifyCopy(ctx context.Context, src, dst querier, rep *CopyReport) error {
+func verifyCopy(ctx context.Context, src, dst querier, rep *CopyReport, skipped map[string]int64) error {
 	const op = "verify copy"
 	for i, t := range rep.Tables {
 		var a, b int64
@@ -312,8 +412,8 @@ func verifyCopy(ctx context.Context, src, dst querier, rep *CopyReport) error {
 		if err := dst.QueryRowContext(ctx, q).Scan(&b); err != nil {
 			return fail(op, err, "")
 		}
-		if a != b || a != t.Rows {
-			return fmt.Errorf("store: %s: table %s has %d rows in the source and %d in the target (%d copied)", op, t.Name, a, b, t.Rows)
+		if a-skipped[t.Name] != b || b != t.Rows {
+			return fmt.Errorf("store: %s: table %s has %d rows in the source (%d left out) and %d in the target (%d copied)", op, t.Name, a, skipped[t.Name], b, t.Rows)
 		}
 		rep.Tables[i].Rows = b
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -221,7 +222,7 @@ func TestCopyDatabase(t *testing.T) {
 	dst := openPostgresDB(t)
 
 	began := time.Now()
-	rep, err := CopyDatabase(ctx, src, dst)
+	rep, err := CopyDatabase(ctx, src, dst, CopyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +301,7 @@ func TestCopyDatabase(t *testing.T) {
 		t.Errorf("schema version %d, want %d", rep.SchemaVersion, ms[len(ms)-1].version)
 	}
 
-	_, err = CopyDatabase(ctx, src, dst)
+	_, err = CopyDatabase(ctx, src, dst, CopyOptions{})
 	wantMessage(t, err, market.CodeConflict, "not empty")
 
 	// New rows continue after the copied ids.
@@ -321,9 +322,10 @@ func TestCopyDatabase(t *testing.T) {
 	}
 }
 
-// TestCopyDatabaseIsAllOrNothing: a row PostgreSQL refuses (text with a
-// NUL byte, which SQLite keeps) fails the copy and leaves the target
-// empty, so the copy can run again once the row is fixed.
+// TestCopyDatabaseIsAllOrNothing: rows PostgreSQL refuses (text with a
+// NUL byte or bytes that are not UTF-8, which SQLite keeps) fail the copy,
+// every one named by table, key and column, and leave the target empty, so
+// the copy can run again once they are fixed.
 func TestCopyDatabaseIsAllOrNothing(t *testing.T) {
 	ctx := context.Background()
 	src := openSQLiteFile(t)
@@ -332,25 +334,54 @@ func TestCopyDatabaseIsAllOrNothing(t *testing.T) {
 	if err := src.SetSetting(ctx, "zz", "a\x00b"); err != nil {
 		t.Fatal(err)
 	}
-	dst := openPostgresDB(t)
-	if _, err := CopyDatabase(ctx, src, dst); err == nil || !strings.Contains(err.Error(), "table settings") {
-		t.Fatalf("copy of a NUL byte: %v; want the failure naming the table", err)
-	}
-	for _, table := range sourceTables(t, src) {
-		var n int
-		if err := dst.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+quoteIdent(table.name)).Scan(&n); err != nil || n != 0 {
-			t.Errorf("table %s after the failed copy: %d rows, %v; want none", table.name, n, err)
-		}
-	}
-	if err := src.SetSetting(ctx, "zz", "ab"); err != nil {
+	if _, err := src.writer.ExecContext(ctx, `UPDATE users SET display_name = CAST(X'ff41' AS TEXT) WHERE id = ?`, prov.ID); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := CopyDatabase(ctx, src, dst)
+	dst := openPostgresDB(t)
+	rep, err := CopyDatabase(ctx, src, dst, CopyOptions{})
+	want := []Unstorable{
+		{Table: "users", Key: fmt.Sprintf("id=%d", prov.ID), Column: "display_name", Problem: "bytes that are not UTF-8"},
+		{Table: "settings", Key: `name="zz"`, Column: "value", Problem: "a NUL byte"},
+	}
+	wantCode(t, err, market.CodeInvalid)
+	if !slices.Equal(rep.Unstorable, want) {
+		t.Fatalf("unstorable rows: %+v; want %+v", rep.Unstorable, want)
+	}
+	emptyTarget := func() {
+		t.Helper()
+		for _, table := range sourceTables(t, src) {
+			var n int
+			if err := dst.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+quoteIdent(table.name)).Scan(&n); err != nil || n != 0 {
+				t.Errorf("table %s after the failed copy: %d rows, %v; want none", table.name, n, err)
+			}
+		}
+	}
+	emptyTarget()
+
+	// Leaving them out cannot leave out a row others refer to: the
+	// provider's offer refers to the user.
+	rep, err = CopyDatabase(ctx, src, dst, CopyOptions{SkipUnstorable: true})
+	if err == nil || !strings.Contains(err.Error(), "refers to a row left out") || len(rep.Unstorable) == 0 {
+		t.Fatalf("copy leaving out a referenced row: %v, %+v", err, rep.Unstorable)
+	}
+	emptyTarget()
+
+	// With the user fixed, the setting alone is left out and listed.
+	if _, err := src.writer.ExecContext(ctx, `UPDATE users SET display_name = 'Prov' WHERE id = ?`, prov.ID); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = CopyDatabase(ctx, src, dst, CopyOptions{SkipUnstorable: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := dst.GetSetting(ctx, "zz"); err != nil || got != "ab" || rep.Rows() == 0 {
-		t.Fatalf("after the second copy: setting %q, %v; %d rows", got, err, rep.Rows())
+	if !slices.Equal(rep.Unstorable, want[1:]) {
+		t.Fatalf("left out: %+v; want %+v", rep.Unstorable, want[1:])
+	}
+	if _, err := dst.GetSetting(ctx, "zz"); market.ErrorCode(err) != market.CodeNotFound {
+		t.Fatalf("the left-out setting on the target: %v", err)
+	}
+	if u, err := dst.FindUserByID(ctx, prov.ID); err != nil || u.DisplayName != "Prov" {
+		t.Fatalf("the provider on the target: %+v, %v", u, err)
 	}
 }
 
@@ -360,14 +391,14 @@ func TestCopyDatabaseRefuses(t *testing.T) {
 	ctx := context.Background()
 	src := openSQLiteFile(t)
 	dst := openPostgresDB(t)
-	_, err := CopyDatabase(ctx, dst, src)
+	_, err := CopyDatabase(ctx, dst, src, CopyOptions{})
 	wantMessage(t, err, market.CodeInvalid, "from an SQLite database to a PostgreSQL database")
-	_, err = CopyDatabase(ctx, src, src)
+	_, err = CopyDatabase(ctx, src, src, CopyOptions{})
 	wantMessage(t, err, market.CodeInvalid, "from an SQLite database to a PostgreSQL database")
 
 	if _, err := dst.writer.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version = (SELECT MAX(version) FROM schema_migrations)`); err != nil {
 		t.Fatal(err)
 	}
-	_, err = CopyDatabase(ctx, src, dst)
+	_, err = CopyDatabase(ctx, src, dst, CopyOptions{})
 	wantMessage(t, err, market.CodeConflict, "different schema versions")
 }

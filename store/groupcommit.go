@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 )
 
 // Group commit for bookings.
@@ -79,7 +81,7 @@ func (db *DB) book(ctx context.Context, run func(ctx context.Context, tx prepare
 	if q.leading {
 		q.mu.Unlock()
 		if res := <-job.done; !res.lead {
-			return res.err
+			return deadlineFirst(ctx, res.err)
 		}
 	} else {
 		q.leading = true
@@ -103,7 +105,17 @@ func (db *DB) book(ctx context.Context, run func(ctx context.Context, tx prepare
 		q.leading = false
 	}
 	q.mu.Unlock()
-	return (<-job.done).err
+	return deadlineFirst(ctx, (<-job.done).err)
+}
+
+// deadlineFirst puts the caller's own context error in front of err when
+// the booking failed after the caller's context ended (the batch's
+// transaction was given up), so the caller sees why.
+func deadlineFirst(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return err
 }
 
 // runBookingBatch runs the jobs in one immediate transaction and sends each
@@ -130,7 +142,8 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 			}
 		}
 	}()
-	ctx := context.WithoutCancel(batch[0].ctx)
+	ctx, done := batchContext(batch)
+	defer done()
 	tx, err := db.beginPrepared(ctx, bookingQueries)
 	if err != nil {
 		for _, j := range batch {
@@ -159,7 +172,16 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 			}
 		}
 		running = j
-		err := j.run(ctx, tx)
+		err := db.checkFence(j.ctx, tx)
+		if err == nil {
+			err = j.run(ctx, tx)
+		}
+		if err == nil {
+			// A booking whose caller's deadline passed while it ran is
+			// undone: its caller is answered that it failed, so it must
+			// not commit.
+			err = j.ctx.Err()
+		}
 		running = nil
 		if err != nil {
 			if !single {
@@ -188,6 +210,19 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 	if len(booked) == 0 {
 		return
 	}
+	// The batch commits only if every booking in it can still be answered
+	// (see above); one whose deadline passed since makes the batch run
+	// again without it.
+	if late := expired(booked); len(late) > 0 {
+		tx.Rollback()
+		for _, j := range late {
+			j.answer(j.ctx.Err())
+		}
+		if rest := pending(booked); len(rest) > 0 {
+			db.runBookingBatch(rest)
+		}
+		return
+	}
 	if err := tx.Commit(); err != nil {
 		failAll(err, nil)
 		return
@@ -195,6 +230,52 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 	for _, j := range booked {
 		j.answer(nil)
 	}
+}
+
+// batchContext is the context of a batch's transaction: it ends once every
+// job's context has ended — waiting for the write lock and the transaction
+// itself are given up when no caller is left to answer — and carries no
+// fence (each job's own is checked in the transaction).
+func batchContext(batch []*bookingJob) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(withoutFence(context.WithoutCancel(batch[0].ctx)))
+	var left atomic.Int64
+	left.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, j := range batch {
+		stops[i] = context.AfterFunc(j.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// expired returns the jobs whose caller's context has ended.
+func expired(jobs []*bookingJob) []*bookingJob {
+	var out []*bookingJob
+	for _, j := range jobs {
+		if j.ctx.Err() != nil {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// pending returns the jobs not answered yet.
+func pending(jobs []*bookingJob) []*bookingJob {
+	var out []*bookingJob
+	for _, j := range jobs {
+		if !j.answered {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // The savepoint around each booking of a batch.

@@ -11,6 +11,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -54,13 +55,8 @@ func openPostgres(ctx context.Context, url string) (writer, reader *sql.DB, err 
 		return sql.OpenDB(pgConnector{inner: stdlib.GetConnector(*cfg)})
 	}
 	writer, reader = open(), open()
-	// Writers queue on the lock in the database; a few connections let a
-	// replica's next write wait there instead of in the pool.
-	writer.SetMaxOpenConns(8)
-	writer.SetMaxIdleConns(8)
+	setPgPools(writer, reader, DefaultMaxConns)
 	writer.SetConnMaxIdleTime(5 * time.Minute)
-	reader.SetMaxOpenConns(16)
-	reader.SetMaxIdleConns(16)
 	reader.SetConnMaxIdleTime(5 * time.Minute)
 	for _, p := range []*sql.DB{writer, reader} {
 		if err := p.PingContext(ctx); err != nil {
@@ -72,6 +68,69 @@ func openPostgres(ctx context.Context, url string) (writer, reader *sql.DB, err 
 	return writer, reader, nil
 }
 
+// DefaultMaxConns is how many connections a replica's pools open to
+// PostgreSQL at most unless LimitConnections says otherwise; the change feed
+// holds one more (FollowOffers).
+const DefaultMaxConns = 24
+
+// LimitConnections caps the connections this handle's pools open to
+// PostgreSQL at n (at least 2): a third to the writer — writers queue on
+// the write lock in the database, so a few let the next write wait there
+// rather than in the pool — and the rest to the readers. The change feed
+// holds one connection more. With R replicas on one server, R × (n + 1)
+// must stay under the server's max_connections less its reserved
+// connections and any other clients (docs/postgres.md). On SQLite it does
+// nothing: the writer is one connection and the readers are in-process.
+func (db *DB) LimitConnections(n int) error {
+	if n < 2 {
+		return fmt.Errorf("store: at least 2 database connections are needed (one writer, one reader), not %d", n)
+	}
+	if db.postgres {
+		setPgPools(db.writer, db.reader, n)
+	}
+	return nil
+}
+
+// setPgPools splits n connections between the writer and reader pools.
+func setPgPools(writer, reader *sql.DB, n int) {
+	w := max(1, n/3)
+	writer.SetMaxOpenConns(w)
+	writer.SetMaxIdleConns(w)
+	reader.SetMaxOpenConns(n - w)
+	reader.SetMaxIdleConns(n - w)
+}
+
+// FollowDirect has the change feed (FollowOffers) connect to url instead of
+// the database URL Open was given: behind PgBouncer in transaction mode,
+// LISTEN needs a session of its own on the server, so the feed bypasses
+// the pooler. Call it before FollowOffers.
+func (db *DB) FollowDirect(url string) error {
+	if !IsPostgresURL(url) {
+		return fmt.Errorf("store: the change feed's URL must be a postgres:// URL")
+	}
+	db.feedDSN = url
+	return nil
+}
+
+// isPgUnavailable reports a PostgreSQL error that means the server cannot
+// serve this request now, though it may in a moment: too many connections
+// (53300) and the other insufficient-resources errors (class 53), a server
+// starting or shutting down (57P01–57P03), a broken connection (class 08),
+// a connection that could not be made or was closed by the server, or a
+// timeout.
+func isPgUnavailable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "53") || strings.HasPrefix(pe.Code, "08") ||
+			pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ce) || pgconn.Timeout(err) ||
+		// A connection the server closed under it (stopped, restarted,
+		// failed over): "conn closed", "unexpected EOF".
+		pgconn.SafeToRetry(err) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
 // pgLockQuery starts every PostgreSQL write transaction.
 var pgLockQuery = `SELECT pg_advisory_xact_lock(` + strconv.FormatInt(writeLockKey, 10) + `)`
 
@@ -79,6 +138,12 @@ var pgLockQuery = `SELECT pg_advisory_xact_lock(` + strconv.FormatInt(writeLockK
 func isPgUniqueViolation(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// isPgForeignKeyViolation reports a PostgreSQL foreign_key_violation (23503).
+func isPgForeignKeyViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23503"
 }
 
 // rebind rewrites the store's '?' placeholders as PostgreSQL's $1, $2, …,
@@ -307,7 +372,11 @@ const feedRetryMax = 5 * time.Second
 
 // followOnce listens on one connection until it fails or ctx ends.
 func (db *DB) followOnce(ctx context.Context, changed func(int64), resync func() error) error {
-	conn, err := pgx.Connect(ctx, db.dsn)
+	dsn := db.dsn
+	if db.feedDSN != "" {
+		dsn = db.feedDSN
+	}
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
 	}

@@ -114,6 +114,21 @@ func isBusy(err error) bool {
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
+// isSQLiteUnavailable reports an SQLite error that means the database
+// cannot serve this request now: another connection or process held the
+// write lock for longer than busy_timeout (SQLITE_BUSY, SQLITE_LOCKED).
+func isSQLiteUnavailable(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return true
+	}
+	return false
+}
+
 // isUniqueViolation reports whether err is a UNIQUE or PRIMARY KEY
 // constraint failure, by the driver's extended result code.
 func isUniqueViolation(err error) bool {

@@ -25,6 +25,7 @@ import (
 type DB struct {
 	postgres bool   // the engine: PostgreSQL, else SQLite
 	dsn      string // what Open was given
+	feedDSN  string // where the change feed connects, when not dsn (FollowDirect)
 	writer   *sql.DB
 	reader   *sql.DB
 	stmts    stmtCache    // prepared on the writer, for the booking path
@@ -82,13 +83,20 @@ func (db *DB) Postgres() bool { return db.postgres }
 // begin starts a write transaction. On SQLite the one writer connection
 // and BEGIN IMMEDIATE make writes one at a time; on PostgreSQL the
 // transaction first takes the write lock (postgres.go), which every
-// replica's writes share.
+// replica's writes share. A context with a fence (WithFence) has the
+// transaction refused when its lease was lost.
 func (db *DB) begin(ctx context.Context) (*sql.Tx, error) {
 	tx, err := db.writer.BeginTx(ctx, nil)
-	if err != nil || !db.postgres {
-		return tx, err
+	if err != nil {
+		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, pgLockQuery); err != nil {
+	if db.postgres {
+		if _, err := tx.ExecContext(ctx, pgLockQuery); err != nil {
+			tx.Rollback()
+			return nil, err
+		}
+	}
+	if err := db.checkFence(ctx, tx); err != nil {
 		tx.Rollback()
 		return nil, err
 	}

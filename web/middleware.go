@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -59,6 +60,26 @@ func (h *Handler) requestLogger(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		h.cfg.Metrics.ObserveRequest(req.Method, route, c.Response().Status, took)
 		return nil
+	}
+}
+
+// deadline gives every request a deadline timeout after it began
+// (Config.RequestTimeout): what the request asks of the database under
+// its context gives up then, and its write transaction rolls back unless
+// it has committed — so no request commits after its deadline — and the
+// central error handler answers 503 with Retry-After (store.IsUnavailable)
+// instead of the client waiting on a frozen database until it gives up.
+func deadline(timeout time.Duration) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ctx, cancel := context.WithTimeout(c.Request().Context(), timeout)
+			defer cancel()
+			c.SetRequest(c.Request().WithContext(ctx))
+			if err := next(c); err != nil {
+				c.Error(err) // answered here, before the deferred cancel
+			}
+			return nil
+		}
 	}
 }
 

@@ -2,14 +2,18 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/views"
 )
 
@@ -53,6 +57,8 @@ func statusOf(code market.Code) int {
 		return http.StatusForbidden
 	case market.CodeRateLimited:
 		return http.StatusTooManyRequests
+	case market.CodeUnavailable:
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
@@ -64,6 +70,14 @@ func statusOf(code market.Code) int {
 func (h *Handler) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
+	}
+	if ctx := c.Request().Context(); ctx.Err() != nil {
+		// The request's deadline has passed (or it was given up): the
+		// error page gets a moment of its own to render, and the little it
+		// reads (the unread-mail badge) is bounded by it.
+		fresh, cancel := context.WithTimeout(context.WithoutCancel(ctx), errorPageTimeout)
+		defer cancel()
+		c.SetRequest(c.Request().WithContext(fresh))
 	}
 	status := http.StatusInternalServerError
 	code := market.CodeInternal
@@ -89,15 +103,28 @@ func (h *Handler) handleError(err error, c echo.Context) {
 				code, msg = market.CodeInvalid, http.StatusText(status)
 			}
 		}
+	} else if store.IsUnavailable(err) {
+		// The database is down, out of connections, locked or did not
+		// answer within the request's deadline: a moment's outage, not a
+		// bug. Nothing commits after the deadline, but an earlier step of
+		// the request may have, hence the advice to look first.
+		code, msg = market.CodeUnavailable, msgUnavailable
+		status = statusOf(code)
 	} else {
 		code = market.ErrorCode(err)
 		status = statusOf(code)
 	}
-	if status == http.StatusTooManyRequests && c.Response().Header().Get("Retry-After") == "" {
-		c.Response().Header().Set("Retry-After", "1")
+	switch hd := c.Response().Header(); {
+	case status == http.StatusTooManyRequests && hd.Get("Retry-After") == "":
+		hd.Set("Retry-After", "1")
+	case status == http.StatusServiceUnavailable && hd.Get("Retry-After") == "":
+		hd.Set("Retry-After", strconv.Itoa(unavailableRetrySeconds))
 	}
 	reqID := c.Response().Header().Get(echo.HeaderXRequestID)
-	if status >= 500 {
+	switch {
+	case code == market.CodeUnavailable:
+		logger(c).Error("database unavailable", "err", err, "path", c.Request().URL.Path)
+	case status >= 500:
 		logger(c).Error("internal error", "err", err, "path", c.Request().URL.Path)
 	}
 
@@ -114,6 +141,7 @@ func (h *Handler) handleError(err error, c echo.Context) {
 		http.StatusConflict:            "That changed in the meantime",
 		http.StatusTooManyRequests:     "Slow down",
 		http.StatusUnprocessableEntity: "Please check your input",
+		http.StatusServiceUnavailable:  "Temporarily unavailable",
 	}[status]
 	if heading == "" {
 		heading = "Something went wrong"
@@ -131,6 +159,16 @@ func (h *Handler) handleError(err error, c echo.Context) {
 		_ = c.String(status, msg)
 	}
 }
+
+// msgUnavailable is what a person reads when the database is out of reach;
+// unavailableRetrySeconds is the Retry-After sent with it.
+const (
+	msgUnavailable          = "The marketplace cannot reach its database just now. Please try again in a few seconds; if you were booking or paying, look at your reservations first to see whether it went through."
+	unavailableRetrySeconds = 5
+	// errorPageTimeout bounds an error page rendered after its request's
+	// deadline.
+	errorPageTimeout = time.Second
+)
 
 // apiErrorBody is the JSON shape of every API error.
 type apiErrorBody struct {

@@ -1,7 +1,9 @@
 package web
 
 import (
+	"context"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -16,6 +18,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	e.Use(h.requestLogger)
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}))
 	e.Use(h.securityHeaders)
+	e.Use(deadline(h.cfg.RequestTimeout))
 
 	// Infrastructure: no session, no CSRF.
 	e.GET("/healthz", h.handleHealth)
@@ -277,7 +280,9 @@ func (h *Handler) handleHealth(c echo.Context) error {
 	lag, joined := h.wf.FeedLag()
 	b := healthBody{Status: "ok", Database: "ok", Index: "ok", IndexAgeSeconds: int64(age.Seconds()), IndexOffers: h.wf.Index().Len(),
 		Feed: "ok", FeedLagMillis: lag.Milliseconds()}
-	if err := h.db.Ping(c.Request().Context()); err != nil {
+	ping, cancel := context.WithTimeout(c.Request().Context(), healthPingTimeout)
+	defer cancel()
+	if err := h.db.Ping(ping); err != nil {
 		logger(c).Error("health: database unreachable", "err", err)
 		b.Status, b.Database = "unavailable", "unreachable"
 	}
@@ -298,6 +303,11 @@ func (h *Handler) handleHealth(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, b)
 }
+
+// healthPingTimeout bounds the database ping of /healthz: a database that
+// does not answer within it is reported unreachable (503), well before a
+// load balancer's own check times out.
+const healthPingTimeout = 2 * time.Second
 
 type healthBody struct {
 	Status          string `json:"status"`   // ok or unavailable

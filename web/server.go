@@ -57,6 +57,9 @@ type Config struct {
 	// index may be before /healthz reports this replica unhealthy; 0 means
 	// workflow.DefaultFeedMaxLag.
 	FeedMaxLag time.Duration
+	// RequestTimeout is every request's deadline (the deadline
+	// middleware); 0 means DefaultRequestTimeout.
+	RequestTimeout time.Duration
 	// QuoteBudget and BroadSlots are the workflow's (workflow.Config),
 	// used when New builds the workflow itself (Workflow nil).
 	QuoteBudget market.Budget
@@ -98,6 +101,12 @@ const (
 	knownDeviceTTL = 30 * 24 * time.Hour
 )
 
+// DefaultRequestTimeout is every request's deadline unless
+// Config.RequestTimeout says otherwise: well under the server's write
+// timeout, so the answer (a 503 when the database did not answer) still
+// reaches the client.
+const DefaultRequestTimeout = 20 * time.Second
+
 // New builds the handler and the Echo instance with every route and
 // middleware. The periodic work is the workflow's (workflow.Service.Run),
 // started and stopped by the process owner.
@@ -117,6 +126,9 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	}
 	if cfg.FeedMaxLag <= 0 {
 		cfg.FeedMaxLag = workflow.DefaultFeedMaxLag
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	h := &Handler{cfg: cfg, db: db, log: log, secure: strings.EqualFold(u.Scheme, "https")}
 	if cfg.Workflow == nil {

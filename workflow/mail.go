@@ -98,6 +98,14 @@ func (s *Service) mailTick(ctx context.Context, now time.Time) {
 	for i, m := range send {
 		msgs[i] = MailMessage(m)
 	}
+	// Under the background lease, mail goes out only while the lease is
+	// still this replica's: a replica paused past its lease must not send
+	// what its successor sends (the same Message-ID lets a mailbox drop
+	// the copy if the lease is lost within this instant).
+	if err := s.db.ConfirmLease(ctx); err != nil {
+		s.log.Warn("background: mail not sent", "err", err)
+		return
+	}
 	errs := s.mail.Send(ctx, msgs)
 	for i, m := range send {
 		if errs[i] == nil {

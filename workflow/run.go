@@ -13,21 +13,29 @@ import (
 const BackgroundLease = "background"
 
 // LeaseTTL is how long the background lease lasts without renewal when
-// the loop runs every tick: three ticks, at least 5 s. Its holder renews
-// it every tick; when the holder dies another replica takes it over within
-// LeaseTTL plus one tick.
+// the loop runs every tick: three ticks, at least 5 s. When the holder
+// dies another replica takes it over within LeaseTTL plus one renewal.
 func LeaseTTL(tick time.Duration) time.Duration { return max(3*tick, 5*time.Second) }
+
+// leaseRenewEvery is how often the holder renews the lease: every tick,
+// and at least three times per LeaseTTL, so one late renewal does not lose
+// it.
+func leaseRenewEvery(tick time.Duration) time.Duration { return min(tick, LeaseTTL(tick)/3) }
 
 // Run does the periodic work every interval until ctx ends, then returns
 // (after the step under way finishes, so the process owner can close the
-// database safely). Every tick it takes or renews the background lease;
-// the replica holding it runs Tick and the hourly Prune, so that work runs
-// once across replicas (each step is also a conditional update in the
-// database, and every money movement has its idempotency key, so a
-// takeover in the middle of one repeats nothing). Every replica reloads
-// its matcher index in full every few minutes, a safety net under the
-// change feed (Follow). On the way out the lease is released, so another
-// replica takes over at its next tick.
+// database safely). The replica holding the background lease runs Tick and
+// the hourly Prune, so that work runs once across replicas. The lease is
+// renewed on its own timer (keepLease), not between ticks, so a long tick
+// does not let it lapse; and it is a fencing token: the tick runs under
+// the generation it was taken with (store.WithFence), so if the lease is
+// lost meanwhile — this process paused past its lease, its renewals cut
+// off from the database — the tick's remaining writes are refused and
+// another replica's work is not done twice. (Each step is also a
+// conditional update, and every money movement has its idempotency key.)
+// Every replica reloads its matcher index in full every few minutes, a
+// safety net under the change feed (Follow). On the way out the lease is
+// released, so another replica takes over at its next renewal.
 //
 // Every replica also records its own up-time, at its start and every
 // market.ServerBeatInterval (store.RecordServerBeat): a node's silence is
@@ -37,7 +45,14 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 	defer t.Stop()
 	beat := time.NewTicker(market.ServerBeatInterval)
 	defer beat.Stop()
-	defer s.releaseLease()
+	leaseCtx, stopLease := context.WithCancel(ctx)
+	renewing := make(chan struct{})
+	go func() { defer close(renewing); s.keepLease(leaseCtx, every) }()
+	defer func() { // after the last tick: no tick runs under a released lease
+		stopLease()
+		<-renewing
+		s.releaseLease()
+	}()
 	started := s.now()
 	s.serverBeat(ctx, started, started)
 	lastReload, lastPrune := s.now(), time.Time{}
@@ -54,10 +69,11 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 		// call made must be recorded before the process stops.
 		step := context.WithoutCancel(ctx)
 		now := s.now()
-		if s.takeLease(step, now, LeaseTTL(every)) {
-			s.Tick(step, now)
+		if l := s.lease.Load(); l != nil {
+			fenced := store.WithFence(step, *l, s.now)
+			s.Tick(fenced, now)
 			if now.Sub(lastPrune) >= pruneEvery {
-				s.Prune(step, now)
+				s.Prune(fenced, now)
 				lastPrune = now
 			}
 		}
@@ -71,6 +87,21 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 	}
 }
 
+// keepLease takes the background lease, or renews it, at once and then
+// every leaseRenewEvery(tick) until ctx ends.
+func (s *Service) keepLease(ctx context.Context, tick time.Duration) {
+	t := time.NewTicker(leaseRenewEvery(tick))
+	defer t.Stop()
+	for {
+		s.takeLease(ctx, s.now(), LeaseTTL(tick))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // serverBeat records that this replica, started at started, is up at now.
 func (s *Service) serverBeat(ctx context.Context, started, now time.Time) {
 	if err := s.db.RecordServerBeat(context.WithoutCancel(ctx), s.holder, started, now); err != nil {
@@ -79,30 +110,33 @@ func (s *Service) serverBeat(ctx context.Context, started, now time.Time) {
 }
 
 // HoldsLease reports whether this replica held the background lease at its
-// last tick.
-func (s *Service) HoldsLease() bool { return s.leased.Load() }
+// last renewal.
+func (s *Service) HoldsLease() bool { return s.lease.Load() != nil }
 
-// takeLease takes or renews the background lease and says whether this
-// replica holds it; a failure to reach the database counts as not holding
-// it (another replica may have taken it over meanwhile).
-func (s *Service) takeLease(ctx context.Context, now time.Time, ttl time.Duration) bool {
-	ok, err := s.db.TakeLease(ctx, BackgroundLease, s.holder, now, ttl)
+// takeLease takes or renews the background lease and notes it (s.lease);
+// a failure to reach the database counts as not holding it (another
+// replica may take it over meanwhile).
+func (s *Service) takeLease(ctx context.Context, now time.Time, ttl time.Duration) {
+	l, ok, err := s.db.TakeLease(context.WithoutCancel(ctx), BackgroundLease, s.holder, now, ttl)
 	if err != nil {
 		s.log.Error("background: take lease", "err", err)
 		ok = false
 	}
-	if was := s.leased.Swap(ok); was != ok {
-		if ok {
-			s.log.Info("background lease taken: this replica runs the background work", "holder", s.holder)
-		} else {
-			s.log.Warn("background lease lost: another replica runs the background work", "holder", s.holder)
-		}
+	var held *store.Lease
+	if ok {
+		held = &l
 	}
-	return ok
+	was := s.lease.Swap(held)
+	switch {
+	case ok && (was == nil || was.Generation != l.Generation):
+		s.log.Info("background lease taken: this replica runs the background work", "holder", s.holder, "generation", l.Generation)
+	case !ok && was != nil:
+		s.log.Warn("background lease lost: another replica runs the background work", "holder", s.holder, "generation", was.Generation)
+	}
 }
 
 func (s *Service) releaseLease() {
-	if !s.leased.Swap(false) {
+	if s.lease.Swap(nil) == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

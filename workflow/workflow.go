@@ -120,10 +120,10 @@ type Service struct {
 	// lag (FeedLag).
 	feed *feedQueue
 
-	// holder is this process's name on the background lease; leased
-	// whether it holds it as of its last tick.
+	// holder is this process's name on the background lease; lease the
+	// lease as of its last renewal, nil when this replica does not hold it.
 	holder string
-	leased atomic.Bool
+	lease  atomic.Pointer[store.Lease]
 
 	metrics *metrics.Metrics
 

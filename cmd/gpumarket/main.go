@@ -84,6 +84,10 @@ func redactDB(dsn string) string {
 	return u.Redacted()
 }
 
+// serverWriteTimeout bounds writing a response; every request's deadline
+// (-request-timeout) is under it, so its 503 is still written.
+const serverWriteTimeout = 60 * time.Second
+
 // envOr returns the environment value of key, or def when it is unset.
 func envOr(getenv func(string) string, key, def string) string {
 	if v := getenv(key); v != "" {
@@ -124,6 +128,19 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			return fmt.Errorf("GPUMARKET_FEED_MAX_LAG: %w", err)
 		}
 	}
+	dbMaxConns := fs.Int("db-max-conns", store.DefaultMaxConns, "on PostgreSQL, the most connections this replica's pools open (the change feed holds one more); keep replicas × (this + 1) under the server's max_connections less its reserved ones (docs/postgres.md) (env GPUMARKET_DB_MAX_CONNS)")
+	if v := getenv("GPUMARKET_DB_MAX_CONNS"); v != "" {
+		if err := fs.Set("db-max-conns", v); err != nil {
+			return fmt.Errorf("GPUMARKET_DB_MAX_CONNS: %w", err)
+		}
+	}
+	dbFeedURL := fs.String("db-feed-url", getenv("GPUMARKET_DB_FEED_URL"), "on PostgreSQL behind PgBouncer in transaction mode, a postgres:// URL straight to the server for the change feed's LISTEN (env GPUMARKET_DB_FEED_URL; default the -db URL)")
+	requestTimeout := fs.Duration("request-timeout", web.DefaultRequestTimeout, "every request's deadline: a database that has not answered by then gets a 503 with Retry-After, and nothing commits after it (env GPUMARKET_REQUEST_TIMEOUT)")
+	if v := getenv("GPUMARKET_REQUEST_TIMEOUT"); v != "" {
+		if err := fs.Set("request-timeout", v); err != nil {
+			return fmt.Errorf("GPUMARKET_REQUEST_TIMEOUT: %w", err)
+		}
+	}
 	replica := fs.String("replica", envOr(getenv, "GPUMARKET_REPLICA", defaultReplica()), "this replica's name, on every log line (env GPUMARKET_REPLICA; default the host name)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -133,6 +150,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	if *feedMaxLag <= 0 {
 		return errors.New("-feed-max-lag must be positive")
+	}
+	if *requestTimeout <= 0 || *requestTimeout >= serverWriteTimeout {
+		return fmt.Errorf("-request-timeout must be positive and under the server's write timeout (%s)", serverWriteTimeout)
 	}
 	onPostgres := store.IsPostgresURL(*dbPath)
 	if onPostgres && *sessionKey == "" {
@@ -160,6 +180,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer db.Close()
+	if err := db.LimitConnections(*dbMaxConns); err != nil {
+		return fmt.Errorf("-db-max-conns: %w", err)
+	}
+	if *dbFeedURL != "" {
+		if err := db.FollowDirect(*dbFeedURL); err != nil {
+			return fmt.Errorf("-db-feed-url: %w", err)
+		}
+	}
 	processor, err := bf.processor(db)
 	if err != nil {
 		return err
@@ -222,7 +250,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	_, e, err := web.New(ctx, web.Config{BaseURL: *baseURL, SessionKey: key, Demo: *demo, APIRatePerSecond: *apiRate,
 		Now: now, Workflow: wf, TrustedProxies: proxies, Metrics: m, IndexMaxAge: workflow.IndexMaxAge(*tick),
-		FeedMaxLag: *feedMaxLag}, db, log)
+		FeedMaxLag: *feedMaxLag, RequestTimeout: *requestTimeout}, db, log)
 	if err != nil {
 		return err
 	}
@@ -266,7 +294,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Handler:           e,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
+		WriteTimeout:      serverWriteTimeout,
 		IdleTimeout:       120 * time.Second,
 	}
 	errc := make(chan error, 2)

@@ -23,6 +23,7 @@ func migrateDB(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	from := fs.String("from", "./data/gpumarket.db", "the SQLite database to copy")
 	to := fs.String("to", "", "the empty PostgreSQL database to copy into, as a postgres:// URL")
+	skip := fs.Bool("skip-unstorable", false, "copy every other row and leave out (and list) the rows PostgreSQL cannot store — text with a NUL byte or bytes that are not UTF-8; without it such rows fail the copy, each one listed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -53,7 +54,17 @@ func migrateDB(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer dst.Close()
 
 	began := time.Now()
-	rep, err := store.CopyDatabase(ctx, src, dst)
+	rep, err := store.CopyDatabase(ctx, src, dst, store.CopyOptions{SkipUnstorable: *skip})
+	if len(rep.Unstorable) > 0 {
+		verb := "cannot be stored on PostgreSQL"
+		if err == nil {
+			verb = "left out: PostgreSQL cannot store them"
+		}
+		fmt.Fprintf(stdout, "%d rows %s:\n", len(rep.Unstorable), verb)
+		for _, u := range rep.Unstorable {
+			fmt.Fprintf(stdout, "  %s\n", u)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("migrate-db: nothing copied: %w", err)
 	}
