@@ -132,6 +132,9 @@ type Request struct {
 	Preferences Preferences
 	// Limit is the most quotes returned (default DefaultQuoteLimit).
 	Limit int
+	// Replacement is what the buyer wants done when a host fails
+	// (replace.go); the zero value is never.
+	Replacement Replacement
 }
 
 // ValidateRequest checks a request and returns an invalid *Error whose
@@ -275,6 +278,7 @@ func ValidateRequest(r *Request) error {
 			p.Add("preferences.preferred_regions", fmt.Sprintf("Unknown region %q.", id))
 		}
 	}
+	validateReplacement(p, &r.Replacement)
 	if r.Limit == 0 {
 		r.Limit = DefaultQuoteLimit
 	}

@@ -23,6 +23,13 @@ type requestJSON struct {
 	Constraints constraintsJSON `json:"constraints"`
 	Preferences preferencesJSON `json:"preferences"`
 	Limit       int             `json:"limit,omitempty"`
+	// Replacement is absent for the default (never, no premium).
+	Replacement *replacementJSON `json:"replacement,omitempty"`
+}
+
+type replacementJSON struct {
+	Policy     ReplacementPolicy `json:"policy"`
+	MaxPremium Cents             `json:"max_premium_cents,omitempty"`
 }
 
 type workloadJSON struct {
@@ -99,6 +106,9 @@ func EncodeRequestJSON(r Request) ([]byte, error) {
 		Preferences: preferencesJSON(p),
 		Limit:       r.Limit,
 	}
+	if rp := r.Replacement; rp.Effective() != ReplaceNever || rp.MaxPremium != 0 {
+		doc.Replacement = &replacementJSON{Policy: rp.Effective(), MaxPremium: rp.MaxPremium}
+	}
 	return json.MarshalIndent(doc, "", "  ")
 }
 
@@ -146,6 +156,9 @@ func DecodeRequestJSON(data []byte) (Request, error) {
 		},
 		Preferences: Preferences(doc.Preferences),
 		Limit:       doc.Limit,
+	}
+	if doc.Replacement != nil {
+		r.Replacement = Replacement(*doc.Replacement)
 	}
 	if err := ValidateRequest(&r); err != nil {
 		return Request{}, err
