@@ -405,3 +405,42 @@ func ChooseReplacement(orig ReservationPiece, from time.Time, opts []Replacement
 	}
 	return ReplacementOption{}, ReplacementSplit{}, why, false
 }
+
+// ReplacementKey is the idempotency key of one money step of replacement
+// id: "repl_3_credit", "repl_3_refund", "repl_3_piece_41".
+func ReplacementKey(id int64, step string) string {
+	return "repl_" + strconv.FormatInt(id, 10) + "_" + step
+}
+
+// ReplacementEntries are the ledger entries that book a replacement on
+// reservation r: each replacement piece's provider is paid from the
+// failing provider's account (what the buyer paid for the remaining time,
+// and the failing provider's share), in piece order, the buyer's share
+// aside; a cheaper replacement credits the difference to the buyer (paid
+// out by a refund, ReplacementRefundEntry). Moves between the same
+// provider's pieces make no entry.
+func ReplacementEntries(id int64, r Reservation, failing int64, pieces []ReservationPiece, s ReplacementSplit, at time.Time) []LedgerEntry {
+	var out []LedgerEntry
+	left := s.Cost - s.BuyerShare
+	for _, p := range pieces {
+		amount := min(left, p.AmountCents)
+		left -= amount
+		if amount <= 0 || p.ProviderID == failing {
+			continue
+		}
+		out = append(out, LedgerEntry{ReservationID: r.ID, Kind: EntryReplacement, Debit: ProviderAccount(failing), Credit: ProviderAccount(p.ProviderID),
+			Amount: amount, IdempotencyKey: ReplacementKey(id, "piece_"+strconv.FormatInt(p.ID, 10)), At: at})
+	}
+	if s.Refund > 0 {
+		out = append(out, LedgerEntry{ReservationID: r.ID, Kind: EntryCredit, Debit: ProviderAccount(failing), Credit: BuyerAccount(r.BuyerID),
+			Amount: s.Refund, IdempotencyKey: ReplacementKey(id, "credit"), At: at})
+	}
+	return out
+}
+
+// ReplacementRefundEntry records the refund of a cheaper replacement's
+// difference on the buyer's payment.
+func ReplacementRefundEntry(id int64, r Reservation, amount Cents, refundID string, at time.Time) LedgerEntry {
+	return LedgerEntry{ReservationID: r.ID, Kind: EntryRefund, Debit: BuyerAccount(r.BuyerID), Credit: AccountPlatformCash,
+		Amount: amount, StripeRef: refundID, IdempotencyKey: ReplacementKey(id, "refund"), At: at}
+}
