@@ -65,6 +65,7 @@ func (h *Handler) builderView(c echo.Context, values views.RequestFormValues) vi
 		},
 		Interconnects: []views.Option{{Value: "", Label: "Any"}, {Value: string(market.InterconnectPCIe), Label: "PCIe"}, {Value: string(market.InterconnectNVLink), Label: "NVLink / Infinity Fabric"}},
 		Networks:      []views.Option{{Value: "", Label: "Any"}},
+		Policies:      replacementPolicyOptions(),
 		Quotes:        views.QuotesView{},
 	}
 	for _, a := range market.Accelerators() {
