@@ -15,7 +15,8 @@ import (
 // fieldset, keeps what was chosen, refuses a bad premium next to its field,
 // and books with the policy in the stored request.
 func TestReplacementFieldsetOnTheBuilder(t *testing.T) {
-	app := newTestApp(t)
+	app := newBillingApp(t)
+	app.listedOffer("nvidia-h100-80gb-sxm", 8, 1, "us-east-va", 219)
 	c := app.client()
 	q := trainingQuery()
 	q.Set("replacement.policy", "ask")
@@ -24,7 +25,7 @@ func TestReplacementFieldsetOnTheBuilder(t *testing.T) {
 	mustContain(t, r.body, `data-testid="replacement-fieldset"`, `<option value="ask" selected`, "Premium: ", `id="e-replacement.max_premium"`)
 	q.Set("replacement.max_premium", "0.50")
 	r = c.get("/requests?" + q.Encode())
-	mustContain(t, r.body, `value="0.50"`)
+	mustContain(t, r.body, `value="0.50"`, `data-testid="on-failure"`, "If a host fails, the market offers you another machine")
 	mustNotContain(t, r.body, `id="e-replacement.max_premium"`)
 }
 

@@ -115,7 +115,7 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 	h.cfg.Metrics.Quoted("web", len(res.Quotes) > 0)
 	v := views.QuotesView{Searched: true, Total: res.Total, SignedIn: currentUser(c) != nil,
 		LoginURL: "/login?next=" + url.QueryEscape("/requests?"+requestQuery(requestValues(req))), CSRF: h.csrfToken(c),
-		Cut: res.Explanation.Cut.Message()}
+		Cut: res.Explanation.Cut.Message(), OnFailure: req.Replacement.Sentence()}
 	if v.SignedIn { // the request can be left standing (standingorder.go)
 		var best *market.Quote
 		if len(res.Quotes) > 0 {

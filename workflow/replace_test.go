@@ -1,6 +1,9 @@
 package workflow
 
 import (
+	"io"
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +12,7 @@ import (
 	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/store/pgtest"
 )
 
 // replacementFixture adds a second provider with a cheaper offer like the
@@ -17,7 +21,12 @@ import (
 // replacement policy given; it returns the second provider, their offer
 // and the reservation.
 func replacementFixture(t *testing.T, policy market.ReplacementPolicy, start time.Time) (*fixture, market.User, market.Offer, market.Reservation) {
-	f := newFixture(t, nil)
+	return replacementFixtureAt(t, pgtest.DSN(t, filepath.Join(t.TempDir(), "gpm.db")), policy, start)
+}
+
+// replacementFixtureAt is replacementFixture on the database dsn names.
+func replacementFixtureAt(t *testing.T, dsn string, policy market.ReplacementPolicy, start time.Time) (*fixture, market.User, market.Offer, market.Reservation) {
+	f := newFixtureAt(t, dsn, nil)
 	prov2, err := f.db.CreateUser(f.ctx, market.User{Email: "prov2@example.com", DisplayName: "prov2", IsProvider: true}, []byte("x"), t0)
 	if err != nil {
 		t.Fatal(err)
@@ -266,5 +275,49 @@ func TestNeverAndNothingFits(t *testing.T) {
 	}
 	if got, _ := f.db.FindReservation(f.ctx, r.ID); len(got.Pieces) != 1 || !got.Pieces[0].End.Equal(start.Add(10*time.Hour)) {
 		t.Fatalf("rental moved: %+v", got.Pieces)
+	}
+}
+
+// TestTwoReplicasBookOneReplacement: two replicas on one database (two
+// handles, two services), their background ticks run at the same moment
+// without the lease, as after a lease takeover: exactly one replacement
+// is booked. On PostgreSQL (GPUMARKET_TEST_DB=postgres) these are two
+// connections pools to one server.
+func TestTwoReplicasBookOneReplacement(t *testing.T) {
+	start := t0.Add(time.Hour)
+	dsn := pgtest.DSN(t, filepath.Join(t.TempDir(), "gpm.db"))
+	f, _, _, r := replacementFixtureAt(t, dsn, market.ReplaceAuto, start)
+	f.tick(start)
+	f.failHost(start, start.Add(time.Hour))
+	db2, err := store.Open(f.ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db2.Close() })
+	detect := start.Add(time.Hour + 5*time.Minute)
+	f.now = detect
+	wf2, err := New(f.ctx, Config{Billing: billing.NewLocal(billing.LocalConfig{Store: db2}), PlatformFeeBP: feeBP, Replica: "second",
+		Now: func() time.Time { return detect }}, db2, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for _, wf := range []*Service{f.wf, wf2} {
+			wg.Add(1)
+			go func() { defer wg.Done(); wf.Tick(f.ctx, detect.Add(time.Duration(round)*time.Second)) }()
+		}
+		wg.Wait()
+	}
+	reps := f.replacements(r.ID)
+	got, err := f.db.FindReservation(f.ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reps) != 1 || reps[0].State != store.ReplacementBooked || len(got.Pieces) != 2 {
+		t.Fatalf("replacements %+v, pieces %d", reps, len(got.Pieces))
+	}
+	if f.ledgerSum(r.ID, market.EntryRefund) != reps[0].Split.Refund || reps[0].Split.Refund <= 0 {
+		t.Fatalf("refunded %s, want %s once", f.ledgerSum(r.ID, market.EntryRefund), reps[0].Split.Refund)
 	}
 }
