@@ -1,10 +1,12 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -70,4 +72,65 @@ func replacementView(rep store.Replacement, h *Handler) views.ReplacementConfirm
 			strings.ToLower(rep.Kind.Label()), rep.FailedNode+1, rep.ReservationID, formatTime(rep.CreatedAt)),
 		Offered: rep.Reason, Expires: formatTime(rep.OfferExpiresAt), Status: status, Live: rep.OfferLive(now),
 	}
+}
+
+// replacementPanel is the reservation page's account of r's host failures
+// and replacements: the original piece and the replacement side by side.
+func (h *Handler) replacementPanel(ctx context.Context, r market.Reservation, now time.Time) (views.ReplacementPanelView, error) {
+	reps, err := h.db.ListReplacements(ctx, r.ID)
+	if err != nil {
+		return views.ReplacementPanelView{}, err
+	}
+	pieces := map[int64]market.ReservationPiece{}
+	for _, p := range r.Pieces {
+		pieces[p.ID] = p
+	}
+	var v views.ReplacementPanelView
+	for _, rep := range reps {
+		row := views.ReplacementRow{
+			What: fmt.Sprintf("%s on node %d, measured %s.", rep.Kind.Label(), rep.FailedNode+1, formatTime(rep.CreatedAt)),
+		}
+		switch rep.State {
+		case store.ReplacementBooked:
+			row.Status = "replaced"
+		case store.ReplacementOffered:
+			row.Status, row.Reason = "offered", "Offered: "+rep.Reason
+			if rep.OfferLive(now) {
+				row.ConfirmURL = fmt.Sprintf("/replacements/%d", rep.ID)
+			} else {
+				row.Status = "lapsed"
+			}
+		case store.ReplacementNotWanted:
+			row.Status, row.Reason = "not replaced", "Your request's replacement policy is never; the SLA credit for the outage applies."
+		case store.ReplacementUnfilled:
+			row.Status, row.Reason = "not replaced", rep.Reason+" The SLA credit for the outage applies."
+		default:
+			row.Status = strings.ReplaceAll(rep.State, "_", " ")
+		}
+		if rep.State == store.ReplacementBooked {
+			o := pieces[rep.PieceID]
+			row.Original = fmt.Sprintf("Offer #%d, %s, settles for %s of the %s paid for it", o.OfferID, market.FormatSpan(o.Start, o.End),
+				rep.Split.OriginalAmount(), rep.Split.Delivered+rep.Split.Remaining)
+			var parts []string
+			for _, id := range rep.PieceIDs {
+				p := pieces[id]
+				parts = append(parts, fmt.Sprintf("Offer #%d, %d device(s), %s, %s", p.OfferID, p.Devices, market.FormatSpan(p.Start, p.End), p.AmountCents))
+			}
+			row.Replacement = strings.Join(parts, "; ")
+			switch {
+			case rep.Split.Refund > 0:
+				state := "being refunded"
+				if rep.RefundDone {
+					state = "refunded"
+				}
+				row.Difference = fmt.Sprintf("%s cheaper, %s to your card", rep.Split.Refund, state)
+			case rep.Split.ProviderShare > 0:
+				row.Difference = fmt.Sprintf("%s dearer, borne by the failing provider", rep.Split.ProviderShare)
+			default:
+				row.Difference = "none"
+			}
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	return v, nil
 }

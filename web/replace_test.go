@@ -73,6 +73,7 @@ func TestAskReplacementConfirmedOnItsPage(t *testing.T) {
 	if got := other.get(path); got.status != http.StatusNotFound {
 		t.Fatalf("another user sees the offer: %d", got.status)
 	}
+	mustContain(t, buyer.get(fmt.Sprintf("/reservations/%d", r.ID)).body, `data-testid="replacement-confirm-link"`)
 	page := buyer.get(path)
 	mustContain(t, page.body, `data-testid="confirm-replacement"`, fmt.Sprintf("8 device(s) on offer #%d", o2.ID), "host failure on node 1")
 	done := buyer.post(path, path+"/confirm", url.Values{})
@@ -92,6 +93,11 @@ func TestAskReplacementConfirmedOnItsPage(t *testing.T) {
 	if got.Pieces[1].AmountCents != 8*3*219 || got.Pieces[0].AmountCents != 8*219 {
 		t.Fatalf("amounts %s and %s", got.Pieces[0].AmountCents, got.Pieces[1].AmountCents)
 	}
+	// The reservation page shows the original and the replacement side by side.
+	resPage := buyer.get(fmt.Sprintf("/reservations/%d", r.ID)).body
+	mustContain(t, resPage, `data-testid="replacements"`, `data-testid="replacement-state">replaced<`,
+		fmt.Sprintf("Offer #%d, 8 device(s)", o2.ID), fmt.Sprintf("settles for $17.52 of the $70.08 paid for it"),
+		`data-testid="replacement-difference">none<`)
 	app.connectPayouts(prov)
 	app.connectPayouts(prov2)
 	app.tick(p.End.Add(time.Minute))
