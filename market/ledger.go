@@ -29,6 +29,11 @@ const (
 	// EntryResale passes what a buyer paid for resold time to its seller
 	// (Dr the buyer's account, Cr the seller's; see ResaleEntries).
 	EntryResale = "resale"
+	// EntryReplacement pays a replacement's provider, out of what the
+	// buyer paid the failing provider for the remaining time and the
+	// failing provider's share (Dr the failing provider's account, Cr the
+	// replacement's; see replace.go).
+	EntryReplacement = "replacement"
 )
 
 // Platform accounts. Buyers and providers have one account each, named by
@@ -121,6 +126,8 @@ func EntryKindLabel(kind string) string {
 		return "Chargeback reversed"
 	case EntryResale:
 		return "Resale"
+	case EntryReplacement:
+		return "Replacement after a host failure"
 	}
 	return "Money movement"
 }
@@ -338,7 +345,7 @@ func CheckSettled(entries []LedgerEntry, reservationID int64) error {
 func knownEntryKind(k string) bool {
 	switch k {
 	case EntryCharge, EntryCredit, EntryRefund, EntryFee, EntryTransfer, EntryLoss, EntryFeeReversal,
-		EntryChargeback, EntryChargebackReversal, EntryResale:
+		EntryChargeback, EntryChargebackReversal, EntryResale, EntryReplacement:
 		return true
 	}
 	return false

@@ -135,6 +135,9 @@ type Request struct {
 	// Runtime is the buyer's environment (runtime.go); a runtime is a hard
 	// constraint: only offers that run containers are used.
 	Runtime Runtime
+	// Replacement is what the buyer wants done when a host fails
+	// (replace.go); the zero value is never.
+	Replacement Replacement
 }
 
 // ValidateRequest checks a request and returns an invalid *Error whose
@@ -279,6 +282,7 @@ func ValidateRequest(r *Request) error {
 		}
 	}
 	validateRuntime(p, &r.Runtime)
+	validateReplacement(p, &r.Replacement)
 	if r.Limit == 0 {
 		r.Limit = DefaultQuoteLimit
 	}

@@ -24,6 +24,13 @@ type requestJSON struct {
 	Preferences preferencesJSON `json:"preferences"`
 	Limit       int             `json:"limit,omitempty"`
 	Runtime     *runtimeJSON    `json:"runtime,omitempty"`
+	// Replacement is absent for the default (never, no premium).
+	Replacement *replacementJSON `json:"replacement,omitempty"`
+}
+
+type replacementJSON struct {
+	Policy     ReplacementPolicy `json:"policy"`
+	MaxPremium Cents             `json:"max_premium_cents,omitempty"`
 }
 
 type workloadJSON struct {
@@ -101,6 +108,9 @@ func EncodeRequestJSON(r Request) ([]byte, error) {
 		Limit:       r.Limit,
 		Runtime:     encodeRuntimeJSON(r.Runtime),
 	}
+	if rp := r.Replacement; rp.Effective() != ReplaceNever || rp.MaxPremium != 0 {
+		doc.Replacement = &replacementJSON{Policy: rp.Effective(), MaxPremium: rp.MaxPremium}
+	}
 	return json.MarshalIndent(doc, "", "  ")
 }
 
@@ -149,6 +159,9 @@ func DecodeRequestJSON(data []byte) (Request, error) {
 		Preferences: Preferences(doc.Preferences),
 		Limit:       doc.Limit,
 		Runtime:     decodeRuntimeJSON(doc.Runtime),
+	}
+	if doc.Replacement != nil {
+		r.Replacement = Replacement(*doc.Replacement)
 	}
 	if err := ValidateRequest(&r); err != nil {
 		return Request{}, err

@@ -99,6 +99,10 @@ var notificationSubjects = map[string]string{
 	NotifyOrderExpired:   "Your standing order expired",
 	NotifyOrderCancelled: "Your standing order was cancelled",
 	NotifyOrderNote:      "Your standing order needs you",
+
+	NotifyRentalReplaced:      "Your rental was moved after a host failure",
+	NotifyReplacementOffered:  "A host failed: confirm the replacement",
+	NotifyReplacementUnfilled: "A host failed: no replacement was booked",
 }
 
 // MailedNotificationKinds lists the notification kinds that are mailed, in
@@ -111,6 +115,7 @@ func MailedNotificationKinds() []string {
 		NotifyListingApproved, NotifyListingRejected, NotifyListingChanges,
 		NotifyAccountSuspended, NotifyAccountReinstated,
 		NotifyOrderFilled, NotifyOrderNote, NotifyOrderExpired, NotifyOrderCancelled,
+		NotifyRentalReplaced, NotifyReplacementOffered, NotifyReplacementUnfilled,
 	}
 }
 

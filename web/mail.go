@@ -45,6 +45,9 @@ var mailKindLabels = map[string]string{
 	store.NotifyOrderNote:            "A filled standing order needs me (a declined payment)",
 	store.NotifyOrderExpired:         "A standing order of mine expires unfilled",
 	store.NotifyOrderCancelled:       "I cancel a standing order",
+	store.NotifyRentalReplaced:       "A rental of mine is moved after a host failure (with how to connect)",
+	store.NotifyReplacementOffered:   "A host failed and a replacement waits for my confirmation",
+	store.NotifyReplacementUnfilled:  "A host failed and no replacement was booked",
 }
 
 var securityMailLabels = []string{"address verification", "password reset", "address change", "sign-up with your address", "sign-in method changes"}

@@ -65,6 +65,7 @@ func (h *Handler) builderView(c echo.Context, values views.RequestFormValues) vi
 		},
 		Interconnects: []views.Option{{Value: "", Label: "Any"}, {Value: string(market.InterconnectPCIe), Label: "PCIe"}, {Value: string(market.InterconnectNVLink), Label: "NVLink / Infinity Fabric"}},
 		Networks:      []views.Option{{Value: "", Label: "Any"}},
+		Policies:      replacementPolicyOptions(),
 		Quotes:        views.QuotesView{},
 	}
 	for _, a := range market.Accelerators() {
@@ -115,7 +116,7 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 	h.cfg.Metrics.Quoted("web", len(res.Quotes) > 0)
 	v := views.QuotesView{Searched: true, Total: res.Total, SignedIn: currentUser(c) != nil,
 		LoginURL: "/login?next=" + url.QueryEscape("/requests?"+requestQuery(requestValues(req))), CSRF: h.csrfToken(c),
-		Cut: res.Explanation.Cut.Message()}
+		Cut: res.Explanation.Cut.Message(), OnFailure: req.Replacement.Sentence()}
 	if v.SignedIn { // the request can be left standing (standingorder.go)
 		var best *market.Quote
 		if len(res.Quotes) > 0 {

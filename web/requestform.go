@@ -18,6 +18,7 @@ var requestFieldAlias = map[string]string{
 	"constraints.max_price_cents":    "constraints.max_price",
 	"constraints.budget_cents":       "constraints.budget",
 	"constraints.min_reliability_bp": "constraints.min_reliability",
+	"replacement.max_premium_cents":  "replacement.max_premium",
 }
 
 // readRequestForm reads the builder's query or form values into the values
@@ -48,8 +49,9 @@ func readRequestForm(q url.Values, now time.Time) views.RequestFormValues {
 		ReliabilityWeight: get("preferences.reliability_weight"), StartWeight: get("preferences.start_weight"),
 		ProvidersWeight: get("preferences.providers_weight"), PreferredWeight: get("preferences.preferred_weight"),
 		PreferredAccelerators: q["preferences.preferred_accelerators"], PreferredRegions: q["preferences.preferred_regions"],
-		CarbonAwareStart: q.Get("preferences.carbon_aware_start") != "",
-		Offers:           q["constraints.offers"],
+		CarbonAwareStart:  q.Get("preferences.carbon_aware_start") != "",
+		Offers:            q["constraints.offers"],
+		ReplacementPolicy: get("replacement.policy"), MaxPremium: get("replacement.max_premium"),
 	}
 }
 
@@ -166,6 +168,7 @@ func requestFromValues(v views.RequestFormValues) (market.Request, map[string]st
 	pr.CarbonAwareStart = v.CarbonAwareStart
 	r.Limit = 5
 	r.Runtime = runtimeFromValues(p, v)
+	readReplacement(p, v, &r.Replacement)
 
 	if err := market.ValidateRequest(&r); err != nil {
 		for k, msg := range market.FieldErrors(err) {
@@ -226,6 +229,10 @@ func requestValues(r market.Request) views.RequestFormValues {
 		v.Offers = append(v.Offers, strconv.FormatInt(id, 10))
 	}
 	runtimeValues(&v, r.Runtime)
+	v.ReplacementPolicy = string(r.Replacement.Effective())
+	if r.Replacement.MaxPremium > 0 {
+		v.MaxPremium = r.Replacement.MaxPremium.Decimal()
+	}
 	return v
 }
 
@@ -291,6 +298,10 @@ func requestQuery(v views.RequestFormValues) string {
 	set("runtime.ports", v.Ports)
 	set("runtime.env", v.Env)
 	set("runtime.min_shm_mb", v.MinShmMB)
+	if v.ReplacementPolicy != string(market.ReplaceNever) {
+		set("replacement.policy", v.ReplacementPolicy)
+	}
+	set("replacement.max_premium", v.MaxPremium)
 	for k, vals := range q {
 		if len(nonEmpty(vals)) == 0 {
 			delete(q, k)
@@ -305,6 +316,29 @@ func nonEmpty(in []string) []string {
 		if s = strings.TrimSpace(s); s != "" {
 			out = append(out, s)
 		}
+	}
+	return out
+}
+
+// readReplacement reads the builder's replacement fieldset (policy, and
+// the maximum premium typed in dollars) into r.
+func readReplacement(p market.Problems, v views.RequestFormValues, r *market.Replacement) {
+	r.Policy = market.ReplacementPolicy(v.ReplacementPolicy)
+	if v.MaxPremium != "" {
+		cents, err := market.ParseCents(v.MaxPremium)
+		if err != nil {
+			p.Add("replacement.max_premium", "Premium: "+err.Error()+".")
+		}
+		r.MaxPremium = cents
+	}
+}
+
+// replacementPolicyOptions are the replacement policies in the builder's
+// select, the default (never) first.
+func replacementPolicyOptions() []views.Option {
+	var out []views.Option
+	for _, pol := range market.ReplacementPolicies() {
+		out = append(out, views.Option{Value: string(pol), Label: pol.Label()})
 	}
 	return out
 }

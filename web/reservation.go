@@ -123,6 +123,9 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 	if v.Resale, err = h.resalePanel(ctx, currentUser(c).ID, r, now); err != nil {
 		return err
 	}
+	if v.Replace, err = h.replacementPanel(ctx, r, now); err != nil {
+		return err
+	}
 	if v.Access, err = h.reservationAccessView(c, r, now); err != nil {
 		return err
 	}

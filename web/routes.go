@@ -143,6 +143,10 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/reservations/:id/reject", h.handleReservationReject, requireUser)
 	b.GET("/reservations/:id/extend", h.handleExtendConfirm, requireUser)
 	b.POST("/reservations/:id/extend", h.handleExtend, requireUser)
+	// Replacement after a host failure (issue 26): the buyer confirms the
+	// one offered under the ask policy (the store checks whose).
+	b.GET("/replacements/:id", h.handleReplacementShow, requireUser)
+	b.POST("/replacements/:id/confirm", h.handleReplacementConfirm, requireUser)
 
 	// Standing orders (issue 15): a request left standing until a quote
 	// within its limit appears; a buyer sees and cancels only their own.

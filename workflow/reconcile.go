@@ -150,6 +150,12 @@ func (s *Service) Reconcile(ctx context.Context, opts ReconcileOptions) ([]Diffe
 	for _, f := range unsold {
 		add(f.ReservationID, fmt.Sprintf("resale listing %d: unsold payment %s not refunded yet", f.ListingID, f.PaymentIntentID), f.Amount.String(), f.LastError)
 	}
+	// Replaced rentals (replace.go): paid = delivered + replacement + refunds.
+	replaced, err := s.reconcileReplacements(ctx, entries)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, replaced...)
 	// Charges recorded before they were made (charge.go) and not finished
 	// past their grace: money may have moved with no outcome recorded.
 	intents, err := db.ListDueChargeIntents(ctx, time.Time{})

@@ -167,8 +167,9 @@ func (s *Service) Tick(ctx context.Context, now time.Time) {
 	}
 	s.expireOrders(ctx, now)
 	s.measureTick(ctx, now)
-	s.spotTick(ctx, now)   // spot market: clear the offer-hours due (workflow/spot.go)
-	s.chargeTick(ctx, now) // saved-card charges left pending by a crash or a processor failure (workflow/charge.go)
+	s.replaceTick(ctx, now) // host failures measured: replacements (workflow/replace.go)
+	s.spotTick(ctx, now)    // spot market: clear the offer-hours due (workflow/spot.go)
+	s.chargeTick(ctx, now)  // saved-card charges left pending by a crash or a processor failure (workflow/charge.go)
 	s.settleTick(ctx, now)
 	s.resaleMoneyTick(ctx, now) // resale: sellers' credits, unsold payments' refunds
 	s.mailTick(ctx, now)

@@ -1,0 +1,556 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpumarket/gpumarket/market"
+)
+
+// Automatic replacement (docs/replacement.md): the measured outages that
+// call for one, and the one row per outage that records what was done —
+// booked, offered to the buyer, lapsed, unfilled or not wanted — under the
+// outage's unique key.
+
+// Replacement states.
+const (
+	ReplacementBooked    = "booked"
+	ReplacementOffered   = "offered"
+	ReplacementLapsed    = "lapsed"
+	ReplacementUnfilled  = "unfilled"
+	ReplacementNotWanted = "not_wanted"
+)
+
+// Notification kinds of replacement, to the buyer.
+const (
+	NotifyRentalReplaced      = "rental_replaced"
+	NotifyReplacementOffered  = "replacement_offered"
+	NotifyReplacementUnfilled = "replacement_unfilled"
+)
+
+const msgReplacementNotFound = "That replacement could not be found."
+
+// Replacement is what was done about one measured outage.
+type Replacement struct {
+	ID             int64
+	OutageID       int64
+	ReservationID  int64
+	PieceID        int64 // the original piece
+	FailedNode     int
+	Kind           market.IncidentKind
+	Policy         market.ReplacementPolicy
+	State          string
+	Reason         string // why unfilled, or what was offered
+	Tier           market.ReplacementTier
+	PieceIDs       []int64 // the replacement's pieces, once booked
+	From, Until    time.Time
+	OfferExpiresAt time.Time // ask policy: the buyer confirms before this
+	Split          market.ReplacementSplit
+	RefundDone     bool
+	RefundRef      string
+	Attempts       int
+	NextAttemptAt  time.Time
+	LastError      string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// OfferLive reports whether an offered replacement may still be confirmed at now.
+func (r Replacement) OfferLive(now time.Time) bool {
+	return r.State == ReplacementOffered && now.Before(r.OfferExpiresAt)
+}
+
+const replacementColumns = `id, outage_id, reservation_id, piece_id, failed_node, kind, policy, state, reason, tier, piece_ids,
+	from_at, until_at, offer_expires_at, remaining_cents, delivered_cents, cost_cents, refund_cents, provider_share_cents,
+	buyer_share_cents, refund_done, refund_ref, attempts, next_attempt_at, last_error, created_at, updated_at`
+
+func scanReplacement(s scanner) (Replacement, error) {
+	var r Replacement
+	var kind, policy, ids string
+	var from, until, expires, next, created, updated int64
+	var rem, del, cost, refund, ps, bs int64
+	if err := s.Scan(&r.ID, &r.OutageID, &r.ReservationID, &r.PieceID, &r.FailedNode, &kind, &policy, &r.State, &r.Reason, &r.Tier, &ids,
+		&from, &until, &expires, &rem, &del, &cost, &refund, &ps, &bs, &r.RefundDone, &r.RefundRef, &r.Attempts, &next, &r.LastError,
+		&created, &updated); err != nil {
+		return Replacement{}, err
+	}
+	r.Kind, r.Policy = market.IncidentKind(kind), market.ReplacementPolicy(policy)
+	for _, f := range strings.Split(ids, ",") {
+		if id, err := strconv.ParseInt(f, 10, 64); err == nil {
+			r.PieceIDs = append(r.PieceIDs, id)
+		}
+	}
+	r.From, r.Until, r.CreatedAt, r.UpdatedAt = fromUnix(from), fromUnix(until), fromUnix(created), fromUnix(updated)
+	if expires != 0 {
+		r.OfferExpiresAt = fromUnix(expires)
+	}
+	if next != 0 {
+		r.NextAttemptAt = fromUnix(next)
+	}
+	r.Split = market.ReplacementSplit{Remaining: market.Cents(rem), Delivered: market.Cents(del), Cost: market.Cents(cost),
+		Refund: market.Cents(refund), ProviderShare: market.Cents(ps), BuyerShare: market.Cents(bs)}
+	return r, nil
+}
+
+// ReplacementTrigger is a measured outage that calls for a replacement
+// (market.TriggersReplacement) and has none recorded yet, with its
+// reservation and piece as they stand.
+type ReplacementTrigger struct {
+	OutageID    int64
+	Node        int
+	Kind        market.IncidentKind
+	Reservation market.Reservation
+	Piece       market.ReservationPiece
+}
+
+// ListReplacementTriggers returns the open measured outages at now that
+// call for a replacement (market.TriggersReplacement: the agent's host
+// failure or fewer devices on a piece running with enough of it left, of
+// an active reservation neither bought on resale nor resold) and have no
+// replacement recorded.
+func (db *DB) ListReplacementTriggers(ctx context.Context, now time.Time) ([]ReplacementTrigger, error) {
+	const op = "list replacement triggers"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	open, err := collect(ctx, tx, scanOutage, `SELECT `+outageColumns+` FROM measured_outages o
+		WHERE o.end_at IS NULL AND NOT EXISTS (SELECT 1 FROM replacements x WHERE x.outage_id = o.id) ORDER BY o.id`)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	var out []ReplacementTrigger
+	for _, o := range open {
+		var resID int64
+		if err := tx.QueryRowContext(ctx, `SELECT reservation_id FROM reservation_pieces WHERE id = ?`, o.PieceID).Scan(&resID); err != nil {
+			return nil, fail(op, err, "")
+		}
+		r, err := getReservation(ctx, tx, resID)
+		if err != nil {
+			return nil, fail(op, err, "")
+		}
+		p := pieceOfReservation(r, o.PieceID)
+		if r.State != market.ReservationActive || r.ResaleOf != 0 || !r.ResoldAt.IsZero() ||
+			!market.TriggersReplacement(o.Kind, true, p, now) {
+			continue
+		}
+		out = append(out, ReplacementTrigger{OutageID: o.ID, Node: o.Node, Kind: o.Kind, Reservation: r, Piece: p})
+	}
+	return out, fail(op, tx.Commit(), "")
+}
+
+// insertReplacementRow records rep once for its outage and returns it with
+// its id; inserted is false when a row for the outage was there already
+// (then that row is returned).
+func insertReplacementRow(ctx context.Context, tx *sql.Tx, rep Replacement, now time.Time) (Replacement, bool, error) {
+	var expires any = 0
+	if !rep.OfferExpiresAt.IsZero() {
+		expires = unix(rep.OfferExpiresAt)
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO replacements (outage_id, reservation_id, piece_id, failed_node, kind, policy, state, reason,
+		from_at, until_at, offer_expires_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (outage_id) DO NOTHING`,
+		rep.OutageID, rep.ReservationID, rep.PieceID, rep.FailedNode, string(rep.Kind), string(rep.Policy), rep.State, rep.Reason,
+		unix(rep.From), unix(rep.Until), expires, unix(now), unix(now))
+	if err != nil {
+		return Replacement{}, false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Replacement{}, false, err
+	}
+	got, err := scanReplacement(tx.QueryRowContext(ctx, `SELECT `+replacementColumns+` FROM replacements WHERE outage_id = ?`, rep.OutageID))
+	return got, n == 1, err
+}
+
+// RecordReplacementDecision records, once per outage, a replacement that
+// books nothing: not wanted (policy never), unfilled (nothing fits or the
+// money rule refused, Reason saying why: the buyer is told, and the SLA
+// credit stands) or offered (ask policy: the buyer is told what is
+// offered, Reason, and confirms before OfferExpiresAt). It returns the row
+// for the outage — an earlier one, unchanged, if there is one.
+func (db *DB) RecordReplacementDecision(ctx context.Context, rep Replacement, now time.Time) (Replacement, error) {
+	const op = "record replacement decision"
+	switch rep.State {
+	case ReplacementNotWanted, ReplacementUnfilled, ReplacementOffered:
+	default:
+		return Replacement{}, fmt.Errorf("store: %s: state %q books something", op, rep.State)
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return Replacement{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	got, inserted, err := insertReplacementRow(ctx, tx, rep, now)
+	if err != nil || !inserted {
+		return got, fail(op, err, "")
+	}
+	url := fmt.Sprintf("/reservations/%d", rep.ReservationID)
+	var buyer int64
+	if err := tx.QueryRowContext(ctx, `SELECT buyer_id FROM reservations WHERE id = ?`, rep.ReservationID).Scan(&buyer); err != nil {
+		return Replacement{}, fail(op, err, "")
+	}
+	what := fmt.Sprintf("The provider's agent measured a %s on node %d of reservation #%d", strings.ToLower(rep.Kind.Label()), rep.FailedNode+1, rep.ReservationID)
+	switch rep.State {
+	case ReplacementUnfilled:
+		err = insertNotification(ctx, tx, Notification{UserID: buyer, Kind: NotifyReplacementUnfilled, CreatedAt: now, URL: url,
+			Message: what + ". No replacement could be booked: " + rep.Reason + " The SLA credit for the outage stands."})
+	case ReplacementOffered:
+		err = insertNotification(ctx, tx, Notification{UserID: buyer, Kind: NotifyReplacementOffered, CreatedAt: now,
+			URL:     fmt.Sprintf("/replacements/%d", got.ID),
+			Message: what + ". A replacement is offered: " + rep.Reason + " Confirm it before " + market.FormatTime(rep.OfferExpiresAt) + ", or it lapses and the SLA credit applies."})
+	}
+	if err != nil {
+		return Replacement{}, fail(op, err, "")
+	}
+	return got, fail(op, tx.Commit(), "")
+}
+
+// BookReplacement books the replacement of rep's piece with pieces (from
+// market.Rematch, placed on nodes, paid as split says) in one transaction,
+// once per outage: a replacement already recorded for the outage is
+// returned as it is (booked is false) — unless it is an offer the buyer
+// buyerID (non-zero) confirms while it is live. Inside the transaction the
+// reservation must still be active with the piece running to rep.Until;
+// the original piece then ends at rep.From for split.OriginalAmount under
+// its frozen terms; the new pieces are checked and placed on their offers
+// as every booking is (reserveOnOffer), inserted with their own offers'
+// frozen terms, and added to the reservation, whose amount becomes the sum
+// of its pieces; the ledger records the movements
+// (market.ReplacementEntries); a refund, if any, is left to the retrier;
+// the buyer is told what failed, where the rental is now and how to
+// connect, and the providers are told. A buyer's share above zero is
+// refused: no off-session charge is made for it yet.
+func (db *DB) BookReplacement(ctx context.Context, rep Replacement, buyerID int64, pieces []market.ReservationPiece, split market.ReplacementSplit, tier market.ReplacementTier, now time.Time) (_ Replacement, booked bool, _ error) {
+	const op = "book replacement"
+	if len(pieces) == 0 {
+		return Replacement{}, false, invalid("A replacement needs at least one piece.")
+	}
+	if split.BuyerShare > 0 {
+		return Replacement{}, false, conflict("This replacement costs more than the failing provider bears, and charging the buyer's card for the difference is not available yet.")
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return Replacement{}, false, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	rep.State = ReplacementBooked
+	got, inserted, err := insertReplacementRow(ctx, tx, rep, now)
+	if err != nil {
+		return Replacement{}, false, fail(op, err, "")
+	}
+	if !inserted {
+		if buyerID == 0 || got.State != ReplacementOffered {
+			return got, false, nil
+		}
+		if !got.OfferLive(now) {
+			return Replacement{}, false, conflict("This offer of a replacement has lapsed; the SLA credit for the outage applies.")
+		}
+	}
+	r, err := getReservation(ctx, tx, got.ReservationID)
+	if err != nil {
+		return Replacement{}, false, fail(op, err, "")
+	}
+	if buyerID != 0 && r.BuyerID != buyerID {
+		return Replacement{}, false, notFound(msgReplacementNotFound)
+	}
+	orig := pieceOfReservation(r, got.PieceID)
+	from := truncate(rep.From)
+	if r.State != market.ReservationActive || orig.ID == 0 || !orig.End.Equal(got.Until) || !from.Before(orig.End) {
+		return Replacement{}, false, conflict("This rental has moved on since the failure was measured; no replacement was booked.")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE reservation_pieces SET end_at = ?, amount_cents = ? WHERE id = ?`,
+		unix(from), int64(split.OriginalAmount()), orig.ID); err != nil {
+		return Replacement{}, false, fail(op, err, "")
+	}
+	add := make([]market.ReservationPiece, len(pieces))
+	var offerIDs []int64
+	byOffer := map[int64][]int{}
+	for i, p := range pieces {
+		p.ID, p.Start, p.End = 0, from, truncate(p.End)
+		add[i] = p
+		if _, seen := byOffer[p.OfferID]; !seen {
+			offerIDs = append(offerIDs, p.OfferID)
+		}
+		byOffer[p.OfferID] = append(byOffer[p.OfferID], i)
+	}
+	for _, id := range offerIDs {
+		if err := reserveOnOffer(ctx, tx, id, add, byOffer[id], now); err != nil {
+			return Replacement{}, false, fail(op, err, "")
+		}
+	}
+	position := len(r.Pieces)
+	ids := make([]string, len(add))
+	for i := range add {
+		p := &add[i]
+		var basis, schedule string
+		if err := tx.QueryRowContext(ctx, insertPieceQuery, r.ID, position+i, p.ProviderID, p.Devices, unix(p.Start), unix(p.End),
+			boolInt(p.Interruptible), int64(p.PriceCents), int64(p.AmountCents), p.FreeCancelHours, p.CancelFeeBP,
+			boolInt(p.Gang), formatNodes(p.Nodes), p.OfferID,
+		).Scan(&p.ID, &basis, &p.Terms.UptimeBP, &p.Terms.CreditCapBP, &schedule, &p.RejectMinutes); err != nil {
+			return Replacement{}, false, fail(op, err, "")
+		}
+		ids[i] = strconv.FormatInt(p.ID, 10)
+	}
+	var total market.Cents
+	for _, p := range r.Pieces {
+		if p.ID == orig.ID {
+			p.AmountCents = split.OriginalAmount()
+		}
+		total += p.AmountCents
+	}
+	for _, p := range add {
+		total += p.AmountCents
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE reservations SET amount_cents = ?, updated_at = ? WHERE id = ?`, int64(total), unix(now), r.ID); err != nil {
+		return Replacement{}, false, fail(op, err, "")
+	}
+	refundDone := boolInt(split.Refund == 0)
+	if _, err := tx.ExecContext(ctx, `UPDATE replacements SET state = ?, tier = ?, piece_ids = ?, from_at = ?, remaining_cents = ?,
+		delivered_cents = ?, cost_cents = ?, refund_cents = ?, provider_share_cents = ?, buyer_share_cents = ?, refund_done = ?,
+		next_attempt_at = ?, updated_at = ? WHERE id = ?`,
+		ReplacementBooked, int(tier), strings.Join(ids, ","), unix(from), int64(split.Remaining), int64(split.Delivered), int64(split.Cost),
+		int64(split.Refund), int64(split.ProviderShare), int64(split.BuyerShare), refundDone, unix(now), unix(now), got.ID); err != nil {
+		return Replacement{}, false, fail(op, err, "")
+	}
+	if err := insertEntries(ctx, tx, market.ReplacementEntries(got.ID, r, orig.ProviderID, add, split, now)); err != nil {
+		return Replacement{}, false, fail(op, err, "")
+	}
+	if err := notifyReplaced(ctx, tx, r, orig, got, add, split, tier, now); err != nil {
+		return Replacement{}, false, fail(op, err, "")
+	}
+	got, err = scanReplacement(tx.QueryRowContext(ctx, `SELECT `+replacementColumns+` FROM replacements WHERE id = ?`, got.ID))
+	if err != nil {
+		return Replacement{}, false, fail(op, err, "")
+	}
+	return got, true, fail(op, tx.Commit(), "")
+}
+
+// notifyReplaced tells the buyer what failed, where the rental is now and
+// how to connect, and tells the failing and the new providers.
+func notifyReplaced(ctx context.Context, tx *sql.Tx, r market.Reservation, orig market.ReservationPiece, rep Replacement,
+	add []market.ReservationPiece, split market.ReplacementSplit, tier market.ReplacementTier, now time.Time) error {
+	var where []string
+	for _, p := range add {
+		var title string
+		if err := tx.QueryRowContext(ctx, `SELECT title FROM offers WHERE id = ?`, p.OfferID).Scan(&title); err != nil {
+			return err
+		}
+		nodes := make([]string, len(p.Nodes))
+		for i, n := range p.Nodes {
+			nodes[i] = strconv.Itoa(n.Node + 1)
+		}
+		where = append(where, fmt.Sprintf("%d device(s) on offer #%d %q, node(s) %s", p.Devices, p.OfferID, title, strings.Join(nodes, ", ")))
+	}
+	money := "at no extra cost"
+	switch {
+	case split.Refund > 0:
+		money = split.Refund.String() + " cheaper; the difference is refunded to your card"
+	case split.ProviderShare > 0:
+		money = "dearer by " + split.ProviderShare.String() + ", borne by the failing provider"
+	}
+	url := fmt.Sprintf("/reservations/%d", r.ID)
+	msgs := []Notification{
+		{UserID: r.BuyerID, Kind: NotifyRentalReplaced, CreatedAt: now, URL: url,
+			Message: fmt.Sprintf("The provider's agent measured a %s on node %d of reservation #%d. From %s your rental runs on %s (%s), %s. Connect as before: your SSH keys are handed to the new node's agent; the reservation page shows the new endpoint.",
+				strings.ToLower(rep.Kind.Label()), rep.FailedNode+1, r.ID, market.FormatTime(rep.From), strings.Join(where, "; "), tier.Label(), money)},
+		{UserID: orig.ProviderID, Kind: NotifyIncidentReported, CreatedAt: now, URL: fmt.Sprintf("/provider/bookings/%d", r.ID),
+			Message: fmt.Sprintf("Node %d of booking #%d failed and the rental was moved to a replacement from %s; your piece settles for the time it delivered.",
+				rep.FailedNode+1, r.ID, market.FormatTime(rep.From))},
+	}
+	told := map[int64]bool{orig.ProviderID: true}
+	for _, p := range add {
+		if !told[p.ProviderID] {
+			told[p.ProviderID] = true
+			msgs = append(msgs, Notification{UserID: p.ProviderID, Kind: NotifyBookingMade, CreatedAt: now, URL: fmt.Sprintf("/provider/bookings/%d", r.ID),
+				Message: fmt.Sprintf("New booking #%d on your offer from %s to %s: a replacement after another host failed.", r.ID, market.FormatTime(p.Start), market.FormatTime(p.End))})
+		}
+	}
+	for _, n := range msgs {
+		if err := insertNotification(ctx, tx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LapseReplacementOffers marks every offered replacement whose deadline
+// passed by now as lapsed, telling the buyer, and returns them.
+func (db *DB) LapseReplacementOffers(ctx context.Context, now time.Time) ([]Replacement, error) {
+	const op = "lapse replacement offers"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	due, err := collect(ctx, tx, scanReplacement, `SELECT `+replacementColumns+` FROM replacements WHERE state = ? AND offer_expires_at <= ? ORDER BY id`,
+		ReplacementOffered, unix(now))
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	for i := range due {
+		rep := &due[i]
+		if _, err := tx.ExecContext(ctx, `UPDATE replacements SET state = ?, updated_at = ? WHERE id = ?`, ReplacementLapsed, unix(now), rep.ID); err != nil {
+			return nil, fail(op, err, "")
+		}
+		rep.State = ReplacementLapsed
+		var buyer int64
+		if err := tx.QueryRowContext(ctx, `SELECT buyer_id FROM reservations WHERE id = ?`, rep.ReservationID).Scan(&buyer); err != nil {
+			return nil, fail(op, err, "")
+		}
+		if err := insertNotification(ctx, tx, Notification{UserID: buyer, Kind: NotifyReplacementUnfilled, CreatedAt: now,
+			URL:     fmt.Sprintf("/reservations/%d", rep.ReservationID),
+			Message: fmt.Sprintf("The replacement offered for reservation #%d was not confirmed in time and lapsed; the SLA credit for the outage applies.", rep.ReservationID)}); err != nil {
+			return nil, fail(op, err, "")
+		}
+	}
+	return due, fail(op, tx.Commit(), "")
+}
+
+// FindReplacement returns a replacement; a buyerID other than 0 must be
+// its reservation's buyer (else not found).
+func (db *DB) FindReplacement(ctx context.Context, buyerID, id int64) (Replacement, error) {
+	const op = "find replacement"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return Replacement{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	rep, err := scanReplacement(tx.QueryRowContext(ctx, `SELECT `+replacementColumns+` FROM replacements WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Replacement{}, notFound(msgReplacementNotFound)
+	}
+	if err != nil {
+		return Replacement{}, fail(op, err, "")
+	}
+	if buyerID != 0 {
+		var buyer int64
+		if err := tx.QueryRowContext(ctx, `SELECT buyer_id FROM reservations WHERE id = ?`, rep.ReservationID).Scan(&buyer); err != nil {
+			return Replacement{}, fail(op, err, "")
+		}
+		if buyer != buyerID {
+			return Replacement{}, notFound(msgReplacementNotFound)
+		}
+	}
+	return rep, fail(op, tx.Commit(), "")
+}
+
+// ListReplacements returns a reservation's replacements in the order recorded.
+func (db *DB) ListReplacements(ctx context.Context, reservationID int64) ([]Replacement, error) {
+	const op = "list replacements"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	out, err := collect(ctx, tx, scanReplacement, `SELECT `+replacementColumns+` FROM replacements WHERE reservation_id = ? ORDER BY id`, reservationID)
+	return out, fail(op, err, "")
+}
+
+// ListAllReplacements returns every replacement, for reconciliation.
+func (db *DB) ListAllReplacements(ctx context.Context) ([]Replacement, error) {
+	const op = "list all replacements"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	out, err := collect(ctx, tx, scanReplacement, `SELECT `+replacementColumns+` FROM replacements ORDER BY id`)
+	return out, fail(op, err, "")
+}
+
+// ReplacementRefund is a booked replacement's refund due, with the
+// payment it is made on.
+type ReplacementRefund struct {
+	Replacement     Replacement
+	Reservation     market.Reservation
+	PaymentIntentID string
+}
+
+// ListDueReplacementRefunds returns the replacements whose refund is not
+// made and is due at now (a zero now: all of them).
+func (db *DB) ListDueReplacementRefunds(ctx context.Context, now time.Time) ([]ReplacementRefund, error) {
+	const op = "list due replacement refunds"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	where, args := `WHERE refund_done = 0`, []any{}
+	if !now.IsZero() {
+		where, args = where+` AND next_attempt_at <= ?`, append(args, unix(now))
+	}
+	reps, err := collect(ctx, tx, scanReplacement, `SELECT `+replacementColumns+` FROM replacements `+where+` ORDER BY id`, args...)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	out := make([]ReplacementRefund, 0, len(reps))
+	for _, rep := range reps {
+		r, err := getReservation(ctx, tx, rep.ReservationID)
+		if err != nil {
+			return nil, fail(op, err, "")
+		}
+		var pi string
+		if err := tx.QueryRowContext(ctx, `SELECT payment_intent_id FROM payments WHERE reservation_id = ?`, r.ID).Scan(&pi); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, fail(op, err, "")
+		}
+		out = append(out, ReplacementRefund{Replacement: rep, Reservation: r, PaymentIntentID: pi})
+	}
+	return out, fail(op, tx.Commit(), "")
+}
+
+// RecordReplacementRefund records the refund of a replacement's
+// difference (the processor's refund refundID) in the ledger, once.
+func (db *DB) RecordReplacementRefund(ctx context.Context, id int64, refundID string, now time.Time) error {
+	const op = "record replacement refund"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	rep, err := scanReplacement(tx.QueryRowContext(ctx, `SELECT `+replacementColumns+` FROM replacements WHERE id = ?`, id))
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if rep.RefundDone {
+		return nil
+	}
+	r, err := getReservation(ctx, tx, rep.ReservationID)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if err := insertEntries(ctx, tx, []market.LedgerEntry{market.ReplacementRefundEntry(rep.ID, r, rep.Split.Refund, refundID, now)}); err != nil {
+		return fail(op, err, "")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE replacements SET refund_done = 1, refund_ref = ?, last_error = '', updated_at = ? WHERE id = ?`,
+		refundID, unix(now), id); err != nil {
+		return fail(op, err, "")
+	}
+	if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyRefundSent, CreatedAt: now, URL: fmt.Sprintf("/reservations/%d", r.ID),
+		Message: fmt.Sprintf("%s was refunded to your card: the replacement on reservation #%d cost less than the time it replaced.", rep.Split.Refund, r.ID)}); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// RecordReplacementRefundFailure records a failed refund attempt, to be
+// tried again at next.
+func (db *DB) RecordReplacementRefundFailure(ctx context.Context, id int64, msg string, next, now time.Time) error {
+	const op = "record replacement refund failure"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE replacements SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?, updated_at = ?
+		WHERE id = ? AND refund_done = 0`, msg, unix(next), unix(now), id); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}

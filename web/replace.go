@@ -1,0 +1,136 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/views"
+)
+
+// Replacement after a host failure (docs/replacement.md): the page where
+// a buyer with the ask policy confirms the replacement offered, and the
+// confirmation, which books through the workflow.
+
+// handleReplacementShow shows a replacement offered to the buyer.
+func (h *Handler) handleReplacementShow(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	rep, err := h.db.FindReplacement(c.Request().Context(), currentUser(c).ID, id)
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.ReplacementConfirm(h.page(c, "Confirm the replacement"), replacementView(rep, h)))
+}
+
+// handleReplacementConfirm books the offered replacement (workflow
+// ConfirmReplacement); a conflict (lapsed, or nothing fits any more) is
+// shown on the page with status 409.
+func (h *Handler) handleReplacementConfirm(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	ctx, user := c.Request().Context(), currentUser(c)
+	rep, err := h.wf.ConfirmReplacement(ctx, user.ID, id)
+	if market.ErrorCode(err) == market.CodeConflict {
+		cur, ferr := h.db.FindReplacement(ctx, user.ID, id)
+		if ferr != nil {
+			return ferr
+		}
+		v := replacementView(cur, h)
+		v.Message = market.ErrorMessage(err)
+		return render(c, http.StatusConflict, views.ReplacementConfirm(h.page(c, "Confirm the replacement"), v))
+	}
+	if err != nil {
+		return err
+	}
+	h.setFlash(c, "ok", fmt.Sprintf("Your rental was moved to the replacement from %s.", formatTime(rep.From)))
+	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/reservations/%d", rep.ReservationID))
+}
+
+// replacementView is the confirm page's model of rep.
+func replacementView(rep store.Replacement, h *Handler) views.ReplacementConfirmView {
+	now := h.now()
+	status := strings.ReplaceAll(rep.State, "_", " ")
+	if rep.State == store.ReplacementOffered && !rep.OfferLive(now) {
+		status = "lapsed"
+	}
+	return views.ReplacementConfirmView{
+		ID: strconv.FormatInt(rep.ID, 10), URL: fmt.Sprintf("/reservations/%d", rep.ReservationID),
+		ActionURL: fmt.Sprintf("/replacements/%d/confirm", rep.ID),
+		Failed: fmt.Sprintf("The provider's agent measured a %s on node %d of reservation #%d at %s.",
+			strings.ToLower(rep.Kind.Label()), rep.FailedNode+1, rep.ReservationID, formatTime(rep.CreatedAt)),
+		Offered: rep.Reason, Expires: formatTime(rep.OfferExpiresAt), Status: status, Live: rep.OfferLive(now),
+	}
+}
+
+// replacementPanel is the reservation page's account of r's host failures
+// and replacements: the original piece and the replacement side by side.
+func (h *Handler) replacementPanel(ctx context.Context, r market.Reservation, now time.Time) (views.ReplacementPanelView, error) {
+	reps, err := h.db.ListReplacements(ctx, r.ID)
+	if err != nil {
+		return views.ReplacementPanelView{}, err
+	}
+	pieces := map[int64]market.ReservationPiece{}
+	for _, p := range r.Pieces {
+		pieces[p.ID] = p
+	}
+	var v views.ReplacementPanelView
+	for _, rep := range reps {
+		row := views.ReplacementRow{
+			What: fmt.Sprintf("%s on node %d, measured %s.", rep.Kind.Label(), rep.FailedNode+1, formatTime(rep.CreatedAt)),
+		}
+		switch rep.State {
+		case store.ReplacementBooked:
+			row.Status = "replaced"
+		case store.ReplacementOffered:
+			row.Status, row.Reason = "offered", "Offered: "+rep.Reason
+			if rep.OfferLive(now) {
+				row.ConfirmURL = fmt.Sprintf("/replacements/%d", rep.ID)
+			} else {
+				row.Status = "lapsed"
+			}
+		case store.ReplacementNotWanted:
+			row.Status, row.Reason = "not replaced", "Your request's replacement policy is never; the SLA credit for the outage applies."
+		case store.ReplacementUnfilled:
+			row.Status, row.Reason = "not replaced", rep.Reason+" The SLA credit for the outage applies."
+		default:
+			row.Status = strings.ReplaceAll(rep.State, "_", " ")
+		}
+		if rep.State == store.ReplacementBooked {
+			o := pieces[rep.PieceID]
+			row.Original = fmt.Sprintf("Offer #%d, %s, settles for %s of the %s paid for it", o.OfferID, market.FormatSpan(o.Start, o.End),
+				rep.Split.OriginalAmount(), rep.Split.Delivered+rep.Split.Remaining)
+			var parts []string
+			for _, id := range rep.PieceIDs {
+				p := pieces[id]
+				parts = append(parts, fmt.Sprintf("Offer #%d, %d device(s), %s, %s", p.OfferID, p.Devices, market.FormatSpan(p.Start, p.End), p.AmountCents))
+			}
+			row.Replacement = strings.Join(parts, "; ")
+			switch {
+			case rep.Split.Refund > 0:
+				state := "being refunded"
+				if rep.RefundDone {
+					state = "refunded"
+				}
+				row.Difference = fmt.Sprintf("%s cheaper, %s to your card", rep.Split.Refund, state)
+			case rep.Split.ProviderShare > 0:
+				row.Difference = fmt.Sprintf("%s dearer, borne by the failing provider", rep.Split.ProviderShare)
+			default:
+				row.Difference = "none"
+			}
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	return v, nil
+}

@@ -1,0 +1,106 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/gpumarket/gpumarket/store"
+)
+
+// TestReplacementFieldsetOnTheBuilder: the builder shows the replacement
+// fieldset, keeps what was chosen, refuses a bad premium next to its field,
+// and books with the policy in the stored request.
+func TestReplacementFieldsetOnTheBuilder(t *testing.T) {
+	app := newBillingApp(t)
+	app.listedOffer("nvidia-h100-80gb-sxm", 8, 1, "us-east-va", 219)
+	c := app.client()
+	q := trainingQuery()
+	q.Set("replacement.policy", "ask")
+	q.Set("replacement.max_premium", "0.5x")
+	r := c.get("/requests?" + q.Encode())
+	mustContain(t, r.body, `data-testid="replacement-fieldset"`, `<option value="ask" selected`, "Premium: ", `id="e-replacement.max_premium"`)
+	q.Set("replacement.max_premium", "0.50")
+	r = c.get("/requests?" + q.Encode())
+	mustContain(t, r.body, `value="0.50"`, `data-testid="on-failure"`, "If a host fails, the market offers you another machine")
+	mustNotContain(t, r.body, `id="e-replacement.max_premium"`)
+}
+
+// TestAskReplacementConfirmedOnItsPage: a host of an ask-policy rental
+// fails; the buyer is offered the replacement, another user cannot see
+// it, the buyer confirms it on its page (a form with CSRF, through the
+// workflow), the rental moves once, and everything reconciles.
+func TestAskReplacementConfirmedOnItsPage(t *testing.T) {
+	app := newBillingApp(t)
+	prov := app.client()
+	prov.signUp("repl-prov@example.com", true)
+	o := app.ownOffer(prov.userID())
+	buyer := app.client()
+	buyer.signUp("repl-buyer@example.com", false)
+	q := trainingQuery()
+	q.Set("workload.hours", "4")
+	q.Set("replacement.policy", "ask")
+	r := app.bookAndPayQuery(buyer, q)
+	p := r.Pieces[0]
+	if p.OfferID != o.ID {
+		t.Fatalf("booked %+v", p)
+	}
+	// The other provider's offer is listed after the booking.
+	prov2 := app.client()
+	prov2.signUp("repl-prov2@example.com", true)
+	o2 := app.ownOffer(prov2.userID())
+
+	token := createHostToken(t, prov, o.ID, 0)
+	s := p.Start
+	app.tick(s)
+	for i := range 6 {
+		app.clock.set(s.Add(time.Duration(i) * 10 * time.Minute))
+		app.beat(token, heartbeatBody(int64(i+1), 8))
+	}
+	app.tick(s.Add(time.Hour)) // silent 10 minutes: a host failure; offered
+
+	ctx := context.Background()
+	reps, err := app.db.ListReplacements(ctx, r.ID)
+	if err != nil || len(reps) != 1 || reps[0].State != store.ReplacementOffered {
+		t.Fatalf("replacements %+v %v", reps, err)
+	}
+	path := fmt.Sprintf("/replacements/%d", reps[0].ID)
+	other := app.client()
+	other.signUp("repl-other@example.com", false)
+	if got := other.get(path); got.status != http.StatusNotFound {
+		t.Fatalf("another user sees the offer: %d", got.status)
+	}
+	mustContain(t, buyer.get(fmt.Sprintf("/reservations/%d", r.ID)).body, `data-testid="replacement-confirm-link"`)
+	page := buyer.get(path)
+	mustContain(t, page.body, `data-testid="confirm-replacement"`, fmt.Sprintf("8 device(s) on offer #%d", o2.ID), "host failure on node 1")
+	done := buyer.post(path, path+"/confirm", url.Values{})
+	if done.status != http.StatusSeeOther || done.location != fmt.Sprintf("/reservations/%d", r.ID) {
+		t.Fatalf("confirm: %d → %q\n%s", done.status, done.location, done.body)
+	}
+	again := buyer.post(path, path+"/confirm", url.Values{})
+	if again.status != http.StatusConflict {
+		t.Fatalf("second confirm: %d", again.status)
+	}
+	got, err := app.db.FindReservation(ctx, r.ID)
+	if err != nil || len(got.Pieces) != 2 || got.Pieces[1].OfferID != o2.ID || !got.Pieces[0].End.Equal(s.Add(time.Hour)) {
+		t.Fatalf("pieces %+v %v", got.Pieces, err)
+	}
+	// Same price, whole hours left: the replacement costs what the 3 hours
+	// left were paid, 8 × 3 × 219¢ = 5,256¢; the first hour stays, 1,752¢.
+	if got.Pieces[1].AmountCents != 8*3*219 || got.Pieces[0].AmountCents != 8*219 {
+		t.Fatalf("amounts %s and %s", got.Pieces[0].AmountCents, got.Pieces[1].AmountCents)
+	}
+	// The reservation page shows the original and the replacement side by side.
+	resPage := buyer.get(fmt.Sprintf("/reservations/%d", r.ID)).body
+	mustContain(t, resPage, `data-testid="replacements"`, `data-testid="replacement-state">replaced<`,
+		fmt.Sprintf("Offer #%d, 8 device(s)", o2.ID), fmt.Sprintf("settles for $17.52 of the $70.08 paid for it"),
+		`data-testid="replacement-difference">none<`)
+	app.connectPayouts(prov)
+	app.connectPayouts(prov2)
+	app.tick(p.End.Add(time.Minute))
+	app.tick(p.End.Add(2 * time.Hour))
+	requireReconciled(t, app.testApp)
+}
