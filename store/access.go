@@ -61,6 +61,7 @@ type Assignment struct {
 	State         market.AccessState
 	SSHKeys       []string // the buyer's keys as authorized_keys lines; only to install
 	Acceptance    bool     // run the acceptance test and report it: no result is in yet
+	Reported      bool     // to install, and the agent's installed report is in
 }
 
 // ListAssignments returns what the agent of the token's node must act on
@@ -69,25 +70,40 @@ type Assignment struct {
 // acceptance test asked for while the piece runs and no result is in. A
 // token revoked meanwhile, or of a suspended provider, is unauthorized.
 func (db *DB) ListAssignments(ctx context.Context, tokenID int64, now time.Time) ([]Assignment, error) {
+	as, _, err := db.NodeAssignments(ctx, tokenID, now)
+	return as, err
+}
+
+// NodeAssignments is ListAssignments with the next time after now at which
+// they change by the clock alone — a piece on the node starting or ending
+// — zero when none will: until then only a committed change can change
+// them (the long-poll of docs/agent.md waits for whichever comes first).
+func (db *DB) NodeAssignments(ctx context.Context, tokenID int64, now time.Time) ([]Assignment, time.Time, error) {
 	const op = "list assignments"
 	tx, err := db.read(ctx)
 	if err != nil {
-		return nil, fail(op, err, "")
+		return nil, time.Time{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
 	t, err := liveHostToken(ctx, tx, tokenID)
 	if err != nil {
-		return nil, fail(op, err, "")
+		return nil, time.Time{}, fail(op, err, "")
 	}
 	rentals, err := offerRentals(ctx, tx, t.OfferID, t.Node, now)
 	if err != nil {
-		return nil, fail(op, err, "")
+		return nil, time.Time{}, fail(op, err, "")
 	}
 	out := []Assignment{}
+	var next time.Time
 	for _, r := range rentals {
+		for _, at := range []time.Time{r.Piece.Start, r.Piece.End} {
+			if at.After(now) && (next.IsZero() || at.Before(next)) {
+				next = at
+			}
+		}
 		a, err := getPieceAccess(ctx, tx, r.Piece.ID, t.Node)
 		if err != nil {
-			return nil, fail(op, err, "")
+			return nil, time.Time{}, fail(op, err, "")
 		}
 		state := market.AccessStateOf(r.State, r.Piece, a.Installed(), a.Removed(), now)
 		if state == market.AccessNone {
@@ -95,14 +111,15 @@ func (db *DB) ListAssignments(ctx context.Context, tokenID int64, now time.Time)
 		}
 		as := Assignment{ReservationID: r.ReservationID, Piece: r.Piece, Devices: r.Piece.DevicesOnNode(t.Node), State: state, SSHKeys: []string{}}
 		if state == market.AccessInstall {
+			as.Reported = a.Installed() && !a.Removed()
 			done, err := hasAcceptance(ctx, tx, r.Piece.ID, t.Node)
 			if err != nil {
-				return nil, fail(op, err, "")
+				return nil, time.Time{}, fail(op, err, "")
 			}
 			as.Acceptance = !done
 			keys, err := userSSHKeys(ctx, tx, r.BuyerID)
 			if err != nil {
-				return nil, fail(op, err, "")
+				return nil, time.Time{}, fail(op, err, "")
 			}
 			for _, k := range keys {
 				as.SSHKeys = append(as.SSHKeys, k.Line)
@@ -110,7 +127,7 @@ func (db *DB) ListAssignments(ctx context.Context, tokenID int64, now time.Time)
 		}
 		out = append(out, as)
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // nodePiece loads a piece for the agent of the token's node, with its

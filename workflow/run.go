@@ -38,6 +38,7 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 	beat := time.NewTicker(market.ServerBeatInterval)
 	defer beat.Stop()
 	defer s.releaseLease()
+	defer s.FlushHeartbeats(context.WithoutCancel(ctx))
 	started := s.now()
 	s.serverBeat(ctx, started, started)
 	lastReload, lastPrune := s.now(), time.Time{}
@@ -53,6 +54,7 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 		// The step runs to its end even if ctx ends meanwhile: a processor
 		// call made must be recorded before the process stops.
 		step := context.WithoutCancel(ctx)
+		s.FlushHeartbeats(step)
 		now := s.now()
 		if s.takeLease(step, now, LeaseTTL(every)) {
 			s.Tick(step, now)

@@ -123,6 +123,9 @@ type Service struct {
 	budget market.Budget
 	broad  *fairShare
 	carbon *carbonCache
+
+	// agent holds the agents' long-polls and absorbed heartbeats (agent.go).
+	agent *agentState
 }
 
 // New builds the service and loads the matcher index from the database.
@@ -142,7 +145,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 	s := &Service{db: db, pay: cfg.Billing, log: log, feeBP: cfg.PlatformFeeBP, now: func() time.Time { return cfg.Now().UTC() },
 		metrics: cfg.Metrics, holder: fmt.Sprintf("%s/%d/%08x", cfg.Replica, os.Getpid(), rand.Uint32()),
 		mail: cfg.Mail, compose: mail.Composer{BaseURL: cfg.BaseURL}, orders: newOrderQueue(), feed: newFeedQueue(),
-		budget: cfg.QuoteBudget, broad: newFairShare(cfg.BroadSlots), carbon: newCarbonCache()}
+		budget: cfg.QuoteBudget, broad: newFairShare(cfg.BroadSlots), carbon: newCarbonCache(), agent: newAgentState()}
 	if s.budget == (market.Budget{}) {
 		s.budget = market.DefaultBudget
 	}
