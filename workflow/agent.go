@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpumarket/gpumarket/market"
@@ -40,11 +41,44 @@ func (s *Service) measureTick(ctx context.Context, now time.Time) {
 type agentState struct {
 	hub  agentHub
 	seen seenCache
+	// writeAll: absorb nothing (Config.WriteEveryHeartbeat).
+	writeAll bool
+	counts   struct{ heartbeats, written, absorbed, flushes, flushed, reports atomic.Int64 }
 }
 
-func newAgentState() *agentState {
+func newAgentState(writeAll bool) *agentState {
 	return &agentState{hub: agentHub{waiters: map[int64]map[chan struct{}]struct{}{}},
-		seen: seenCache{nodes: map[int64]*seenNode{}, pending: map[int64]*store.HeartbeatSeen{}}}
+		seen: seenCache{nodes: map[int64]*seenNode{}, pending: map[int64]*store.HeartbeatSeen{}}, writeAll: writeAll}
+}
+
+// AgentCounts counts, since the start, what the agents' requests cost the
+// database: heartbeats received; those written in full (one write
+// transaction each) and those absorbed; the batches of absorbed ones
+// written (one transaction each) and the nodes they held; the reports on
+// assignments (installed, removed, acceptance: one transaction each).
+type AgentCounts struct {
+	Heartbeats, Written, Absorbed, Flushes, Flushed, Reports int64
+}
+
+// WritesPerHeartbeat is the write transactions per heartbeat (full writes
+// and batches), reports apart.
+func (c AgentCounts) WritesPerHeartbeat() float64 {
+	if c.Heartbeats == 0 {
+		return 0
+	}
+	return float64(c.Written+c.Flushes) / float64(c.Heartbeats)
+}
+
+// Sub is the counts between before and c.
+func (c AgentCounts) Sub(before AgentCounts) AgentCounts {
+	return AgentCounts{c.Heartbeats - before.Heartbeats, c.Written - before.Written, c.Absorbed - before.Absorbed,
+		c.Flushes - before.Flushes, c.Flushed - before.Flushed, c.Reports - before.Reports}
+}
+
+// AgentCounts returns the counts so far.
+func (s *Service) AgentCounts() AgentCounts {
+	c := &s.agent.counts
+	return AgentCounts{c.heartbeats.Load(), c.written.Load(), c.absorbed.Load(), c.flushes.Load(), c.flushed.Load(), c.reports.Load()}
 }
 
 // RecordHeartbeat records a heartbeat of the token's node (authenticated
@@ -60,10 +94,16 @@ func newAgentState() *agentState {
 func (s *Service) RecordHeartbeat(ctx context.Context, tok store.HostToken, hb market.Heartbeat) (bool, error) {
 	now := s.now()
 	digest := heartbeatDigest(hb)
-	switch s.agent.seen.absorb(tok.ID, hb.Seq, digest, now) {
+	s.agent.counts.heartbeats.Add(1)
+	outcome := seenWrite
+	if !s.agent.writeAll {
+		outcome = s.agent.seen.absorb(tok.ID, hb.Seq, digest, now)
+	}
+	switch outcome {
 	case seenReplay:
 		return false, nil
 	case seenAbsorbed:
+		s.agent.counts.absorbed.Add(1)
 		if batch := s.agent.seen.due(time.Now()); batch != nil {
 			s.flushSeen(ctx, batch)
 		}
@@ -74,6 +114,7 @@ func (s *Service) RecordHeartbeat(ctx context.Context, tok store.HostToken, hb m
 	if p := s.agent.seen.takeNode(tok.ID); p != nil {
 		s.flushSeen(ctx, []store.HeartbeatSeen{*p})
 	}
+	s.agent.counts.written.Add(1)
 	rec, err := s.db.RecordHeartbeatRun(ctx, tok.ID, hb, now)
 	if err != nil {
 		s.agent.seen.forget(tok.ID)
@@ -101,6 +142,8 @@ func (s *Service) FlushHeartbeats(ctx context.Context) {
 // flushSeen writes a batch of absorbed heartbeats; a failed write forgets
 // its nodes, whose next heartbeats are then written in full.
 func (s *Service) flushSeen(ctx context.Context, batch []store.HeartbeatSeen) {
+	s.agent.counts.flushes.Add(1)
+	s.agent.counts.flushed.Add(int64(len(batch)))
 	err := s.db.FlushHeartbeatsSeen(context.WithoutCancel(ctx), batch)
 	s.agent.seen.flushed()
 	if err != nil {
@@ -273,18 +316,21 @@ func (c *seenCache) forget(tokenID int64) {
 // RecordInstalled records the agent's report that the buyer's keys are in
 // place on the token's node for a piece (store.RecordInstalled).
 func (s *Service) RecordInstalled(ctx context.Context, tok store.HostToken, pieceID int64, conn market.Connection) (store.PieceAccess, error) {
+	s.agent.counts.reports.Add(1)
 	return s.db.RecordInstalled(ctx, tok.ID, pieceID, conn, s.now())
 }
 
 // RecordRemoved records the agent's confirmation that the buyer's keys
 // are gone from the token's node (store.RecordRemoved).
 func (s *Service) RecordRemoved(ctx context.Context, tok store.HostToken, pieceID int64, removedAt time.Time) (store.PieceAccess, error) {
+	s.agent.counts.reports.Add(1)
 	return s.db.RecordRemoved(ctx, tok.ID, pieceID, removedAt, s.now())
 }
 
 // RecordAcceptance records the acceptance test of a piece on the token's
 // node (store.RecordAcceptance).
 func (s *Service) RecordAcceptance(ctx context.Context, tok store.HostToken, pieceID int64, res market.AcceptanceResult) (store.AcceptanceRecord, error) {
+	s.agent.counts.reports.Add(1)
 	return s.db.RecordAcceptance(ctx, tok.ID, pieceID, res, s.now())
 }
 

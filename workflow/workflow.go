@@ -72,6 +72,10 @@ type Config struct {
 	// BroadSlots is how many broad matches run at once; 0 means half the
 	// processors (at least one).
 	BroadSlots int
+	// WriteEveryHeartbeat writes every heartbeat in full instead of
+	// absorbing repeats (RecordHeartbeat): only to measure what absorbing
+	// saves (loadgen -fleet -write-every-heartbeat).
+	WriteEveryHeartbeat bool
 }
 
 // Service runs the workflows over one database and one processor. It is
@@ -145,7 +149,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 	s := &Service{db: db, pay: cfg.Billing, log: log, feeBP: cfg.PlatformFeeBP, now: func() time.Time { return cfg.Now().UTC() },
 		metrics: cfg.Metrics, holder: fmt.Sprintf("%s/%d/%08x", cfg.Replica, os.Getpid(), rand.Uint32()),
 		mail: cfg.Mail, compose: mail.Composer{BaseURL: cfg.BaseURL}, orders: newOrderQueue(), feed: newFeedQueue(),
-		budget: cfg.QuoteBudget, broad: newFairShare(cfg.BroadSlots), carbon: newCarbonCache(), agent: newAgentState()}
+		budget: cfg.QuoteBudget, broad: newFairShare(cfg.BroadSlots), carbon: newCarbonCache(), agent: newAgentState(cfg.WriteEveryHeartbeat)}
 	if s.budget == (market.Budget{}) {
 		s.budget = market.DefaultBudget
 	}

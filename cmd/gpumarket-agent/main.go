@@ -417,7 +417,8 @@ func (a *agent) await(ctx context.Context, next time.Time, hb heartbeatResponse)
 	for ctx.Err() == nil {
 		wait := next.Sub(a.now())
 		if wait < time.Second {
-			a.pause(ctx, wait)
+			// The long-poll's wait is whole seconds: the heartbeat goes now,
+			// a little early, rather than nothing heard for the rest.
 			return nil
 		}
 		resp, err := a.client.assignments(ctx, known, min(int(wait/time.Second), agentapi.MaxWaitSeconds))
