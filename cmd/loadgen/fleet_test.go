@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -86,6 +87,14 @@ func TestFleetPushAndOldAgents(t *testing.T) {
 	}
 }
 
+func nodeRange(from, to int) []int {
+	var out []int
+	for i := from; i < to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
 // BenchmarkPayToKeys measures the time from a recorded payment to the
 // agent's report that the buyer's keys are installed, at the default
 // 10 s heartbeat interval, through the heartbeat alone (an agent from
@@ -102,19 +111,23 @@ func BenchmarkPayToKeys(b *testing.B) {
 	h := startFleetHarness(b, perKind, perKind, interval)
 	time.Sleep(interval + time.Second)
 	var heartbeatP99 time.Duration
+	rng := rand.New(rand.NewPCG(1, 2))
 	for _, mode := range []*struct {
 		name string
-		next int
-	}{{"heartbeat", perKind}, {"longpoll", 0}} {
-		end := mode.next + perKind
+		free []int
+	}{{"heartbeat", nodeRange(perKind, 2*perKind)}, {"longpoll", nodeRange(0, perKind)}} {
 		b.Run(mode.name, func(b *testing.B) {
 			var lat []time.Duration
 			for range b.N {
-				if mode.next == end {
+				if len(mode.free) == 0 {
 					b.Fatalf("every %s node is rented: run at most %d iterations", mode.name, perKind-1)
 				}
-				took, _ := h.payAndWait(b, mode.next, 3*interval)
-				mode.next++
+				// A node at random, so the payment falls anywhere in its
+				// heartbeat interval (the agents start spread over it).
+				i := rng.IntN(len(mode.free))
+				node := mode.free[i]
+				mode.free = slices.Delete(mode.free, i, i+1)
+				took, _ := h.payAndWait(b, node, 3*interval)
 				lat = append(lat, took)
 			}
 			slices.Sort(lat)
