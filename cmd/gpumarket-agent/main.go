@@ -1,8 +1,9 @@
 // Command gpumarket-agent runs on each host of a provider's offer (one node
 // of it) and connects the host to the marketplace, as docs/agent.md
 // describes: it sends a heartbeat with the host's devices every -interval,
-// installs and removes the buyers' SSH keys through the provider's hooks
-// when the server asks, and runs the acceptance test. It makes outbound
+// holds the long-poll of its assignments open in between (when the server
+// offers it), installs and removes the buyers' SSH keys through the
+// provider's hooks as soon as the server asks, and runs the acceptance test. It makes outbound
 // requests only, needs no database, and runs no command the server names:
 // the server sends data, the agent runs only its provider's hooks.
 //

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strconv"
 	"strings"
@@ -252,6 +253,9 @@ func (fs *fleetServer) control() http.Handler {
 	mux.HandleFunc("GET /counts", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, fs.wf.AgentCounts(), nil)
 	})
+	// Profiles of the server under the fleet (go tool pprof URL/debug/pprof/profile).
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	return mux
 }
 
