@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 )
 
@@ -64,4 +66,21 @@ func (db *DB) FlushHeartbeatsSeen(ctx context.Context, seen []HeartbeatSeen) err
 		}
 	}
 	return fail(op, tx.Commit(), "")
+}
+
+// HostLastSeq returns the highest heartbeat sequence number stored for a
+// node (0 when it never reported): the absorbing replica's check that no
+// other replica wrote a heartbeat of the node meanwhile.
+func (db *DB) HostLastSeq(ctx context.Context, offerID int64, node int) (int64, error) {
+	const op = "host last seq"
+	stmt, err := db.readStmt(ctx, `SELECT last_seq FROM hosts WHERE offer_id = ? AND node = ?`)
+	if err != nil {
+		return 0, fail(op, err, "")
+	}
+	var seq int64
+	err = stmt.QueryRowContext(ctx, offerID, node).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return seq, fail(op, err, "")
 }

@@ -140,12 +140,25 @@ func TestRepeatedHeartbeatsAbsorbed(t *testing.T) {
 	if c := app.handler.wf.AgentCounts().Sub(before); c.Flushes != 1 || c.Flushed != 1 {
 		t.Errorf("flush counts %+v", c)
 	}
-	// A changed report is written at once.
-	app.clock.set(testNow.Add(40 * time.Second))
-	body := heartbeatBody(4, 8)
+	// A gap (heartbeat 4 lost) costs a read, not a write: the store holds
+	// nothing later than 3, so 5 is absorbed.
+	app.clock.set(testNow.Add(50 * time.Second))
+	if rep := app.beat(token, heartbeatBody(5, 8)); !rep.Accepted {
+		t.Fatal("heartbeat 5 not accepted")
+	}
+	if seq, _ := status(); seq != 3 {
+		t.Errorf("after the gap: last seq %d, want 3 (5 absorbed)", seq)
+	}
+	// A changed report is written at once, after what was absorbed.
+	app.clock.set(testNow.Add(60 * time.Second))
+	body := heartbeatBody(6, 8)
 	body["devices"].([]map[string]any)[3]["healthy"] = false
 	app.beat(token, body)
-	if seq, n := status(); seq != 4 || n != 1 {
-		t.Errorf("a changed heartbeat: last seq %d, %d heartbeats in its run; want 4 and 1 (a new run)", seq, n)
+	if seq, n := status(); seq != 6 || n != 1 {
+		t.Errorf("a changed heartbeat: last seq %d, %d heartbeats in its run; want 6 and 1 (a new run)", seq, n)
+	}
+	runs, err := app.db.ListHeartbeatRuns(ctx, o.ID, 0, testNow, testNow.Add(time.Hour))
+	if err != nil || len(runs) != 2 || runs[0].Heartbeats != 4 || runs[0].LastSeq != 5 {
+		t.Errorf("runs %+v %v: want the healthy run with 1, 2, 3 and 5, then the new one", runs, err)
 	}
 }

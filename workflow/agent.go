@@ -88,9 +88,11 @@ func (s *Service) AgentCounts() AgentCounts {
 // grace period, of a node with every device healthy and as listed, writes
 // nothing: it is absorbed in memory (its last-seen time and sequence
 // number) and written with the others in one transaction at most
-// heartbeatFlushEvery later (FlushHeartbeats). Anything else — a change,
-// a gap, a sequence number another replica may have seen, a node with a
-// problem to measure — is written at once (store.RecordHeartbeatRun).
+// heartbeatFlushEvery later (FlushHeartbeats). A gap in the sequence
+// numbers (heartbeats lost, or sent to another replica) costs one read:
+// absorbed still when the store holds no later heartbeat of the node.
+// Anything else — a change, a long silence, a node with a problem to
+// measure — is written at once (store.RecordHeartbeatRun).
 func (s *Service) RecordHeartbeat(ctx context.Context, tok store.HostToken, hb market.Heartbeat) (bool, error) {
 	now := s.now()
 	digest := heartbeatDigest(hb)
@@ -98,6 +100,16 @@ func (s *Service) RecordHeartbeat(ctx context.Context, tok store.HostToken, hb m
 	outcome := seenWrite
 	if !s.agent.writeAll {
 		outcome = s.agent.seen.absorb(tok.ID, hb.Seq, digest, now)
+	}
+	if outcome == seenCheck {
+		// Heartbeats were lost in between (timed out, say), or went to
+		// another replica: one read tells which, instead of a write.
+		outcome = seenWrite
+		if n, ok := s.agent.seen.node(tok.ID); ok {
+			if last, err := s.db.HostLastSeq(ctx, n.offerID, n.node); err == nil && last <= n.seq {
+				outcome = s.agent.seen.absorbAfterGap(tok.ID, n.seq, hb.Seq, now)
+			}
+		}
 	}
 	switch outcome {
 	case seenReplay:
@@ -219,6 +231,7 @@ const (
 	seenWrite    seenOutcome = iota // write it in full
 	seenAbsorbed                    // absorbed: accepted, nothing written now
 	seenReplay                      // a sequence number already seen here: not accepted
+	seenCheck                       // absorbable but for a gap in the sequence numbers: check the store
 )
 
 // absorb decides a heartbeat's fate against the node's last one here.
@@ -231,10 +244,46 @@ func (c *seenCache) absorb(tokenID, seq int64, digest [sha256.Size]byte, now tim
 		return seenWrite
 	case seq <= n.seq:
 		return seenReplay
-	case seq != n.seq+1 || digest != n.digest || !n.quiet || now.Before(n.at) ||
+	case digest != n.digest || !n.quiet || now.Before(n.at) ||
 		now.Sub(n.at) >= market.HeartbeatGrace(market.HeartbeatInterval)/2 || now.Sub(n.written) >= telemetryEvery:
 		return seenWrite
+	case seq != n.seq+1:
+		return seenCheck
 	}
+	c.absorbLocked(tokenID, n, seq, now)
+	return seenAbsorbed
+}
+
+// node returns what is known of a node.
+func (c *seenCache) node(tokenID int64) (seenNode, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[tokenID]
+	if n == nil {
+		return seenNode{}, false
+	}
+	return *n, true
+}
+
+// absorbAfterGap absorbs a heartbeat after a gap the store showed no other
+// replica filled, unless the node changed here meanwhile (its last seq is
+// no longer prev).
+func (c *seenCache) absorbAfterGap(tokenID, prev, seq int64, now time.Time) seenOutcome {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[tokenID]
+	switch {
+	case n == nil || n.seq != prev || market.SeqProblem(n.seq, seq, now) != "":
+		return seenWrite
+	case seq <= n.seq:
+		return seenReplay
+	}
+	c.absorbLocked(tokenID, n, seq, now)
+	return seenAbsorbed
+}
+
+// absorbLocked adds a heartbeat to the node's pending entry; c.mu is held.
+func (c *seenCache) absorbLocked(tokenID int64, n *seenNode, seq int64, now time.Time) {
 	n.seq, n.at = seq, now
 	p := c.pending[tokenID]
 	if p == nil {
@@ -246,7 +295,6 @@ func (c *seenCache) absorb(tokenID, seq int64, digest [sha256.Size]byte, now tim
 	}
 	p.Seq, p.At = seq, now
 	p.Count++
-	return seenAbsorbed
 }
 
 // due takes the pending batch when its oldest entry has waited

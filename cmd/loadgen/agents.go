@@ -308,6 +308,7 @@ type fleetConfig struct {
 	dir           string
 	writeEvery    bool
 	oldEvery      int // every oldEvery-th agent is an old one (heartbeats only); 0: none
+	rampPerSec    float64
 }
 
 // fleetRow is one fleet size's figures.
@@ -388,9 +389,12 @@ func runFleet(ctx context.Context, cfg fleetConfig, stdout, stderr io.Writer) er
 	transport := &http.Transport{MaxIdleConns: maxN + 64, MaxIdleConnsPerHost: maxN + 64, IdleConnTimeout: 2 * time.Minute, DisableCompression: true}
 	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
 	used := map[int]bool{}
+	actx, stopAgents := context.WithCancel(ctx)
+	pool := &fleetPool{ctx: actx, rec: newFleetRecorder()}
+	defer func() { stopAgents(); pool.wg.Wait() }()
 	var rows []fleetRow
 	for _, n := range cfg.sizes {
-		row, err := fleetSize(ctx, cfg, n, info.URL, info.APIToken, control, cc, client, info.Nodes, used)
+		row, err := fleetSize(ctx, cfg, n, info.URL, info.APIToken, control, cc, client, info.Nodes, used, pool)
 		if err != nil {
 			return err
 		}
@@ -398,29 +402,45 @@ func runFleet(ctx context.Context, cfg fleetConfig, stdout, stderr io.Writer) er
 		row.narrowQ = row.narrowPerSec / idleRate
 		rows = append(rows, row)
 		printFleetRow(stdout, row)
-		transport.CloseIdleConnections()
 	}
 	return nil
 }
 
-// fleetSize runs n agents and measures.
-func fleetSize(ctx context.Context, cfg fleetConfig, n int, base, apiToken, control string, cc, client *http.Client, nodes []fleetNode, used map[int]bool) (fleetRow, error) {
-	rec := newFleetRecorder()
-	actx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+// fleetPool is the agents running, kept from one fleet size to the next:
+// an agent restarted would write its first heartbeat in full again.
+type fleetPool struct {
+	ctx     context.Context
+	wg      sync.WaitGroup
+	started int
+	rec     *fleetRecorder
+}
+
+// fleetSize brings the agents up to n, their starts spread over two
+// intervals or at cfg.rampPerSec new agents a second if longer (a fleet
+// does not start in one instant, and each new node's first heartbeat is
+// written in full), and measures.
+func fleetSize(ctx context.Context, cfg fleetConfig, n int, base, apiToken, control string, cc, client *http.Client, nodes []fleetNode,
+	used map[int]bool, pool *fleetPool) (fleetRow, error) {
+	rec := pool.rec
 	isOld := func(i int) bool { return cfg.oldEvery > 0 && i%cfg.oldEvery == cfg.oldEvery-1 }
-	for i := range n {
+	from := pool.started
+	ramp := 2 * cfg.interval
+	if cfg.rampPerSec > 0 {
+		ramp = max(ramp, time.Duration(float64(n-from)/cfg.rampPerSec*float64(time.Second)))
+	}
+	for i := from; i < n; i++ {
 		a := newSimAgent(nodes[i], base, client, !isOld(i), cfg.interval, rec)
-		wg.Add(1)
+		delay := time.Duration(i-from) * ramp / time.Duration(n-from)
+		pool.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			a.run(actx, time.Duration(i)*cfg.interval/time.Duration(n))
+			defer pool.wg.Done()
+			a.run(pool.ctx, delay)
 		}()
 	}
-	defer func() { stop(); wg.Wait() }()
-	// A whole interval for every agent's first heartbeat (written in full),
-	// then a second one to settle.
-	if !sleepCtx(ctx, 2*cfg.interval) {
+	pool.started = max(pool.started, n)
+	// The ramp, then an interval for the last ones' first heartbeats to be
+	// behind them.
+	if !sleepCtx(ctx, ramp+cfg.interval) {
 		return fleetRow{}, ctx.Err()
 	}
 	var before workflow.AgentCounts
