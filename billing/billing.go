@@ -54,6 +54,16 @@ type Processor interface {
 	// is a *Decline error; a retried call with the same idempotency key
 	// returns the first call's payment (or decline) and charges once.
 	ChargeSaved(ctx context.Context, in ChargeInput) (Payment, error)
+	// Capture takes in.Amount (at most what was authorised) of a payment
+	// authorised with ChargeInput.Authorize, naming what it pays for (the
+	// reservation's transfer group and metadata, as ChargeSaved would);
+	// the rest of the hold is released. A retried call with the same
+	// idempotency key captures once.
+	Capture(ctx context.Context, in CaptureInput) (Payment, error)
+	// ReleaseAuthorization cancels an authorised payment that will not be
+	// captured, so the hold on the buyer's card ends; one already released
+	// is left as it is.
+	ReleaseAuthorization(ctx context.Context, paymentIntentID string) error
 
 	// Refund returns amount of a payment to the buyer.
 	Refund(ctx context.Context, paymentIntentID string, amount market.Cents, idempotencyKey string) (Refund, error)
@@ -147,6 +157,22 @@ type ChargeInput struct {
 	// Metadata names the row that explains the charge (the charge intent:
 	// market.ChargeIntent.Metadata); it is kept on the payment intent.
 	Metadata map[string]string
+	// Authorize only holds Amount on the card (a PaymentIntent with manual
+	// capture, status "requires_capture"): nothing is charged until
+	// Capture, and ReleaseAuthorization ends the hold.
+	Authorize bool
+}
+
+// CaptureInput is the capture of an authorised payment.
+type CaptureInput struct {
+	PaymentIntentID string
+	Amount          market.Cents
+	IdempotencyKey  string
+	// ReservationID and Metadata are as ChargeInput's: they are set on the
+	// payment before it is captured, so its events and payouts find the
+	// reservation and reconciliation the charge.
+	ReservationID int64
+	Metadata      map[string]string
 }
 
 // Decline is a saved card's charge refused by the bank (or needing the

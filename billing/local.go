@@ -162,6 +162,9 @@ type (
 		DeclineCode     string `json:"decline_code,omitempty"`
 		// Metadata of an off-session charge (ChargeInput.Metadata).
 		Metadata map[string]string `json:"metadata,omitempty"`
+		// CaptureKey is the idempotency key of the capture of an
+		// authorised payment (ChargeInput.Authorize).
+		CaptureKey string `json:"capture_key,omitempty"`
 	}
 	setupRecord struct {
 		UserID          int64  `json:"user_id"`
@@ -729,9 +732,12 @@ func (l *Local) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, error
 	if in.ReservationID > 0 {
 		rec.TransferGroup = market.TransferGroup(in.ReservationID)
 	}
-	if m.Declines {
+	switch {
+	case m.Declines:
 		rec.Status, rec.DeclineCode = "requires_payment_method", "generic_decline"
-	} else {
+	case in.Authorize:
+		rec.Status, rec.ChargeID = "requires_capture", localID("ch", in.IdempotencyKey)
+	default:
 		rec.Status, rec.AmountReceived, rec.ChargeID = "succeeded", in.Amount, localID("ch", in.IdempotencyKey)
 	}
 	stored, err := createObject(ctx, l, localPayment, id, in.IdempotencyKey, in.PaymentMethodID, in.Amount, rec)
@@ -741,11 +747,67 @@ func (l *Local) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, error
 	if stored.ReservationID != rec.ReservationID || stored.Amount != rec.Amount || stored.PaymentMethodID != rec.PaymentMethodID {
 		return Payment{}, reusedKey(in.IdempotencyKey)
 	}
-	if stored.Status != "succeeded" {
+	if stored.Status == "requires_payment_method" {
 		return Payment{}, &Decline{PaymentIntentID: id, Code: "card_declined", DeclineCode: stored.DeclineCode,
 			Err: errors.New("simulated decline (test card " + m.Last4 + ")")}
 	}
 	return stored.payment(id), nil
+}
+
+// Capture captures amount of a simulated authorised payment (at most what
+// was authorised); capturing it again answers with the captured payment.
+func (l *Local) Capture(ctx context.Context, in CaptureInput) (Payment, error) {
+	paymentIntentID, amount, idempotencyKey := in.PaymentIntentID, in.Amount, in.IdempotencyKey
+	if err := checkMutation("capture", amount, idempotencyKey); err != nil {
+		return Payment{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, err := findObject[paymentRecord](ctx, l, localPayment, paymentIntentID)
+	if err != nil {
+		return Payment{}, err
+	}
+	switch {
+	case p.Status == "succeeded" && p.CaptureKey == idempotencyKey:
+		return p.payment(paymentIntentID), nil
+	case p.Status != "requires_capture":
+		return Payment{}, market.Errorf(market.CodeConflict, "This payment is %s, not waiting to be captured.", p.Status)
+	case amount > p.Amount:
+		return Payment{}, market.Errorf(market.CodeInvalid, "Cannot capture %s of an authorisation of %s.", amount, p.Amount)
+	}
+	p.Status, p.AmountReceived, p.CaptureKey = "succeeded", amount, idempotencyKey
+	if p.Metadata == nil {
+		p.Metadata = map[string]string{}
+	}
+	for k, v := range in.Metadata {
+		p.Metadata[k] = v
+	}
+	if in.ReservationID > 0 {
+		p.ReservationID, p.TransferGroup = in.ReservationID, market.TransferGroup(in.ReservationID)
+		p.Metadata[market.MetadataReservationID] = strconv.FormatInt(in.ReservationID, 10)
+	}
+	if err := updateObject(ctx, l, localPayment, paymentIntentID, p); err != nil {
+		return Payment{}, err
+	}
+	return p.payment(paymentIntentID), nil
+}
+
+// ReleaseAuthorization cancels a simulated authorised payment.
+func (l *Local) ReleaseAuthorization(ctx context.Context, paymentIntentID string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, err := findObject[paymentRecord](ctx, l, localPayment, paymentIntentID)
+	if err != nil {
+		return err
+	}
+	switch p.Status {
+	case "canceled":
+		return nil
+	case "requires_capture":
+		p.Status = "canceled"
+		return updateObject(ctx, l, localPayment, paymentIntentID, p)
+	}
+	return market.Errorf(market.CodeConflict, "This payment is %s, not an authorisation.", p.Status)
 }
 
 // ListPayments returns every simulated payment (since is ignored: the

@@ -260,6 +260,9 @@ func (s *Stripe) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, erro
 		PaymentMethodTypes: stripe.StringSlice([]string{"card"}),
 		OffSession:         stripe.Bool(true), Confirm: stripe.Bool(true),
 	}
+	if in.Authorize {
+		p.CaptureMethod = stripe.String(string(stripe.PaymentIntentCaptureMethodManual))
+	}
 	if in.Description != "" {
 		p.Description = stripe.String(in.Description)
 	}
@@ -286,6 +289,57 @@ func (s *Stripe) ChargeSaved(ctx context.Context, in ChargeInput) (Payment, erro
 		return Payment{}, wrap(fmt.Sprintf("charge %d to saved card %s", in.Amount, in.PaymentMethodID), err)
 	}
 	return paymentFrom(pi), nil
+}
+
+// Capture captures amount of an authorised PaymentIntent; Stripe releases
+// the rest of the authorisation.
+func (s *Stripe) Capture(ctx context.Context, in CaptureInput) (Payment, error) {
+	if err := checkMutation("capture", in.Amount, in.IdempotencyKey); err != nil {
+		return Payment{}, err
+	}
+	if in.PaymentIntentID == "" {
+		return Payment{}, fmt.Errorf("billing: capture needs the authorised payment")
+	}
+	// What the payment is for goes on it first (setting the same values
+	// again on a retry changes nothing), then the capture, under its key.
+	up := &stripe.PaymentIntentParams{Metadata: map[string]string{}}
+	for k, v := range in.Metadata {
+		up.Metadata[k] = v
+	}
+	if in.ReservationID > 0 {
+		up.Metadata[MetadataReservationID] = strconv.FormatInt(in.ReservationID, 10)
+		up.TransferGroup = stripe.String(market.TransferGroup(in.ReservationID))
+	}
+	up.Context = ctx
+	if _, err := s.api.PaymentIntents.Update(in.PaymentIntentID, up); err != nil {
+		return Payment{}, wrap("name the payment "+in.PaymentIntentID+" before its capture", err)
+	}
+	p := &stripe.PaymentIntentCaptureParams{AmountToCapture: stripe.Int64(int64(in.Amount))}
+	p.Context = ctx
+	p.SetIdempotencyKey(in.IdempotencyKey)
+	pi, err := s.api.PaymentIntents.Capture(in.PaymentIntentID, p)
+	if err != nil {
+		return Payment{}, wrap(fmt.Sprintf("capture %d of %s", in.Amount, in.PaymentIntentID), err)
+	}
+	return paymentFrom(pi), nil
+}
+
+// ReleaseAuthorization cancels an authorised PaymentIntent; one already
+// canceled is left as it is.
+func (s *Stripe) ReleaseAuthorization(ctx context.Context, paymentIntentID string) error {
+	p := &stripe.PaymentIntentCancelParams{}
+	p.Context = ctx
+	_, err := s.api.PaymentIntents.Cancel(paymentIntentID, p)
+	var se *stripe.Error
+	if errors.As(err, &se) && se.Code == stripe.ErrorCodePaymentIntentUnexpectedState {
+		if pi, rerr := s.RetrievePayment(ctx, paymentIntentID); rerr == nil && pi.Status == string(stripe.PaymentIntentStatusCanceled) {
+			return nil
+		}
+	}
+	if err != nil {
+		return wrap("release authorization "+paymentIntentID, err)
+	}
+	return nil
 }
 
 // Refund makes a (partial) refund of a PaymentIntent.

@@ -32,6 +32,10 @@ type ChargeIntent struct {
 	Amount            Cents
 	State             ChargeState
 	PaymentIntentID   string // the processor's payment, once known
+	// Authorized says PaymentIntentID was authorised before the charge was
+	// decided (a spot hour's hold, SpotAuthorization): making the charge
+	// captures Amount of it rather than charging the card again.
+	Authorized bool
 	// Outcome says how a done intent ended, for people and reconciliation:
 	// "paid", "late" or "mismatched" (refunded), "sold", "unsold"
 	// (refunded), "declined".

@@ -145,8 +145,8 @@ func checkShares(offer Offer, c Commitment, l layout, i int) error {
 	sum := 0
 	for k, s := range c.Nodes {
 		if s.Node < 0 || s.Node >= offer.Nodes || s.Devices < 1 || s.Devices > offer.DevicesPerNode {
-			return Errorf(CodeInvalid, "Piece %d names %d devices on node %d; offer %d has nodes 1 to %d of %d devices.",
-				i+1, s.Devices, s.Node+1, offer.ID, offer.Nodes, offer.DevicesPerNode)
+			return Errorf(CodeInvalid, "Piece %d names %d devices on node %d; offer %d has nodes 0 to %d of %d devices.",
+				i+1, s.Devices, s.Node, offer.ID, offer.Nodes-1, offer.DevicesPerNode)
 		}
 		for _, o := range c.Nodes[:k] {
 			if o.Node == s.Node {

@@ -37,6 +37,11 @@ type CostBreakdown struct {
 	Total   Cents
 }
 
+// Charged is what the buyer pays at booking: instance time, storage and
+// egress. The rest of the effective cost (orchestration, expected failed
+// work and restarts) ranks quotes and is never charged.
+func (c CostBreakdown) Charged() Cents { return c.Instance + c.Storage + c.Egress }
+
 func (c *CostBreakdown) add(o CostBreakdown) {
 	c.Instance += o.Instance
 	c.Storage += o.Storage

@@ -65,6 +65,14 @@ func ProviderAccount(userID int64) string { return "provider:" + strconv.FormatI
 // its transfers: "res_<id>".
 func TransferGroup(reservationID int64) string { return "res_" + strconv.FormatInt(reservationID, 10) }
 
+// BuyerRefund is the ledger entry of money returned to a buyer's card from
+// the platform's cash (Dr the buyer, Cr cash), under the key of the step
+// that makes the refund and the processor's reference.
+func BuyerRefund(reservationID, buyerID int64, amount Cents, stripeRef, key string, at time.Time) LedgerEntry {
+	return LedgerEntry{ReservationID: reservationID, Kind: EntryRefund, Debit: BuyerAccount(buyerID), Credit: AccountPlatformCash,
+		Amount: amount, StripeRef: stripeRef, IdempotencyKey: key, At: at}
+}
+
 // EntryKey is the idempotency key of one step of a reservation's money
 // movements: "res_12_refund", "res_12_transfer_p7" (with a provider). The
 // same key goes on the ledger row and on the Stripe call that makes the

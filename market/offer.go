@@ -2,6 +2,8 @@ package market
 
 import (
 	"fmt"
+	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +32,65 @@ const (
 	OfferPaused    OfferState = "paused"
 	OfferWithdrawn OfferState = "withdrawn"
 )
+
+// EditNeedsReview reports whether a provider's edit of a listed offer
+// (cur → next) must be reviewed before it is listed. Changes that cannot
+// mislead a buyer apply at once: a lower price (on demand, interruptible,
+// storage, egress) and a longer availability window (an earlier start, a
+// later end). Any other change — hardware, software, region, figures,
+// terms, the title — is a claim to check. A figure resubmitted with the
+// same value and basis is the same figure, and so is a verified one
+// resubmitted with its value (its verification is kept).
+func EditNeedsReview(cur, next Offer) bool {
+	if next.PriceCentsPerDeviceHour > cur.PriceCentsPerDeviceHour || next.InterruptibleCentsPerDH > cur.InterruptibleCentsPerDH ||
+		next.StorageCentsPerGBMonth > cur.StorageCentsPerGBMonth || next.EgressCentsPerGB > cur.EgressCentsPerGB ||
+		next.AvailableFrom.After(cur.AvailableFrom) || next.AvailableUntil.Before(cur.AvailableUntil) {
+		return true
+	}
+	a, b := comparableOffer(cur, cur), comparableOffer(next, cur)
+	return !reflect.DeepEqual(a, b)
+}
+
+// comparableOffer is o with what EditNeedsReview lets change at once, and
+// what the provider does not edit, set to cur's, and its lists in one
+// order, so two offers that differ only there are equal.
+func comparableOffer(o, cur Offer) Offer {
+	o.ID, o.ProviderID, o.Review, o.ReviewNote, o.State, o.CreatedAt, o.UpdatedAt = 0, 0, "", "", "", time.Time{}, time.Time{}
+	o.PriceCentsPerDeviceHour, o.InterruptibleCentsPerDH = 0, 0
+	o.StorageCentsPerGBMonth, o.EgressCentsPerGB = 0, 0
+	o.AvailableFrom, o.AvailableUntil = time.Time{}, time.Time{}
+	figs := make([]Figure, 0, len(o.Figures))
+	for _, f := range o.Figures {
+		for _, c := range cur.Figures {
+			if c.Kind == f.Kind && c.Value == f.Value && (c.Basis == f.Basis || c.Basis == FigureVerified) {
+				f = c
+			}
+		}
+		figs = append(figs, f)
+	}
+	sort.Slice(figs, func(i, j int) bool { return figs[i].Kind < figs[j].Kind })
+	o.Figures = figs
+	if len(o.CreditSchedule) == 0 {
+		o.CreditSchedule = nil
+	}
+	return o
+}
+
+// ChangeOfferState checks that a provider may switch an offer in state cur
+// to next: only to active, paused or withdrawn, and never out of
+// withdrawn (withdrawal is final).
+func ChangeOfferState(cur, next OfferState) error {
+	switch next {
+	case OfferActive, OfferPaused, OfferWithdrawn:
+	default:
+		return &Error{Code: CodeInvalid, Message: "Choose pause, resume or withdraw.",
+			Fields: map[string]string{"state": "one of active, paused, withdrawn"}}
+	}
+	if cur == OfferWithdrawn {
+		return Errorf(CodeConflict, "This offer has been withdrawn; withdrawal is final.")
+	}
+	return nil
+}
 
 // BillingBasis says what the buyer pays for.
 type BillingBasis string

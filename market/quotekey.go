@@ -57,7 +57,7 @@ func NewQuoteKey(q Quote, quotedAt time.Time) QuoteKey {
 func keyPiece(p Piece) QuoteKeyPiece {
 	return QuoteKeyPiece{OfferID: p.OfferID, Devices: p.Devices, Start: p.Start.UTC(),
 		Seconds: p.End.Unix() - p.Start.Unix(), Interruptible: p.Interruptible,
-		PriceCents: p.PriceCents, AmountCents: p.Cost.Instance + p.Cost.Storage + p.Cost.Egress}
+		PriceCents: p.PriceCents, AmountCents: p.Cost.Charged()}
 }
 
 // sortKeyPieces orders pieces by what identifies them, so two keys of the

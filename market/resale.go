@@ -296,8 +296,7 @@ func ResaleEntries(l ResaleListing, at time.Time) []LedgerEntry {
 // refund as reference. After it the seller's account for the sale is at
 // zero and the cash kept is the fee.
 func ResaleCreditEntry(l ResaleListing, refundRef string, at time.Time) LedgerEntry {
-	return LedgerEntry{ReservationID: l.ReservationID, Kind: EntryRefund, Debit: BuyerAccount(l.SellerID), Credit: AccountPlatformCash,
-		Amount: l.Credit, StripeRef: refundRef, IdempotencyKey: ResaleKey(l.ID, "credit"), At: at}
+	return BuyerRefund(l.ReservationID, l.SellerID, l.Credit, refundRef, ResaleKey(l.ID, "credit"), at)
 }
 
 // ResaleLocked returns a conflict for a reservation that a resale ties to
@@ -323,8 +322,7 @@ func ResaleLocked(r Reservation) error {
 func UnsoldPaymentEntries(l ResaleListing, buyerID int64, paymentIntentID string, amount Cents, refundRef string, at time.Time) []LedgerEntry {
 	key := ResaleChargeKey(l.ID, buyerID)
 	if refundRef != "" {
-		return []LedgerEntry{{ReservationID: l.ReservationID, Kind: EntryRefund, Debit: BuyerAccount(buyerID), Credit: AccountPlatformCash,
-			Amount: amount, StripeRef: refundRef, IdempotencyKey: key + "_refund", At: at}}
+		return []LedgerEntry{BuyerRefund(l.ReservationID, buyerID, amount, refundRef, key+"_refund", at)}
 	}
 	return []LedgerEntry{{ReservationID: l.ReservationID, Kind: EntryCharge, Debit: AccountPlatformCash, Credit: BuyerAccount(buyerID),
 		Amount: amount, StripeRef: paymentIntentID, IdempotencyKey: key + "_charge", At: at}}
@@ -499,8 +497,7 @@ func clipIncident(inc Incident, from, to time.Time) (Incident, bool) {
 // ResaleSLARefundEntry records the resold hours' credit refunded to their
 // holder's payment (refund: Dr the holder's account, Cr cash).
 func ResaleSLARefundEntry(l ResaleListing, amount Cents, refundRef string, at time.Time) LedgerEntry {
-	return LedgerEntry{ReservationID: l.ReservationID, Kind: EntryRefund, Debit: BuyerAccount(l.BuyerID), Credit: AccountPlatformCash,
-		Amount: amount, StripeRef: refundRef, IdempotencyKey: ResaleKey(l.ID, "sla_refund"), At: at}
+	return BuyerRefund(l.ReservationID, l.BuyerID, amount, refundRef, ResaleKey(l.ID, "sla_refund"), at)
 }
 
 // ResalePricePerDeviceHour is a listing's price per device-hour over the

@@ -215,7 +215,7 @@ func PiecesFromQuote(q Quote, offers map[int64]Offer) ([]ReservationPiece, error
 		out = append(out, ReservationPiece{
 			OfferID: p.OfferID, ProviderID: o.ProviderID, Devices: p.Devices, Start: p.Start, End: p.End,
 			Interruptible: p.Interruptible, PriceCents: p.PriceCents, Gang: p.Gang,
-			AmountCents:     p.Cost.Instance + p.Cost.Storage + p.Cost.Egress,
+			AmountCents:     p.Cost.Charged(),
 			FreeCancelHours: o.FreeCancelHours, CancelFeeBP: o.CancelFeeBP, RejectMinutes: o.RejectMinutes, Terms: TermsOf(o),
 		})
 	}

@@ -8,7 +8,7 @@ import (
 // Two-factor sign-in: time-based one-time passwords (TOTP, RFC 6238) with
 // 30-second steps and 6 digits (what authenticator apps assume), plus
 // single-use recovery codes. The code arithmetic itself lives where the
-// TOTP library is (web); these are the rules around it.
+// TOTP library is (account); these are the rules around it.
 const (
 	// TOTPPeriod is the length of one time step.
 	TOTPPeriod = 30 * time.Second

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -31,14 +30,15 @@ type reviewState struct {
 func (db *DB) DecideOffer(ctx context.Context, adminID, offerID int64, decision market.ReviewState, note string, now time.Time) (market.Offer, error) {
 	const op = "decide offer"
 	note = strings.TrimSpace(note)
-	var action, kind, message string
+	var action, kind string
+	var notice market.NoticeKind
 	switch decision {
 	case market.ReviewApproved:
-		action, kind, message = AuditOfferApprove, NotifyListingApproved, "Your offer “%s” was approved and is listed in the catalogue."
+		action, kind, notice = AuditOfferApprove, NotifyListingApproved, market.NoticeListingApproved
 	case market.ReviewRejected:
-		action, kind, message = AuditOfferReject, NotifyListingRejected, "Your offer “%s” was rejected: %s"
+		action, kind, notice = AuditOfferReject, NotifyListingRejected, market.NoticeListingRejected
 	case market.ReviewChangesRequested:
-		action, kind, message = AuditOfferRequestChanges, NotifyListingChanges, "Changes were requested on your offer “%s”: %s"
+		action, kind, notice = AuditOfferRequestChanges, NotifyListingChanges, market.NoticeListingChanges
 	default:
 		return market.Offer{}, invalid("Choose approve, reject or ask for changes.")
 	}
@@ -67,12 +67,9 @@ func (db *DB) DecideOffer(ctx context.Context, adminID, offerID int64, decision 
 		SubjectID: offerID, Before: AuditJSON(before), After: AuditJSON(reviewState{decision, note}), Note: note}); err != nil {
 		return market.Offer{}, fail(op, err, "")
 	}
-	msg := fmt.Sprintf(message, o.Title, note)
-	if decision == market.ReviewApproved {
-		msg = fmt.Sprintf(message, o.Title)
-	}
-	if err := insertNotification(ctx, tx, Notification{UserID: o.ProviderID, Kind: kind, Message: msg,
-		URL: "/provider/offers", CreatedAt: now}); err != nil {
+	if err := insertNotification(ctx, tx, Notification{UserID: o.ProviderID, Kind: kind,
+		Notice: market.Notice{Kind: notice, Params: market.NoticeParams{Title: o.Title, Text: note}},
+		URL:    "/provider/offers", CreatedAt: now}); err != nil {
 		return market.Offer{}, fail(op, err, "")
 	}
 	stored, err := getOffer(ctx, tx, offerID)
@@ -131,7 +128,7 @@ func (db *DB) AutoApproveOffer(ctx context.Context, offerID int64, now time.Time
 		return false, fail(op, err, "")
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: o.ProviderID, Kind: NotifyListingApproved, URL: "/provider/offers", CreatedAt: now,
-		Message: fmt.Sprintf("Your offer “%s” was approved automatically (clean track record) and is listed.", o.Title)}); err != nil {
+		Notice: market.Notice{Kind: market.NoticeListingAutoApproved, Params: market.NoticeParams{Title: o.Title}}}); err != nil {
 		return false, fail(op, err, "")
 	}
 	return true, fail(op, tx.Commit(), "")
@@ -296,7 +293,7 @@ func (db *DB) SuspendProvider(ctx context.Context, adminID, userID int64, reason
 		return Suspension{}, fail(op, err, "")
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: userID, Kind: NotifyAccountSuspended, CreatedAt: now,
-		Message: "Your account was suspended: " + reason}); err != nil {
+		Notice: market.Notice{Kind: market.NoticeAccountSuspended, Params: market.NoticeParams{Text: reason}}}); err != nil {
 		return Suspension{}, fail(op, err, "")
 	}
 	if err := tx.Commit(); err != nil {
@@ -343,7 +340,7 @@ func (db *DB) ReinstateProvider(ctx context.Context, adminID, userID int64, note
 		return Suspension{}, fail(op, err, "")
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: userID, Kind: NotifyAccountReinstated, CreatedAt: now,
-		Message: "Your account was reinstated; your approved offers are listed again."}); err != nil {
+		Notice: market.Notice{Kind: market.NoticeAccountReinstated}}); err != nil {
 		return Suspension{}, fail(op, err, "")
 	}
 	if err := tx.Commit(); err != nil {

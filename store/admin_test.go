@@ -128,7 +128,7 @@ func TestDecideOffer(t *testing.T) {
 		t.Errorf("audit entries: %+v", entries)
 	}
 	ns, _ := db.ListNotifications(ctx, prov.ID, 0)
-	if len(ns) != 2 || ns[0].Kind != NotifyListingApproved || ns[1].Kind != NotifyListingChanges || !strings.Contains(ns[1].Message, "State the all-reduce method.") {
+	if len(ns) != 2 || ns[0].Kind != NotifyListingApproved || ns[1].Kind != NotifyListingChanges || !strings.Contains(ns[1].Notice.Text(), "State the all-reduce method.") {
 		t.Errorf("provider notifications: %+v", ns)
 	}
 

@@ -34,6 +34,7 @@ type AuditEntry struct {
 const (
 	AuditOfferApprove          = "offer.approve"
 	AuditOfferAutoApprove      = "offer.auto_approve"
+	AuditOfferEditAtOnce       = "offer.edit_at_once"
 	AuditOfferReject           = "offer.reject"
 	AuditOfferRequestChanges   = "offer.request_changes"
 	AuditFigureVerify          = "offer.verify_figure"
@@ -160,25 +161,6 @@ func insertAudit(ctx context.Context, tx querier, e AuditEntry) error {
 	return err
 }
 
-// RecordAudit appends one entry to the audit trail in its own transaction,
-// for actions whose store method does not record it itself (money movements
-// made through billing). Prefer recording inside the action's transaction.
-func (db *DB) RecordAudit(ctx context.Context, e AuditEntry) error {
-	const op = "record audit"
-	if e.Action == "" || e.SubjectKind == "" {
-		return invalid("An audit entry needs an action and a subject.")
-	}
-	tx, err := db.begin(ctx)
-	if err != nil {
-		return fail(op, err, "")
-	}
-	defer tx.Rollback()
-	if err := insertAudit(ctx, tx, e); err != nil {
-		return fail(op, err, "")
-	}
-	return fail(op, tx.Commit(), "")
-}
-
 // AuditFilter selects audit entries; zero values mean "any".
 type AuditFilter struct {
 	ActorID     int64
@@ -284,8 +266,9 @@ func moneyMoved(ctx context.Context, tx querier, e market.LedgerEntry) error {
 			return nil
 		}
 		return insertNotification(ctx, tx, Notification{UserID: buyer, Kind: NotifyRefundSent, CreatedAt: e.At,
-			URL:     fmt.Sprintf("/reservations/%d", e.ReservationID),
-			Message: fmt.Sprintf("A refund of %s for reservation #%d is on its way to your card (%s).", e.Amount, e.ReservationID, refundReason(e.IdempotencyKey))})
+			URL: fmt.Sprintf("/reservations/%d", e.ReservationID),
+			Notice: market.Notice{Kind: market.NoticeRefundSent, Params: market.NoticeParams{Reservation: e.ReservationID, Amount: e.Amount,
+				RefundFor: refundFor(e.IdempotencyKey)}}})
 	default:
 		return nil
 	}
@@ -308,28 +291,28 @@ func moneyMoved(ctx context.Context, tx querier, e market.LedgerEntry) error {
 		}
 		if err := insertNotification(ctx, tx, Notification{UserID: buyer, Kind: NotifyBookingConfirmed, CreatedAt: e.At,
 			URL: fmt.Sprintf("/reservations/%d", e.ReservationID),
-			Message: fmt.Sprintf("Your payment of %s arrived: reservation #%d is confirmed. It starts at %s; its connection details will be on the reservation's page.",
-				e.Amount, e.ReservationID, market.FormatTime(fromUnix(starts)))}); err != nil {
+			Notice: market.Notice{Kind: market.NoticePaymentArrived, Params: market.NoticeParams{Reservation: e.ReservationID, Amount: e.Amount,
+				Start: fromUnix(starts)}}}); err != nil {
 			return err
 		}
 	}
 	n := Notification{UserID: id, Kind: NotifyBookingMade, CreatedAt: e.At, URL: fmt.Sprintf("/provider/bookings/%d", e.ReservationID),
-		Message: fmt.Sprintf("Booking #%d is paid and confirmed: %s for your devices.", e.ReservationID, e.Amount)}
+		Notice: market.Notice{Kind: market.NoticeBookingPaid, Params: market.NoticeParams{Reservation: e.ReservationID, Amount: e.Amount}}}
 	if e.Kind == market.EntryTransfer {
 		n.Kind, n.URL = NotifyPayoutSent, "/provider/reservations"
-		n.Message = fmt.Sprintf("Payout of %s for booking #%d sent to your connected account.", e.Amount, e.ReservationID)
+		n.Notice.Kind = market.NoticePayoutSent
 	}
 	return insertNotification(ctx, tx, n)
 }
 
-// refundReason says, from a refund entry's idempotency key, what the refund
+// refundFor says, from a refund entry's idempotency key, what the refund
 // is for.
-func refundReason(key string) string {
+func refundFor(key string) market.RefundFor {
 	switch {
 	case strings.HasPrefix(key, "dispute_"):
-		return "a dispute credit"
+		return market.RefundForDispute
 	case strings.HasPrefix(key, "payment_exception_"):
-		return "a payment that did not match the checkout"
+		return market.RefundForPaymentException
 	}
-	return "SLA credits, time not charged, or a cancellation"
+	return market.RefundForTerms
 }

@@ -416,8 +416,8 @@ func recordPaymentFailed(ctx context.Context, tx *sql.Tx, reservationID int64, p
 	if err == nil && !told {
 		err = insertNotification(ctx, tx, Notification{UserID: buyer, Kind: NotifyPaymentFailed, CreatedAt: now,
 			URL: fmt.Sprintf("/reservations/%d", reservationID),
-			Message: fmt.Sprintf("The payment for reservation #%d did not go through (%s). You can try again until its hold ends at %s.",
-				reservationID, message, market.FormatTime(fromUnix(holdEnds)))})
+			Notice: market.Notice{Kind: market.NoticePaymentFailed, Params: market.NoticeParams{Reservation: reservationID, Text: message,
+				Until: fromUnix(holdEnds)}}})
 	} else if errors.Is(err, sql.ErrNoRows) {
 		err = nil // no longer held: nothing to try again
 	}
@@ -479,9 +479,7 @@ func (db *DB) RecordPaymentRefund(ctx context.Context, reservationID int64, refu
 	if p.Status != PaymentRefundPending {
 		return nil
 	}
-	e := market.LedgerEntry{ReservationID: r.ID, Kind: market.EntryRefund, Debit: market.BuyerAccount(r.BuyerID),
-		Credit: market.AccountPlatformCash, Amount: r.AmountCents, StripeRef: refundID,
-		IdempotencyKey: market.EntryKey(r.ID, market.EntryRefund, 0), At: now}
+	e := market.BuyerRefund(r.ID, r.BuyerID, r.AmountCents, refundID, market.EntryKey(r.ID, market.EntryRefund, 0), now)
 	if err := insertEntries(ctx, tx, []market.LedgerEntry{e}); err != nil {
 		return fail(op, err, "")
 	}

@@ -15,7 +15,7 @@ import (
 
 const chargeIntentColumns = `c.id, c.purpose, c.buyer_id, c.reservation_id, COALESCE(c.listing_id, 0), c.payment_method_id,
 	m.customer_id, m.processor_method_id, m.label, c.amount_cents, c.state, c.payment_intent_id, c.outcome, c.attempts,
-	c.next_attempt_at, c.last_error, c.created_at`
+	c.next_attempt_at, c.last_error, c.created_at, c.authorized`
 
 const chargeIntentFrom = ` FROM charge_intents c JOIN payment_methods m ON m.id = c.payment_method_id `
 
@@ -23,9 +23,11 @@ func scanChargeIntent(s scanner) (market.ChargeIntent, error) {
 	var ci market.ChargeIntent
 	var purpose, state string
 	var amount, next, created int64
+	var authorized int
 	err := s.Scan(&ci.ID, &purpose, &ci.BuyerID, &ci.ReservationID, &ci.ListingID, &ci.PaymentMethodID,
 		&ci.Customer, &ci.ProcessorMethodID, &ci.CardLabel, &amount, &state, &ci.PaymentIntentID, &ci.Outcome, &ci.Attempts,
-		&next, &ci.LastError, &created)
+		&next, &ci.LastError, &created, &authorized)
+	ci.Authorized = authorized != 0
 	ci.Purpose, ci.State, ci.Amount = market.ChargePurpose(purpose), market.ChargeState(state), market.Cents(amount)
 	ci.NextAttemptAt, ci.CreatedAt = fromUnix(next), fromUnix(created)
 	return ci, err
@@ -55,19 +57,22 @@ func pendingChargeIntent(ctx context.Context, q querier, ci market.ChargeIntent)
 // default saved card, inside the caller's transaction, and returns it
 // with its id and card; a pending intent for the same thing and buyer is
 // returned instead (a repeated press charges once). No saved card is a
-// market CodeNotFound error.
+// market CodeNotFound error. An intent that captures an authorisation
+// (ci.Authorized) names its card and payment itself.
 func insertChargeIntent(ctx context.Context, q querier, ci market.ChargeIntent, now time.Time) (market.ChargeIntent, error) {
 	if old, ok, err := pendingChargeIntent(ctx, q, ci); err != nil || ok {
 		return old, err
 	}
-	var methodID int64
-	err := q.QueryRowContext(ctx, `SELECT id FROM payment_methods WHERE user_id = ? AND removed_at IS NULL
-		ORDER BY created_at DESC, id DESC LIMIT 1`, ci.BuyerID).Scan(&methodID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return market.ChargeIntent{}, notFound(msgNoPaymentMethod)
-	}
-	if err != nil {
-		return market.ChargeIntent{}, err
+	methodID := ci.PaymentMethodID
+	if !ci.Authorized {
+		err := q.QueryRowContext(ctx, `SELECT id FROM payment_methods WHERE user_id = ? AND removed_at IS NULL
+			ORDER BY created_at DESC, id DESC LIMIT 1`, ci.BuyerID).Scan(&methodID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return market.ChargeIntent{}, notFound(msgNoPaymentMethod)
+		}
+		if err != nil {
+			return market.ChargeIntent{}, err
+		}
 	}
 	if ci.Amount <= 0 {
 		return market.ChargeIntent{}, invalid("There is nothing to charge.")
@@ -78,9 +83,10 @@ func insertChargeIntent(ctx context.Context, q querier, ci market.ChargeIntent, 
 	}
 	var id int64
 	if err := q.QueryRowContext(ctx, `INSERT INTO charge_intents (purpose, buyer_id, reservation_id, listing_id, payment_method_id,
-		amount_cents, state, next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		amount_cents, state, payment_intent_id, authorized, next_attempt_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
 		string(ci.Purpose), ci.BuyerID, ci.ReservationID, listing, methodID, int64(ci.Amount), string(market.ChargePending),
-		unix(now.Add(market.ChargeRetryGrace)), unix(now), unix(now)).Scan(&id); err != nil {
+		ci.PaymentIntentID, boolInt(ci.Authorized), unix(now.Add(market.ChargeRetryGrace)), unix(now), unix(now)).Scan(&id); err != nil {
 		return market.ChargeIntent{}, err
 	}
 	return getChargeIntent(ctx, q, id)
@@ -211,12 +217,6 @@ func (db *DB) ListDueChargeIntents(ctx context.Context, now time.Time) ([]market
 	}
 	out, err := collect(ctx, db.reader, scanChargeIntent, q+` ORDER BY c.id`, args...)
 	return out, fail("list due charge intents", err, "")
-}
-
-// ListChargeIntents returns every charge intent, for reconciliation.
-func (db *DB) ListChargeIntents(ctx context.Context) ([]market.ChargeIntent, error) {
-	out, err := collect(ctx, db.reader, scanChargeIntent, `SELECT `+chargeIntentColumns+chargeIntentFrom+`ORDER BY c.id`)
-	return out, fail("list charge intents", err, "")
 }
 
 // RecordChargeAttempt records a charge attempt that did not finish (the

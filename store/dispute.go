@@ -256,7 +256,7 @@ func (db *DB) OpenDispute(ctx context.Context, buyerID, reservationID int64, rea
 	}
 	for _, p := range providers {
 		if err := insertNotification(ctx, tx, Notification{UserID: p, Kind: NotifyDisputeOpened, CreatedAt: now, URL: fmt.Sprintf("/disputes/%d", id),
-			Message: fmt.Sprintf("The buyer opened a dispute on reservation #%d: “%s”. Your payout for it is frozen until an admin decides; answer with your side.", r.ID, reason.Label())}); err != nil {
+			Notice: market.Notice{Kind: market.NoticeDisputeOpened, Params: market.NoticeParams{Reservation: r.ID, Dispute: reason}}}); err != nil {
 			return DisputeCase{}, fail(op, err, "")
 		}
 	}
@@ -305,13 +305,14 @@ func (db *DB) AddDisputeStatement(ctx context.Context, userID, disputeID int64, 
 		return fail(op, err, "")
 	}
 	notify := []int64{d.BuyerID}
-	msg := fmt.Sprintf("The provider answered your dispute on reservation #%d.", d.ReservationID)
+	notice := market.NoticeDisputeProviderAnswer
 	if role == "buyer" {
-		notify, msg = d.ProviderIDs, fmt.Sprintf("The buyer added a statement to the dispute on reservation #%d.", d.ReservationID)
+		notify, notice = d.ProviderIDs, market.NoticeDisputeBuyerStatement
 	}
 	for _, u := range notify {
-		if err := insertNotification(ctx, tx, Notification{UserID: u, Kind: NotifyDisputeAnswered, Message: msg,
-			URL: fmt.Sprintf("/disputes/%d", disputeID), CreatedAt: now}); err != nil {
+		if err := insertNotification(ctx, tx, Notification{UserID: u, Kind: NotifyDisputeAnswered,
+			Notice: market.Notice{Kind: notice, Params: market.NoticeParams{Reservation: d.ReservationID}},
+			URL:    fmt.Sprintf("/disputes/%d", disputeID), CreatedAt: now}); err != nil {
 			return fail(op, err, "")
 		}
 	}
@@ -445,15 +446,15 @@ func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credi
 	}
 	for _, u := range append([]int64{d.BuyerID}, d.ProviderIDs...) {
 		// Each party reads the outcome in their own terms.
-		outcome := "rejected: no credit"
+		outcome := market.NoticeDisputeNoCredit
 		switch {
 		case credit > 0 && u == d.BuyerID:
-			outcome = fmt.Sprintf("decided with a credit of %s to you", credit)
+			outcome = market.NoticeDisputeCreditToYou
 		case credit > 0:
-			outcome = fmt.Sprintf("decided with a credit of %s to the buyer (your statement shows your part of it)", credit)
+			outcome = market.NoticeDisputeCreditToBuyer
 		}
 		if err := insertNotification(ctx, tx, Notification{UserID: u, Kind: NotifyDisputeDecided, CreatedAt: now, URL: fmt.Sprintf("/disputes/%d", d.ID),
-			Message: fmt.Sprintf("The dispute on reservation #%d was %s. Reason: %s", d.ReservationID, outcome, reason)}); err != nil {
+			Notice: market.Notice{Kind: outcome, Params: market.NoticeParams{Reservation: d.ReservationID, Amount: credit, Text: reason}}}); err != nil {
 			return DisputeDecision{}, fail(op, err, "")
 		}
 	}
@@ -525,8 +526,7 @@ func (db *DB) RecordDisputeRefund(ctx context.Context, disputeID int64, refundRe
 	if err != nil {
 		return DisputeCase{}, fail(op, err, "")
 	}
-	e := market.LedgerEntry{ReservationID: settled, Kind: market.EntryRefund, Debit: market.BuyerAccount(d.BuyerID),
-		Credit: market.AccountPlatformCash, Amount: d.CreditCents, StripeRef: refundRef, IdempotencyKey: market.DisputeKey(d.ID, market.EntryRefund, 0), At: now}
+	e := market.BuyerRefund(settled, d.BuyerID, d.CreditCents, refundRef, market.DisputeKey(d.ID, market.EntryRefund, 0), now)
 	if err := insertEntries(ctx, tx, []market.LedgerEntry{e}); err != nil {
 		return DisputeCase{}, fail(op, err, "")
 	}
@@ -701,7 +701,7 @@ func (db *DB) CloseStripeDispute(ctx context.Context, eventID, eventType, proces
 		}
 		for _, u := range append([]int64{d.BuyerID}, d.ProviderIDs...) {
 			if err := insertNotification(ctx, tx, Notification{UserID: u, Kind: NotifyDisputeDecided, CreatedAt: now, URL: fmt.Sprintf("/disputes/%d", d.ID),
-				Message: fmt.Sprintf("The chargeback on reservation #%d was closed: %s", d.ReservationID, reason)}); err != nil {
+				Notice: market.Notice{Kind: market.NoticeChargebackClosed, Params: market.NoticeParams{Reservation: d.ReservationID, Text: reason}}}); err != nil {
 				return false, fail(op, err, "")
 			}
 		}

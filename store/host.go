@@ -399,19 +399,6 @@ func getHost(ctx context.Context, q querier, offerID int64, node int) (HostStatu
 	return h, err
 }
 
-// ListHeartbeatRuns returns the heartbeat history of a node that overlaps
-// [from, to), oldest first.
-func (db *DB) ListHeartbeatRuns(ctx context.Context, offerID int64, node int, from, to time.Time) ([]HeartbeatRun, error) {
-	const op = "list heartbeat runs"
-	tx, err := db.read(ctx)
-	if err != nil {
-		return nil, fail(op, err, "")
-	}
-	defer tx.Rollback()
-	runs, err := queryRuns(ctx, tx, offerID, node, from, to)
-	return runs, fail(op, err, "")
-}
-
 func queryRuns(ctx context.Context, q querier, offerID int64, node int, from, to time.Time) ([]HeartbeatRun, error) {
 	return collect(ctx, q, scanRun, `SELECT `+runColumns+` FROM host_heartbeat_runs
 		WHERE offer_id = ? AND node = ? AND last_at >= ? AND first_at < ? ORDER BY id`, offerID, node, unix(from), unix(to))

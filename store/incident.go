@@ -114,10 +114,10 @@ func (db *DB) ReportIncident(ctx context.Context, in Incident, now time.Time) (I
 	}
 	// The other party hears of it (admin issue: notifications).
 	n := Notification{UserID: piece.ProviderID, Kind: NotifyIncidentReported, CreatedAt: now, URL: fmt.Sprintf("/provider/bookings/%d", r.ID),
-		Message: fmt.Sprintf("The buyer reported an incident on booking #%d (%s); acknowledge it or answer within 72 hours.", r.ID, in.Kind.Label())}
+		Notice: market.Notice{Kind: market.NoticeIncidentByBuyer, Params: market.NoticeParams{Reservation: r.ID, Incident: in.Kind}}}
 	if in.ReportedBy == ReportedByProvider {
 		n.UserID, n.URL = r.BuyerID, fmt.Sprintf("/reservations/%d", r.ID)
-		n.Message = fmt.Sprintf("The provider reported an incident on reservation #%d (%s); it counts in settlement.", r.ID, in.Kind.Label())
+		n.Notice.Kind = market.NoticeIncidentByProvider
 	}
 	if err := insertNotification(ctx, tx, n); err != nil {
 		return Incident{}, fail(op, err, "")
@@ -196,8 +196,8 @@ func (db *DB) AcknowledgeIncident(ctx context.Context, providerID, incidentID in
 	}
 	inc.Acknowledged, inc.AcknowledgedAt = true, truncate(now)
 	if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyIncidentAcknowledged, CreatedAt: now,
-		URL:     fmt.Sprintf("/reservations/%d", r.ID),
-		Message: fmt.Sprintf("The provider acknowledged your incident report on reservation #%d (%s); it counts in settlement.", r.ID, inc.Kind.Label())}); err != nil {
+		URL:    fmt.Sprintf("/reservations/%d", r.ID),
+		Notice: market.Notice{Kind: market.NoticeIncidentAcked, Params: market.NoticeParams{Reservation: r.ID, Incident: inc.Kind}}}); err != nil {
 		return Incident{}, fail(op, err, "")
 	}
 	return inc, fail(op, tx.Commit(), "")

@@ -96,8 +96,8 @@ func (db *DB) AnnotateIncident(ctx context.Context, providerID, incidentID int64
 		return IncidentNote{}, fail(op, err, "")
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyIncidentReported, CreatedAt: now,
-		URL:     fmt.Sprintf("/reservations/%d", r.ID),
-		Message: fmt.Sprintf("The provider added a note to the %s its agent measured on reservation #%d.", inc.Kind.Label(), r.ID)}); err != nil {
+		URL:    fmt.Sprintf("/reservations/%d", r.ID),
+		Notice: market.Notice{Kind: market.NoticeIncidentNote, Params: market.NoticeParams{Reservation: r.ID, Incident: inc.Kind}}}); err != nil {
 		return IncidentNote{}, fail(op, err, "")
 	}
 	if err := insertAudit(ctx, tx, AuditEntry{At: now, ActorID: providerID, Action: AuditIncidentNote, SubjectKind: AuditSubjectReservation,

@@ -73,7 +73,7 @@ func TestAnnotateAgentIncident(t *testing.T) {
 	if after[0].DegradationBP != agentInc.DegradationBP || after[0].Note != agentInc.Note {
 		t.Fatalf("the note changed the incident: %+v", after[0])
 	}
-	if ns, _ := db.ListNotifications(ctx, buyer.ID, 5); len(ns) == 0 || !strings.Contains(ns[0].Message, "added a note") {
+	if ns, _ := db.ListNotifications(ctx, buyer.ID, 5); len(ns) == 0 || !strings.Contains(ns[0].Notice.Text(), "added a note") {
 		t.Fatalf("buyer's notifications %+v", ns)
 	}
 	tl, err := db.ReservationTimeline(ctx, r.ID)

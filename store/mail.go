@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"time"
+
+	"github.com/gpumarket/gpumarket/market"
 )
 
 // OutboxMail is one e-mail message in the outbox (0022_mail_outbox.sql).
@@ -14,7 +16,12 @@ type OutboxMail struct {
 	To      string
 	Kind    string // a Notify* kind, or a Mail* security kind
 	Subject string
-	Body    string // plain text; the sender adds the link and the HTML part
+	// Notice is what a notification's mail says (workflow.MailMessage
+	// writes its words when it is sent or shown); for mail composed as
+	// text (security mail, and a notification given as text) it is a
+	// market.NoticeText of Body.
+	Notice market.Notice
+	Body   string // plain text, for mail composed as text; the sender adds the link and the HTML part
 	// URLPath is the message's link relative to the server's base URL
 	// (e.g. "/reservations/7"); may be "".
 	URLPath       string
@@ -121,8 +128,15 @@ func queueMail(ctx context.Context, q querier, m OutboxMail) error {
 	if m.UserID != 0 {
 		user = m.UserID
 	}
-	_, err := q.ExecContext(ctx, `INSERT INTO mail_outbox (user_id, to_addr, kind, subject, body, url_path, created_at, next_attempt_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, user, m.To, m.Kind, m.Subject, m.Body, m.URLPath, unix(m.CreatedAt), unix(m.CreatedAt))
+	if m.Notice.Kind == "" {
+		m.Notice = market.TextNotice(m.Body)
+	}
+	notice, params, body, err := noticeColumns(m.Notice)
+	if err != nil {
+		return err
+	}
+	_, err = q.ExecContext(ctx, `INSERT INTO mail_outbox (user_id, to_addr, kind, subject, notice, params, body, url_path, created_at, next_attempt_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, user, m.To, m.Kind, m.Subject, notice, params, body, m.URLPath, unix(m.CreatedAt), unix(m.CreatedAt))
 	return err
 }
 
@@ -143,7 +157,7 @@ func queueNotificationMail(ctx context.Context, q querier, n Notification) error
 	if err != nil {
 		return err
 	}
-	return queueMail(ctx, q, OutboxMail{UserID: n.UserID, To: email, Kind: n.Kind, Subject: subject, Body: n.Message,
+	return queueMail(ctx, q, OutboxMail{UserID: n.UserID, To: email, Kind: n.Kind, Subject: subject, Notice: n.notice(),
 		URLPath: n.URL, CreatedAt: n.CreatedAt})
 }
 
@@ -161,16 +175,22 @@ func (db *DB) QueueMail(ctx context.Context, m OutboxMail) error {
 	return fail(op, tx.Commit(), "")
 }
 
-const outboxColumns = `id, COALESCE(user_id, 0), to_addr, kind, subject, body, url_path, created_at, next_attempt_at, attempts, last_error, sent_at, failed_at`
+const outboxColumns = `id, COALESCE(user_id, 0), to_addr, kind, subject, notice, params, body, url_path, created_at, next_attempt_at, attempts, last_error, sent_at, failed_at`
 
 func scanOutbox(rows *sql.Rows) ([]OutboxMail, error) {
 	var out []OutboxMail
 	for rows.Next() {
 		var m OutboxMail
+		var notice, params string
 		var created, next int64
 		var sent, failed sql.NullInt64
-		if err := rows.Scan(&m.ID, &m.UserID, &m.To, &m.Kind, &m.Subject, &m.Body, &m.URLPath, &created, &next,
+		if err := rows.Scan(&m.ID, &m.UserID, &m.To, &m.Kind, &m.Subject, &notice, &params, &m.Body, &m.URLPath, &created, &next,
 			&m.Attempts, &m.LastError, &sent, &failed); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		var err error
+		if m.Notice, err = scanNotice(notice, params, m.Body); err != nil {
 			rows.Close()
 			return nil, err
 		}

@@ -320,15 +320,15 @@ func recordOutage(ctx context.Context, tx *sql.Tx, o measuredOutage, now time.Ti
 		in.ReportedBy, in.ReporterID, unix(now), unix(now)).Scan(&in.ID); err != nil {
 		return Incident{}, "", err
 	}
-	what := fmt.Sprintf("%s, %d device(s), %s", in.Kind.Label(), in.DevicesAffected, market.FormatSpan(in.Start, in.End))
+	what := market.NoticeParams{Reservation: r.ID, Incident: in.Kind, Devices: in.DevicesAffected, Start: in.Start, End: in.End}
 	if in.Kind == market.IncidentUnderperformance {
-		what += fmt.Sprintf(", %s%% short", market.FormatPercentBP(in.DegradationBP))
+		what.ShortBP = in.DegradationBP
 	}
 	for _, n := range []Notification{
 		{UserID: r.BuyerID, Kind: NotifyIncidentReported, CreatedAt: now, URL: fmt.Sprintf("/reservations/%d", r.ID),
-			Message: fmt.Sprintf("The provider's agent measured an outage on reservation #%d (%s); it counts in settlement.", r.ID, what)},
+			Notice: market.Notice{Kind: market.NoticeOutageToBuyer, Params: what}},
 		{UserID: p.ProviderID, Kind: NotifyIncidentReported, CreatedAt: now, URL: fmt.Sprintf("/provider/bookings/%d", r.ID),
-			Message: fmt.Sprintf("Your agent's heartbeats show an outage on booking #%d (%s); it counts in settlement.", r.ID, what)},
+			Notice: market.Notice{Kind: market.NoticeOutageToProvider, Params: what}},
 	} {
 		if err := insertNotification(ctx, tx, n); err != nil {
 			return Incident{}, "", err

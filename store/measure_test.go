@@ -132,7 +132,7 @@ func TestMeasuredOutagesBecomeAgentIncidents(t *testing.T) {
 		}
 		n := 0
 		for _, x := range ns {
-			if x.Kind == NotifyIncidentReported && strings.Contains(x.Message, "outage") {
+			if x.Kind == NotifyIncidentReported && strings.Contains(x.Notice.Text(), "outage") {
 				n++
 			}
 		}

@@ -3,18 +3,64 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"fmt"
 	"time"
+
+	"github.com/gpumarket/gpumarket/market"
 )
 
-// Notification is one in-app message to one user.
+// Notification is one in-app message to one user. The store keeps what it
+// says, not its words: Notice is a market notice kind with its values, and
+// whoever shows it writes the words (Notice.Text) — web on the
+// notifications page, workflow in the e-mail.
 type Notification struct {
-	ID        int64
-	UserID    int64
-	Kind      string // one of the Notify* kinds
+	ID     int64
+	UserID int64
+	Kind   string // one of the Notify* kinds: what it is about, which the mail preferences choose by
+	Notice market.Notice
+	// Message is words given as they are: a notification written with
+	// Message and no Notice is stored as market.NoticeText, as were all
+	// those written before migration 0038; it is read back in both
+	// Message and Notice. "" for any other kind.
 	Message   string
 	URL       string // where to look, e.g. "/provider/offers"; may be ""
 	CreatedAt time.Time
 	ReadAt    time.Time // zero while unread
+}
+
+// notice is what n says, its stored words made a NoticeText when it has
+// no kind.
+func (n Notification) notice() market.Notice {
+	if n.Notice.Kind == "" {
+		return market.TextNotice(n.Message)
+	}
+	return n.Notice
+}
+
+// noticeColumns are a notice as the notifications and the outbox keep it:
+// its kind, its values as JSON, and its words for NoticeText only.
+func noticeColumns(n market.Notice) (kind, params, words string, err error) {
+	if n.Kind == market.NoticeText {
+		return string(n.Kind), "{}", n.Params.Text, nil
+	}
+	b, err := json.Marshal(n.Params)
+	if err != nil {
+		return "", "", "", fmt.Errorf("notice %s: %w", n.Kind, err)
+	}
+	return string(n.Kind), string(b), "", nil
+}
+
+// scanNotice is the inverse of noticeColumns.
+func scanNotice(kind, params, words string) (market.Notice, error) {
+	if kind == string(market.NoticeText) {
+		return market.TextNotice(words), nil
+	}
+	n := market.Notice{Kind: market.NoticeKind(kind)}
+	if err := json.Unmarshal([]byte(params), &n.Params); err != nil {
+		return market.Notice{}, fmt.Errorf("notice %s: %w", kind, err)
+	}
+	return n, nil
 }
 
 // Notification kinds.
@@ -47,8 +93,13 @@ const (
 // its e-mail in the same transaction (queueNotificationMail), so the
 // message goes out exactly when the event commits.
 func insertNotification(ctx context.Context, tx querier, n Notification) error {
-	if _, err := tx.ExecContext(ctx, `INSERT INTO notifications (user_id, kind, message, url, created_at) VALUES (?, ?, ?, ?, ?)`,
-		n.UserID, n.Kind, n.Message, n.URL, unix(n.CreatedAt)); err != nil {
+	n.Notice = n.notice()
+	notice, params, words, err := noticeColumns(n.Notice)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO notifications (user_id, kind, notice, params, message, url, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		n.UserID, n.Kind, notice, params, words, n.URL, unix(n.CreatedAt)); err != nil {
 		return err
 	}
 	return queueNotificationMail(ctx, tx, n)
@@ -58,7 +109,7 @@ func insertNotification(ctx context.Context, tx querier, n Notification) error {
 // store method does not add it itself.
 func (db *DB) Notify(ctx context.Context, n Notification) error {
 	const op = "notify"
-	if n.UserID == 0 || n.Message == "" {
+	if n.UserID == 0 || n.notice().Text() == "" {
 		return invalid("A notification needs a recipient and a message.")
 	}
 	tx, err := db.begin(ctx)
@@ -78,7 +129,7 @@ func (db *DB) ListNotifications(ctx context.Context, userID int64, limit int) ([
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := db.reader.QueryContext(ctx, `SELECT id, user_id, kind, message, url, created_at, read_at
+	rows, err := db.reader.QueryContext(ctx, `SELECT id, user_id, kind, notice, params, message, url, created_at, read_at
 		FROM notifications WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT ?`, userID, limit)
 	if err != nil {
 		return nil, fail(op, err, "")
@@ -86,9 +137,15 @@ func (db *DB) ListNotifications(ctx context.Context, userID int64, limit int) ([
 	var out []Notification
 	for rows.Next() {
 		var n Notification
+		var notice, params string
 		var created int64
 		var read sql.NullInt64
-		if err := rows.Scan(&n.ID, &n.UserID, &n.Kind, &n.Message, &n.URL, &created, &read); err != nil {
+		if err := rows.Scan(&n.ID, &n.UserID, &n.Kind, &notice, &params, &n.Message, &n.URL, &created, &read); err != nil {
+			rows.Close()
+			return nil, fail(op, err, "")
+		}
+		var err error
+		if n.Notice, err = scanNotice(notice, params, n.Message); err != nil {
 			rows.Close()
 			return nil, fail(op, err, "")
 		}

@@ -145,8 +145,10 @@ func (db *DB) CreateOffer(ctx context.Context, o market.Offer, now time.Time) (m
 
 // UpdateOffer replaces the provider-editable fields of offer o.ID, which
 // must belong to providerID (else not found) and must not be withdrawn
-// (conflict). The edited offer goes back to pending review with no review
-// note. A figure the platform has verified stays verified when the provider
+// (conflict). An approved offer whose edit cannot mislead a buyer (a
+// lower price, a longer window: market.EditNeedsReview) stays listed, the
+// change recorded in the audit trail with its before and after; any other
+// edit sends it back to pending review with no review note. A figure the platform has verified stays verified when the provider
 // resubmits the same kind with the same value; a changed value replaces it
 // and loses the verification. Review, State, ProviderID and the times in o
 // are ignored.
@@ -170,13 +172,19 @@ func (db *DB) UpdateOffer(ctx context.Context, providerID int64, o market.Offer,
 		return market.Offer{}, err
 	}
 
+	o.Figures = figures
+	review, note := market.ReviewPending, ""
+	atOnce := cur.Review == market.ReviewApproved && !market.EditNeedsReview(cur, o)
+	if atOnce {
+		review, note = cur.Review, cur.ReviewNote
+	}
 	cols, args := offerFields(o)
 	set := make([]string, 0, len(cols)+3)
 	for _, c := range cols {
 		set = append(set, c+" = ?")
 	}
 	set = append(set, "review = ?", "review_note = ?", "updated_at = ?")
-	args = append(args, string(market.ReviewPending), "", unix(now), o.ID)
+	args = append(args, string(review), note, unix(now), o.ID)
 	if _, err := tx.ExecContext(ctx, `UPDATE offers SET `+strings.Join(set, ", ")+` WHERE id = ?`, args...); err != nil {
 		return market.Offer{}, fail(op, err, "")
 	}
@@ -187,10 +195,34 @@ func (db *DB) UpdateOffer(ctx context.Context, providerID int64, o market.Offer,
 	if err != nil {
 		return market.Offer{}, fail(op, err, "")
 	}
+	if atOnce {
+		if err := insertAudit(ctx, tx, AuditEntry{At: now, ActorID: providerID, Action: AuditOfferEditAtOnce, SubjectKind: AuditSubjectOffer,
+			SubjectID: o.ID, Before: AuditJSON(offerTermsOf(cur)), After: AuditJSON(offerTermsOf(stored)),
+			Note: "a lower price or a longer window: listed at once"}); err != nil {
+			return market.Offer{}, fail(op, err, "")
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return market.Offer{}, fail(op, err, "")
 	}
 	return stored, nil
+}
+
+// offerTerms is what an edit applied at once may change, for the audit
+// trail.
+type offerTerms struct {
+	PriceCents             market.Cents `json:"price_cents_per_device_hour"`
+	InterruptibleCents     market.Cents `json:"interruptible_cents_per_device_hour"`
+	StorageCentsPerGBMonth market.Cents `json:"storage_cents_per_gb_month"`
+	EgressCentsPerGB       market.Cents `json:"egress_cents_per_gb"`
+	AvailableFrom          time.Time    `json:"available_from"`
+	AvailableUntil         time.Time    `json:"available_until"`
+}
+
+func offerTermsOf(o market.Offer) offerTerms {
+	return offerTerms{PriceCents: o.PriceCentsPerDeviceHour, InterruptibleCents: o.InterruptibleCentsPerDH,
+		StorageCentsPerGBMonth: o.StorageCentsPerGBMonth, EgressCentsPerGB: o.EgressCentsPerGB,
+		AvailableFrom: o.AvailableFrom, AvailableUntil: o.AvailableUntil}
 }
 
 // mergeFigures returns the figures to store when a provider resubmits
@@ -433,10 +465,8 @@ func (db *DB) ListProviderOffers(ctx context.Context, providerID int64) ([]marke
 // (conflict).
 func (db *DB) SetOfferState(ctx context.Context, providerID, offerID int64, state market.OfferState, now time.Time) error {
 	const op = "set offer state"
-	switch state {
-	case market.OfferActive, market.OfferPaused, market.OfferWithdrawn:
-	default:
-		return invalid("Choose active, paused or withdrawn.")
+	if err := market.ChangeOfferState("", state); err != nil {
+		return err
 	}
 	tx, err := db.begin(ctx)
 	if err != nil {
@@ -453,8 +483,8 @@ func (db *DB) SetOfferState(ctx context.Context, providerID, offerID int64, stat
 	if err != nil {
 		return fail(op, err, "")
 	}
-	if market.OfferState(cur) == market.OfferWithdrawn {
-		return conflict("This offer has been withdrawn; withdrawal is final.")
+	if err := market.ChangeOfferState(market.OfferState(cur), state); err != nil {
+		return err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE offers SET state = ?, updated_at = ? WHERE id = ?`,
 		string(state), unix(now), offerID); err != nil {
@@ -492,40 +522,6 @@ func (db *DB) ReviewOffer(ctx context.Context, offerID int64, review market.Revi
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE offers SET review = ?, review_note = ?, updated_at = ? WHERE id = ?`,
 		string(review), note, unix(now), offerID); err != nil {
-		return fail(op, err, "")
-	}
-	return fail(op, tx.Commit(), "")
-}
-
-// VerifyOfferFigure marks the offer's figure of the given kind as verified
-// by the platform, with the admin's evidence note. The offer must state a
-// figure of that kind (else not found).
-func (db *DB) VerifyOfferFigure(ctx context.Context, offerID int64, kind market.FigureKind, note string, now time.Time) error {
-	const op = "verify offer figure"
-	if strings.TrimSpace(note) == "" {
-		return &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
-			Fields: map[string]string{"verified_note": "Say what evidence the verification rests on."}}
-	}
-	if err := badText("verified_note", note, true); err != nil {
-		return err
-	}
-	tx, err := db.begin(ctx)
-	if err != nil {
-		return fail(op, err, "")
-	}
-	defer tx.Rollback()
-
-	res, err := tx.ExecContext(ctx, `UPDATE offer_figures SET basis = ?, verified_note = ? WHERE offer_id = ? AND kind = ?`,
-		string(market.FigureVerified), note, offerID, string(kind))
-	if err != nil {
-		return fail(op, err, "")
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fail(op, err, "")
-	} else if n == 0 {
-		return notFound("That offer states no such figure.")
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE offers SET updated_at = ? WHERE id = ?`, unix(now), offerID); err != nil {
 		return fail(op, err, "")
 	}
 	return fail(op, tx.Commit(), "")

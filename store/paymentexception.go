@@ -84,9 +84,8 @@ func (db *DB) RecordPaymentExceptionRefund(ctx context.Context, id int64, refund
 		return nil
 	}
 	if e.Currency == market.Currency {
-		if err := insertEntries(ctx, tx, []market.LedgerEntry{{ReservationID: e.ReservationID, Kind: market.EntryRefund,
-			Debit: market.BuyerAccount(e.BuyerID), Credit: market.AccountPlatformCash, Amount: e.Amount, StripeRef: refundRef,
-			IdempotencyKey: market.PaymentExceptionKey(e.PaymentIntentID, market.EntryRefund), At: now}}); err != nil {
+		if err := insertEntries(ctx, tx, []market.LedgerEntry{market.BuyerRefund(e.ReservationID, e.BuyerID, e.Amount, refundRef,
+			market.PaymentExceptionKey(e.PaymentIntentID, market.EntryRefund), now)}); err != nil {
 			return fail(op, err, "")
 		}
 	}

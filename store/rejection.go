@@ -107,12 +107,12 @@ func (db *DB) RejectReservation(ctx context.Context, buyerID, id int64, reason s
 		return market.Reservation{}, fail(op, err, "")
 	}
 	for _, pp := range st.Payouts() {
-		msg := fmt.Sprintf("The buyer rejected booking #%d within its acceptance period after a failed acceptance test or a measured outage, and is refunded in full; nothing of it is paid out. Its devices are free again.", r.ID)
+		msg := market.Notice{Kind: market.NoticeRejectedFounded, Params: market.NoticeParams{Reservation: r.ID}}
 		if !g.Founded() {
-			msg = fmt.Sprintf("The buyer rejected booking #%d within its acceptance period with no failed acceptance test or measured outage: the minutes used are paid out to you (%s before the platform fee), the rest refunded. Its devices are free again.", r.ID, pp.Kept)
+			msg = market.Notice{Kind: market.NoticeRejectedUnfounded, Params: market.NoticeParams{Reservation: r.ID, Kept: pp.Kept}}
 		}
 		if err := insertNotification(ctx, tx, Notification{UserID: pp.ProviderID, Kind: NotifyBookingCancelled, CreatedAt: now,
-			URL: fmt.Sprintf("/provider/bookings/%d", r.ID), Message: msg}); err != nil {
+			URL: fmt.Sprintf("/provider/bookings/%d", r.ID), Notice: msg}); err != nil {
 			return market.Reservation{}, fail(op, err, "")
 		}
 	}

@@ -135,7 +135,7 @@ func TestRejectReservation(t *testing.T) {
 
 	// The provider is told, and the audit trail records who rejected it and why.
 	ns, err := db.ListNotifications(ctx, prov.ID, 10)
-	if err != nil || len(ns) == 0 || !strings.Contains(ns[0].Message, "rejected booking") {
+	if err != nil || len(ns) == 0 || !strings.Contains(ns[0].Notice.Text(), "rejected booking") {
 		t.Fatalf("provider's notifications %+v %v", ns, err)
 	}
 	tl, err := db.ReservationTimeline(ctx, r.ID)

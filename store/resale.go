@@ -354,17 +354,16 @@ func (db *DB) SellResaleListing(ctx context.Context, listingID, buyerID int64, c
 	if err := finishChargeIntent(ctx, tx, chargeIntentID, chargeRef, market.ChargeOutcomeSold, now); err != nil {
 		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
 	}
-	span := market.FormatSpan(l.From, orig.End())
 	if err := insertNotification(ctx, tx, Notification{UserID: l.SellerID, Kind: NotifyRefundSent, CreatedAt: now,
 		URL: fmt.Sprintf("/reservations/%d", orig.ID),
-		Message: fmt.Sprintf("Your resale listing of reservation #%d (%s) sold for %s. After the platform fee of %s, %s is refunded to the card you paid with. Your access ends at %s.",
-			orig.ID, span, l.Price, l.Fee, l.Credit, market.FormatTime(l.From))}); err != nil {
+		Notice: market.Notice{Kind: market.NoticeResaleSold, Params: market.NoticeParams{Reservation: orig.ID, Start: l.From, End: orig.End(),
+			Price: l.Price, Fee: l.Fee, Refund: l.Credit}}}); err != nil {
 		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: buyerID, Kind: NotifyBookingConfirmed, CreatedAt: now,
 		URL: fmt.Sprintf("/reservations/%d", n.ID),
-		Message: fmt.Sprintf("You bought reservation #%d on resale (%s) for %s. Your SSH keys are installed on its nodes from %s.",
-			n.ID, span, l.Price, market.FormatTime(l.From))}); err != nil {
+		Notice: market.Notice{Kind: market.NoticeResaleBought, Params: market.NoticeParams{Reservation: n.ID, Start: l.From, End: orig.End(),
+			Price: l.Price}}}); err != nil {
 		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
 	}
 	if err := tx.Commit(); err != nil {
@@ -575,7 +574,7 @@ func (db *DB) RecordResaleRefund(ctx context.Context, id int64, refundRef string
 		return fail(op, err, "")
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: f.BuyerID, Kind: NotifyRefundSent, CreatedAt: now, URL: "/resale",
-		Message: fmt.Sprintf("The time you tried to buy on resale was sold to someone else first; your payment of %s is refunded in full.", f.Amount)}); err != nil {
+		Notice: market.Notice{Kind: market.NoticeResaleUnsold, Params: market.NoticeParams{Amount: f.Amount}}}); err != nil {
 		return fail(op, err, "")
 	}
 	return fail(op, tx.Commit(), "")
@@ -749,9 +748,8 @@ func recordResaleSLACredit(ctx context.Context, tx *sql.Tx, sale market.ResaleLi
 		return err
 	}
 	return insertNotification(ctx, tx, Notification{UserID: sale.BuyerID, Kind: NotifyStatementReady, CreatedAt: now,
-		URL: fmt.Sprintf("/reservations/%d", sale.SoldReservationID),
-		Message: fmt.Sprintf("Reservation #%d, bought on resale, is settled: %s of SLA credits for its incidents comes back to your card.",
-			sale.SoldReservationID, st.ResaleCredit)})
+		URL:    fmt.Sprintf("/reservations/%d", sale.SoldReservationID),
+		Notice: market.Notice{Kind: market.NoticeResaleSettled, Params: market.NoticeParams{Reservation: sale.SoldReservationID, Amount: st.ResaleCredit}}})
 }
 
 // ResaleSLACreditDue is an SLA credit owed to the holder of resold time:

@@ -321,8 +321,8 @@ func holdReservation(ctx context.Context, tx querier, r *market.Reservation, off
 	}
 	return insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyBookingHeld, CreatedAt: now,
 		URL: fmt.Sprintf("/reservations/%d", r.ID),
-		Message: fmt.Sprintf("Reservation #%d (%s) is held for you until %s. Pay for it before then to confirm it; unpaid, the hold ends and the devices go back on the market.",
-			r.ID, market.FormatSpan(r.Start(), r.End()), market.FormatTime(r.HoldExpiresAt))})
+		Notice: market.Notice{Kind: market.NoticeBookingHeld, Params: market.NoticeParams{Reservation: r.ID, Start: r.Start(), End: r.End(),
+			Until: r.HoldExpiresAt}}})
 }
 
 // reserveOnOffer checks, inside the booking transaction, that the pieces
@@ -602,23 +602,6 @@ func (db *DB) ListAllCommitments(ctx context.Context, now time.Time) ([]market.C
 	return cs, nil
 }
 
-// CountHeld returns how many of the buyer's reservations are held with a
-// hold that has not expired at now.
-func (db *DB) CountHeld(ctx context.Context, buyerID int64, now time.Time) (int, error) {
-	const op = "count held reservations"
-	tx, err := db.read(ctx)
-	if err != nil {
-		return 0, fail(op, err, "")
-	}
-	defer tx.Rollback()
-
-	n, err := countHeld(ctx, tx, buyerID, now)
-	if err != nil {
-		return 0, fail(op, err, "")
-	}
-	return n, nil
-}
-
 // setState moves reservation r to state at now, in the row and in r.
 func setState(ctx context.Context, tx *sql.Tx, r *market.Reservation, state market.ReservationState, now time.Time) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE reservations SET state = ?, cancel_fee_cents = ?, updated_at = ? WHERE id = ?`,
@@ -717,13 +700,13 @@ func (db *DB) CancelReservation(ctx context.Context, buyerID, id int64, feeBP in
 	if err := setState(ctx, tx, &r, market.ReservationCancelled, now); err != nil {
 		return market.Reservation{}, fail(op, err, "")
 	}
-	buyerMsg := fmt.Sprintf("You cancelled reservation #%d; nothing was charged.", r.ID)
+	buyerMsg := market.Notice{Kind: market.NoticeCancelledUnpaid, Params: market.NoticeParams{Reservation: r.ID}}
 	if paid {
-		buyerMsg = fmt.Sprintf("You cancelled reservation #%d. %s of the %s you paid is refunded to your card; the cancellation fee is %s.",
-			r.ID, st.Refund, st.Paid, st.Paid-st.Refund)
+		buyerMsg = market.Notice{Kind: market.NoticeCancelledPaid, Params: market.NoticeParams{Reservation: r.ID, Refund: st.Refund, Paid: st.Paid,
+			Fee: st.Paid - st.Refund}}
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyBookingCancelled, CreatedAt: now,
-		URL: fmt.Sprintf("/reservations/%d", r.ID), Message: buyerMsg}); err != nil {
+		URL: fmt.Sprintf("/reservations/%d", r.ID), Notice: buyerMsg}); err != nil {
 		return market.Reservation{}, fail(op, err, "")
 	}
 	if paid {
@@ -731,13 +714,12 @@ func (db *DB) CancelReservation(ctx context.Context, buyerID, id int64, feeBP in
 			return market.Reservation{}, fail(op, err, "")
 		}
 		for _, pp := range st.Payouts() {
-			msg := fmt.Sprintf("The buyer cancelled booking #%d free of charge; its devices are free again.", r.ID)
+			msg := market.Notice{Kind: market.NoticeCancelledFree, Params: market.NoticeParams{Reservation: r.ID}}
 			if pp.Kept > 0 {
-				msg = fmt.Sprintf("The buyer cancelled booking #%d; its devices are free again. You keep %s of cancellation fees: %s after the platform fee, paid out with your other payouts.",
-					r.ID, pp.Kept, pp.Payout)
+				msg = market.Notice{Kind: market.NoticeCancelledFeeKept, Params: market.NoticeParams{Reservation: r.ID, Kept: pp.Kept, Payout: pp.Payout}}
 			}
 			if err := insertNotification(ctx, tx, Notification{UserID: pp.ProviderID, Kind: NotifyBookingCancelled, CreatedAt: now,
-				URL: fmt.Sprintf("/provider/bookings/%d", r.ID), Message: msg}); err != nil {
+				URL: fmt.Sprintf("/provider/bookings/%d", r.ID), Notice: msg}); err != nil {
 				return market.Reservation{}, fail(op, err, "")
 			}
 		}
@@ -767,8 +749,8 @@ func (db *DB) ExpireHolds(ctx context.Context, now time.Time) ([]market.Reservat
 	}
 	for _, r := range rs {
 		if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyBookingExpired, CreatedAt: now,
-			URL:     fmt.Sprintf("/reservations/%d", r.ID),
-			Message: fmt.Sprintf("The hold on reservation #%d ended unpaid at %s; its devices went back on the market. Search again to book.", r.ID, market.FormatTime(r.HoldExpiresAt))}); err != nil {
+			URL:    fmt.Sprintf("/reservations/%d", r.ID),
+			Notice: market.Notice{Kind: market.NoticeBookingExpired, Params: market.NoticeParams{Reservation: r.ID, Until: r.HoldExpiresAt}}}); err != nil {
 			return nil, fail(op, err, "")
 		}
 	}
@@ -807,9 +789,8 @@ func (db *DB) AdvanceReservations(ctx context.Context, now time.Time) ([]market.
 			continue // sold whole before it started: nothing to connect to
 		}
 		if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyReservationStarting, CreatedAt: now,
-			URL: fmt.Sprintf("/reservations/%d", r.ID),
-			Message: fmt.Sprintf("Reservation #%d has started (%s). Its connection details — the hosts and how to reach them with your SSH key — are on the reservation's page.",
-				r.ID, market.FormatSpan(r.Start(), r.End()))}); err != nil {
+			URL:    fmt.Sprintf("/reservations/%d", r.ID),
+			Notice: market.Notice{Kind: market.NoticeReservationStarting, Params: market.NoticeParams{Reservation: r.ID, Start: r.Start(), End: r.End()}}}); err != nil {
 			return nil, fail(op, err, "")
 		}
 	}

@@ -357,9 +357,8 @@ func insertSettlement(ctx context.Context, tx *sql.Tx, st market.Statement, now 
 		}
 		if state == TransferHeld {
 			if err := insertNotification(ctx, tx, Notification{UserID: pp.ProviderID, Kind: NotifyPayoutHeld, CreatedAt: now,
-				URL: "/provider/reservations",
-				Message: fmt.Sprintf("Your payout of %s for booking #%d is held until you finish connecting your payout account; it is sent as soon as you do.",
-					pp.Payout, st.ReservationID)}); err != nil {
+				URL:    "/provider/reservations",
+				Notice: market.Notice{Kind: market.NoticePayoutHeld, Params: market.NoticeParams{Reservation: st.ReservationID, Payout: pp.Payout}}}); err != nil {
 				return err
 			}
 		}
@@ -580,23 +579,20 @@ func (db *DB) RetrySettlement(ctx context.Context, reservationID int64, now time
 // notifyStatement tells the buyer and each provider that a reservation's
 // statement is ready, with the refund and the payouts it makes.
 func notifyStatement(ctx context.Context, tx *sql.Tx, st market.Statement, now time.Time) error {
-	msg := fmt.Sprintf("The statement of reservation #%d is ready: you paid %s; %s comes back to your card (SLA credits and time not charged).",
-		st.ReservationID, st.Paid, st.Refund-st.ResaleCredit)
-	if st.ResaleCredit > 0 {
-		msg += fmt.Sprintf(" The %s of credits for incidents in the hours you resold goes to their buyer.", st.ResaleCredit)
-	}
+	msg := market.Notice{Kind: market.NoticeStatementBuyer, Params: market.NoticeParams{Reservation: st.ReservationID, Paid: st.Paid,
+		Refund: st.Refund - st.ResaleCredit, Credit: st.ResaleCredit}}
 	if st.Refund == 0 {
-		msg = fmt.Sprintf("The statement of reservation #%d is ready: you paid %s; the rental met its terms, so nothing is refunded.", st.ReservationID, st.Paid)
+		msg = market.Notice{Kind: market.NoticeStatementNoRefund, Params: market.NoticeParams{Reservation: st.ReservationID, Paid: st.Paid}}
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: st.BuyerID, Kind: NotifyStatementReady, CreatedAt: now,
-		URL: fmt.Sprintf("/reservations/%d/statement", st.ReservationID), Message: msg}); err != nil {
+		URL: fmt.Sprintf("/reservations/%d/statement", st.ReservationID), Notice: msg}); err != nil {
 		return err
 	}
 	for _, pp := range st.Payouts() {
 		if err := insertNotification(ctx, tx, Notification{UserID: pp.ProviderID, Kind: NotifyStatementReady, CreatedAt: now,
 			URL: fmt.Sprintf("/provider/bookings/%d/statement", st.ReservationID),
-			Message: fmt.Sprintf("The statement of booking #%d is ready: you keep %s, the platform fee is %s, and your payout is %s.",
-				st.ReservationID, pp.Kept, pp.Fee, pp.Payout)}); err != nil {
+			Notice: market.Notice{Kind: market.NoticeStatementProvider, Params: market.NoticeParams{Reservation: st.ReservationID, Kept: pp.Kept,
+				Fee: pp.Fee, Payout: pp.Payout}}}); err != nil {
 			return err
 		}
 	}

@@ -241,7 +241,7 @@ func (db *DB) StopSpotBidDeclined(ctx context.Context, buyerID, bidID int64, rea
 		return b, err
 	}
 	return b, db.Notify(ctx, Notification{UserID: buyerID, Kind: NotifySpotCancelled, CreatedAt: now, URL: "/spot",
-		Message: fmt.Sprintf("Spot bid #%d stopped: the payment for a won hour did not go through (%s). The bid wins no further hours; the hour stays held for a few minutes for you to pay it another way, then its devices go back on the market.", bidID, reason)})
+		Notice: market.Notice{Kind: market.NoticeSpotStopped, Params: market.NoticeParams{Bid: bidID, Text: reason}}})
 }
 
 func (db *DB) endSpotBid(ctx context.Context, op string, buyerID, bidID int64, note string, finishedToo bool, now time.Time) (market.SpotBid, error) {
@@ -508,10 +508,20 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 	if err != nil {
 		return SpotResult{}, fail(op, err, "")
 	}
+	// A bid whose hold for the hour was declined or never answered sits
+	// the hour out (market.SpotAuthorization): it cannot win, nor set the
+	// price the others pay.
+	auths, err := spotAuthsForHour(ctx, tx, offerID, hour)
+	if err != nil {
+		return SpotResult{}, fail(op, err, "")
+	}
 	bids := make([]market.SpotBid, 0, len(live))
 	barred := map[int64]bool{}
 	for _, b := range live {
 		if b.Wash(full) {
+			continue
+		}
+		if a, held := auths[b.ID]; held && a.State != market.SpotAuthAuthorized {
 			continue
 		}
 		bar, seen := barred[b.BuyerID]
@@ -568,14 +578,23 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 			return SpotResult{}, fail(op, err, "")
 		}
 		if err := insertNotification(ctx, tx, Notification{UserID: b.BuyerID, Kind: NotifySpotWon, CreatedAt: now, URL: "/spot",
-			Message: fmt.Sprintf("Spot bid #%d won %d devices for %s at %s per device-hour (your maximum: %s); reservation #%d, %s, is charged to your saved payment method.",
-				b.ID, w.Devices, market.FormatSpan(d.Start, d.End), c.PriceCents, b.MaxCents, r.ID, d.AmountCents)}); err != nil {
+			Notice: market.Notice{Kind: market.NoticeSpotWon, Params: market.NoticeParams{Bid: b.ID, Devices: w.Devices, Start: d.Start, End: d.End,
+				Price: c.PriceCents, Max: b.MaxCents, Reservation: r.ID, Amount: d.AmountCents}}}); err != nil {
 			return SpotResult{}, fail(op, err, "")
 		}
 		// The charge is recorded with the hold it pays, so a crash
 		// before it is made leaves it for the retrier, not lost.
-		ci, err := insertChargeIntent(ctx, tx, market.ChargeIntent{Purpose: market.PurposeReservation, BuyerID: b.BuyerID,
-			ReservationID: r.ID, Amount: r.AmountCents}, now)
+		want := market.ChargeIntent{Purpose: market.PurposeReservation, BuyerID: b.BuyerID, ReservationID: r.ID, Amount: r.AmountCents}
+		if a, held := auths[b.ID]; held {
+			// The charge captures the hold: the amount is at most the
+			// bid's maximum for a whole hour.
+			want.PaymentMethodID, want.PaymentIntentID, want.Authorized = a.PaymentMethodID, a.PaymentIntentID, true
+			if _, err := tx.ExecContext(ctx, `UPDATE spot_authorizations SET state = ?, updated_at = ? WHERE id = ?`,
+				string(market.SpotAuthAwarded), unix(now), a.ID); err != nil {
+				return SpotResult{}, fail(op, err, "")
+			}
+		}
+		ci, err := insertChargeIntent(ctx, tx, want, now)
 		if err != nil && market.ErrorCode(err) != market.CodeNotFound {
 			return SpotResult{}, fail(op, err, "")
 		}
@@ -626,8 +645,8 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 			return SpotResult{}, fail(op, err, "")
 		}
 		if err := insertNotification(ctx, tx, Notification{UserID: h.buyerID, Kind: NotifySpotPreempted, CreatedAt: now, URL: "/spot",
-			Message: fmt.Sprintf("Spot bid #%d preempted at %s, %d minutes' notice: it did not win the hour from %s (clearing price %s per device-hour). The bid stays live for later hours.",
-				h.bidID, hour.Format("15:04 UTC"), full.PreemptNoticeMins, market.FormatTime(hour), c.PriceCents)}); err != nil {
+			Notice: market.Notice{Kind: market.NoticeSpotPreempted, Params: market.NoticeParams{Bid: h.bidID, Start: hour, Minutes: full.PreemptNoticeMins,
+				Price: c.PriceCents}}}); err != nil {
 			return SpotResult{}, fail(op, err, "")
 		}
 		res.Preempted = append(res.Preempted, inc)

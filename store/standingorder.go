@@ -220,7 +220,7 @@ func (db *DB) CancelStandingOrder(ctx context.Context, buyerID, id int64, now ti
 	}
 	o.State, o.UpdatedAt = market.OrderCancelled, truncate(now)
 	if err := insertNotification(ctx, tx, Notification{UserID: o.BuyerID, Kind: NotifyOrderCancelled, CreatedAt: now,
-		URL: "/orders", Message: fmt.Sprintf("You cancelled standing order #%d (limit %s). Nothing was booked.", o.ID, o.LimitText())}); err != nil {
+		URL: "/orders", Notice: market.Notice{Kind: market.NoticeOrderCancelled, Params: market.NoticeParams{Order: o.ID, Limit: o.LimitCents, LimitKind: o.LimitKind}}}); err != nil {
 		return market.StandingOrder{}, fail(op, err, "")
 	}
 	return o, fail(op, tx.Commit(), "")
@@ -270,8 +270,8 @@ func (db *DB) ExpireStandingOrders(ctx context.Context, now time.Time) ([]market
 		}
 		o.State, o.UpdatedAt = market.OrderExpired, truncate(now)
 		if err := insertNotification(ctx, tx, Notification{UserID: o.BuyerID, Kind: NotifyOrderExpired, CreatedAt: now,
-			URL: "/orders", Message: fmt.Sprintf("Standing order #%d (limit %s) reached its fill-by date, %s, without a quote within its limit. Nothing was booked.",
-				o.ID, o.LimitText(), market.FormatTime(o.FillBy))}); err != nil {
+			URL: "/orders", Notice: market.Notice{Kind: market.NoticeOrderExpired, Params: market.NoticeParams{Order: o.ID, Limit: o.LimitCents, LimitKind: o.LimitKind,
+				Until: o.FillBy}}}); err != nil {
 			return nil, fail(op, err, "")
 		}
 		out = append(out, o)
@@ -322,7 +322,7 @@ func (db *DB) FillStandingOrder(ctx context.Context, orderID int64, pieces []mar
 			return err
 		}
 		o.State, o.ReservationID, o.UpdatedAt = market.OrderFilled, r.ID, truncate(now)
-		next := fmt.Sprintf("It is held until %s: pay for it before then to confirm it.", market.FormatTime(r.HoldExpiresAt))
+		next := market.NoticeOrderFilledHeld
 		if o.OnFill == market.FillPay {
 			// The charge is recorded with the hold it pays (a crash before
 			// it is made leaves it for the retrier); without a saved card
@@ -331,15 +331,15 @@ func (db *DB) FillStandingOrder(ctx context.Context, orderID int64, pieces []mar
 				ReservationID: r.ID, Amount: r.AmountCents}, now)
 			switch {
 			case err == nil:
-				next = "Your saved payment method is being charged for it."
+				next = market.NoticeOrderFilledCharging
 			case market.ErrorCode(err) != market.CodeNotFound:
 				return err
 			}
 		}
 		return insertNotification(ctx, tx, Notification{UserID: o.BuyerID, Kind: NotifyOrderFilled, CreatedAt: now,
 			URL: fmt.Sprintf("/reservations/%d", r.ID),
-			Message: fmt.Sprintf("Standing order #%d filled: reservation #%d, %d devices, %s, for %s. %s",
-				o.ID, r.ID, r.Devices(), market.FormatSpan(r.Start(), r.End()), r.AmountCents, next)})
+			Notice: market.Notice{Kind: next, Params: market.NoticeParams{Order: o.ID, Reservation: r.ID, Devices: r.Devices(), Start: r.Start(), End: r.End(),
+				Amount: r.AmountCents, Until: r.HoldExpiresAt}}})
 	})
 	if err != nil {
 		return market.StandingOrder{}, market.Reservation{}, fail(op, err, "")
@@ -366,7 +366,7 @@ func (db *DB) NoteStandingOrder(ctx context.Context, id int64, note, url string,
 		return fail(op, err, "")
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: buyerID, Kind: NotifyOrderNote, CreatedAt: now, URL: url,
-		Message: fmt.Sprintf("Standing order #%d: %s", id, note)}); err != nil {
+		Notice: market.Notice{Kind: market.NoticeOrderNote, Params: market.NoticeParams{Order: id, Text: note}}}); err != nil {
 		return fail(op, err, "")
 	}
 	return fail(op, tx.Commit(), "")

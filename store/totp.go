@@ -2,24 +2,20 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/gpumarket/gpumarket/market"
 )
 
 // TwoFactor is an account's two-factor sign-in (0025_two_factor.sql): the
-// TOTP secret as web sealed it, whether it is on, the last time step a
+// TOTP secret as account sealed it, whether it is on, the last time step a
 // code was accepted for, and how many recovery codes are unused.
 type TwoFactor struct {
 	UserID       int64
-	Secret       []byte // sealed by web; nil when there is none
+	Secret       []byte // sealed by account.SealSecret; nil when there is none
 	CreatedAt    time.Time
 	EnabledAt    time.Time // zero while being set up, or when off
 	LastStep     int64
@@ -112,48 +108,42 @@ func (db *DB) BeginTOTP(ctx context.Context, userID int64, sealedSecret []byte, 
 }
 
 // EnableTOTP turns on the two-factor sign-in being set up, once the person
-// has entered a code for step (web checked it against the secret): step
-// becomes the last one used. It returns new recovery codes, which exist
-// only here (the database keeps their hashes), and queues a security
-// e-mail to the person, in the same transaction.
-func (db *DB) EnableTOTP(ctx context.Context, userID, step int64, now time.Time) ([]string, error) {
+// has entered a code for step (workflow checked it against the secret):
+// step becomes the last one used. codeHashes are the hashes of the new
+// recovery codes (account.HashRecoveryCode), which replace any the account
+// had; the codes themselves are never stored. A security e-mail to the
+// person is queued in the same transaction.
+func (db *DB) EnableTOTP(ctx context.Context, userID, step int64, codeHashes []string, now time.Time) error {
 	const op = "enable totp"
-	codes, err := newRecoveryCodes()
-	if err != nil {
-		return nil, fail(op, err, "")
-	}
 	tx, err := db.begin(ctx)
 	if err != nil {
-		return nil, fail(op, err, "")
+		return fail(op, err, "")
 	}
 	defer tx.Rollback()
 	t, err := findTwoFactor(ctx, tx, userID)
 	switch {
 	case err != nil:
-		return nil, fail(op, err, "")
+		return fail(op, err, "")
 	case t.Enabled():
-		return nil, conflict(msgTwoFactorOn)
+		return conflict(msgTwoFactorOn)
 	case !t.Pending():
-		return nil, conflict(msgTwoFactorRestart)
+		return conflict(msgTwoFactorRestart)
 	case step <= t.LastStep:
-		return nil, unauthorized(msgCodeUsed)
+		return unauthorized(msgCodeUsed)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE user_totp SET enabled_at = ?, last_step = ? WHERE user_id = ?`,
 		unix(now), step, userID); err != nil {
-		return nil, fail(op, err, "")
+		return fail(op, err, "")
 	}
-	if err := replaceRecoveryCodes(ctx, tx, userID, codes); err != nil {
-		return nil, fail(op, err, "")
+	if err := replaceRecoveryCodes(ctx, tx, userID, codeHashes); err != nil {
+		return fail(op, err, "")
 	}
 	if err := queueSignInMethodMail(ctx, tx, userID, now, "Two-factor sign-in was turned on",
 		"Two-factor sign-in was turned on for your account: from now on, signing in asks for a code from your authenticator app after your password. "+
 			"If you did not do this, reset your password and contact support at once."); err != nil {
-		return nil, fail(op, err, "")
+		return fail(op, err, "")
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, fail(op, err, "")
-	}
-	return codes, nil
+	return fail(op, tx.Commit(), "")
 }
 
 // UseTOTPStep records that a code for step was accepted for the user's
@@ -180,16 +170,12 @@ func (db *DB) UseTOTPStep(ctx context.Context, userID, step int64) error {
 	return fail(op, tx.Commit(), "")
 }
 
-// UseRecoveryCode spends one of the user's recovery codes (as typed, in
-// any case, with or without dashes) and returns how many are left. A code
-// that is not theirs or was used is unauthorized. The person is e-mailed
-// that a recovery code was used, in the same transaction.
-func (db *DB) UseRecoveryCode(ctx context.Context, userID int64, code string, now time.Time) (int, error) {
+// UseRecoveryCode spends the user's recovery code with the hash
+// (account.HashRecoveryCode) and returns how many are left. A code that is
+// not theirs or was used is unauthorized. The person is e-mailed that a
+// recovery code was used, in the same transaction.
+func (db *DB) UseRecoveryCode(ctx context.Context, userID int64, codeHash string, now time.Time) (int, error) {
 	const op = "use recovery code"
-	f, err := market.ParseSecondFactor(code)
-	if err != nil || f.Recovery == "" {
-		return 0, unauthorized(msgRecoveryCodeWrong)
-	}
 	tx, err := db.begin(ctx)
 	if err != nil {
 		return 0, fail(op, err, "")
@@ -198,7 +184,7 @@ func (db *DB) UseRecoveryCode(ctx context.Context, userID int64, code string, no
 	res, err := tx.ExecContext(ctx, `UPDATE recovery_codes SET used_at = ?
 		WHERE user_id = ? AND code_hash = ? AND used_at IS NULL
 		  AND EXISTS (SELECT 1 FROM user_totp t WHERE t.user_id = recovery_codes.user_id AND t.enabled_at IS NOT NULL)`,
-		unix(now), userID, hashRecoveryCode(userID, f.Recovery))
+		unix(now), userID, codeHash)
 	if err != nil {
 		return 0, fail(op, err, "")
 	}
@@ -318,47 +304,18 @@ func queueSignInMethodMail(ctx context.Context, tx *sql.Tx, userID int64, now ti
 		URLPath: "/account/two-factor", CreatedAt: now})
 }
 
-// newRecoveryCodes returns market.RecoveryCodeCount random codes of
-// market.RecoveryCodeLen characters from market.RecoveryAlphabet (32
-// letters, so a byte's low five bits pick one without bias).
-func newRecoveryCodes() ([]string, error) {
-	out := make([]string, market.RecoveryCodeCount)
-	b := make([]byte, market.RecoveryCodeLen)
-	for i := range out {
-		if _, err := rand.Read(b); err != nil {
-			return nil, err
-		}
-		c := make([]byte, len(b))
-		for j, x := range b {
-			c[j] = market.RecoveryAlphabet[x&31]
-		}
-		out[i] = string(c)
-	}
-	return out, nil
-}
-
-// replaceRecoveryCodes stores the hashes of codes as the user's recovery
-// codes, in place of any they had.
-func replaceRecoveryCodes(ctx context.Context, tx *sql.Tx, userID int64, codes []string) error {
+// replaceRecoveryCodes stores codeHashes as the user's recovery codes, in
+// place of any they had.
+func replaceRecoveryCodes(ctx context.Context, tx *sql.Tx, userID int64, codeHashes []string) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM recovery_codes WHERE user_id = ?`, userID); err != nil {
 		return err
 	}
-	for _, c := range codes {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO recovery_codes (user_id, code_hash) VALUES (?, ?)`,
-			userID, hashRecoveryCode(userID, c)); err != nil {
+	for _, h := range codeHashes {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO recovery_codes (user_id, code_hash) VALUES (?, ?)`, userID, h); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// hashRecoveryCode is how a normalised recovery code is stored: SHA-256
-// salted with the account id (the codes are random and 60 bits long, so a
-// fast hash suffices; the salt keeps one table of guesses from serving
-// every account).
-func hashRecoveryCode(userID int64, code string) string {
-	sum := sha256.Sum256([]byte(strconv.FormatInt(userID, 10) + ":" + code))
-	return hex.EncodeToString(sum[:])
 }
 
 // CreateLoginChallenge records that the user's password was accepted and

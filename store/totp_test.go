@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumarket/gpumarket/account"
 	"github.com/gpumarket/gpumarket/market"
 )
 
@@ -29,6 +30,26 @@ func signInMail(t *testing.T, db *DB, userID int64) []string {
 	return out
 }
 
+// recoveryHashes are the hashes of a new set of recovery codes.
+func recoveryHashes(t *testing.T, userID int64) []string {
+	t.Helper()
+	codes, err := account.NewRecoveryCodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return account.HashRecoveryCodes(userID, codes)
+}
+
+// typedHash is what workflow looks a typed recovery code up by.
+func typedHash(t *testing.T, userID int64, typed string) string {
+	t.Helper()
+	f, err := market.ParseSecondFactor(typed)
+	if err != nil || f.Recovery == "" {
+		t.Fatalf("%q is not a recovery code: %v", typed, err)
+	}
+	return account.HashRecoveryCode(userID, f.Recovery)
+}
+
 func TestTwoFactorSetupUseAndDisable(t *testing.T) {
 	ctx := context.Background()
 	db := newDB(t)
@@ -39,8 +60,12 @@ func TestTwoFactorSetupUseAndDisable(t *testing.T) {
 		t.Fatalf("before setup: %+v, %v; want off, not pending", tf, err)
 	}
 	// Enabling without a setup under way is refused.
-	_, err = db.EnableTOTP(ctx, u.ID, 100, t0)
-	wantCode(t, err, market.CodeConflict)
+	codes, err := account.NewRecoveryCodes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := account.HashRecoveryCodes(u.ID, codes)
+	wantCode(t, db.EnableTOTP(ctx, u.ID, 100, hashes, t0), market.CodeConflict)
 
 	if err := db.BeginTOTP(ctx, u.ID, []byte("sealed-1"), t0); err != nil {
 		t.Fatal(err)
@@ -57,8 +82,7 @@ func TestTwoFactorSetupUseAndDisable(t *testing.T) {
 		t.Fatalf("mail before it is on: %q", mail)
 	}
 
-	codes, err := db.EnableTOTP(ctx, u.ID, 1000, t0.Add(2*time.Minute))
-	if err != nil {
+	if err := db.EnableTOTP(ctx, u.ID, 1000, hashes, t0.Add(2*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	if len(codes) != market.RecoveryCodeCount {
@@ -88,8 +112,7 @@ func TestTwoFactorSetupUseAndDisable(t *testing.T) {
 		t.Fatalf("mail after enabling: %q", got)
 	}
 	wantCode(t, db.BeginTOTP(ctx, u.ID, []byte("sealed-3"), t0), market.CodeConflict)
-	_, err = db.EnableTOTP(ctx, u.ID, 1001, t0)
-	wantCode(t, err, market.CodeConflict)
+	wantCode(t, db.EnableTOTP(ctx, u.ID, 1001, hashes, t0), market.CodeConflict)
 
 	// Steps: the confirmed one and older are refused, a later one once.
 	wantCode(t, db.UseTOTPStep(ctx, u.ID, 1000), market.CodeUnauthorized)
@@ -101,17 +124,17 @@ func TestTwoFactorSetupUseAndDisable(t *testing.T) {
 
 	// A recovery code works once, however it is typed.
 	typed := strings.ToUpper(market.FormatRecoveryCode(codes[3]))
-	left, err := db.UseRecoveryCode(ctx, u.ID, typed, t0.Add(3*time.Minute))
+	left, err := db.UseRecoveryCode(ctx, u.ID, typedHash(t, u.ID, typed), t0.Add(3*time.Minute))
 	if err != nil || left != market.RecoveryCodeCount-1 {
 		t.Fatalf("recovery code %q: %d left, %v", typed, left, err)
 	}
-	_, err = db.UseRecoveryCode(ctx, u.ID, codes[3], t0.Add(4*time.Minute))
+	_, err = db.UseRecoveryCode(ctx, u.ID, typedHash(t, u.ID, codes[3]), t0.Add(4*time.Minute))
 	wantCode(t, err, market.CodeUnauthorized)
-	_, err = db.UseRecoveryCode(ctx, u.ID, "abcdefghijkm", t0)
+	_, err = db.UseRecoveryCode(ctx, u.ID, typedHash(t, u.ID, "abcdefghijkm"), t0)
 	wantCode(t, err, market.CodeUnauthorized)
 	// Another account's code is not this one's.
 	other := createUser(t, db, "other@example.com", false)
-	_, err = db.UseRecoveryCode(ctx, other.ID, codes[4], t0)
+	_, err = db.UseRecoveryCode(ctx, other.ID, typedHash(t, other.ID, codes[4]), t0)
 	wantCode(t, err, market.CodeUnauthorized)
 	if got := signInMail(t, db, u.ID); len(got) != 2 || got[1] != "A recovery code was used to sign in" {
 		t.Fatalf("mail after a recovery code: %q", got)
@@ -126,7 +149,7 @@ func TestTwoFactorSetupUseAndDisable(t *testing.T) {
 	}
 	wantCode(t, db.DisableTOTP(ctx, u.ID, t0), market.CodeConflict)
 	wantCode(t, db.UseTOTPStep(ctx, u.ID, 5000), market.CodeUnauthorized)
-	_, err = db.UseRecoveryCode(ctx, u.ID, codes[5], t0)
+	_, err = db.UseRecoveryCode(ctx, u.ID, typedHash(t, u.ID, codes[5]), t0)
 	wantCode(t, err, market.CodeUnauthorized)
 	if got := signInMail(t, db, u.ID); len(got) != 3 || got[2] != "Two-factor sign-in was turned off" {
 		t.Fatalf("mail after disabling: %q", got)
@@ -142,7 +165,7 @@ func TestTwoFactorStepUsedOnceUnderConcurrency(t *testing.T) {
 	if err := db.BeginTOTP(ctx, u.ID, []byte("s"), t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.EnableTOTP(ctx, u.ID, 10, t0); err != nil {
+	if err := db.EnableTOTP(ctx, u.ID, 10, recoveryHashes(t, u.ID), t0); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -183,7 +206,7 @@ func TestResetTwoFactor(t *testing.T) {
 	if err := db.BeginTOTP(ctx, u.ID, []byte("s"), t0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.EnableTOTP(ctx, u.ID, 10, t0); err != nil {
+	if err := db.EnableTOTP(ctx, u.ID, 10, recoveryHashes(t, u.ID), t0); err != nil {
 		t.Fatal(err)
 	}
 	s, err := db.CreateSession(ctx, u.ID, t0, time.Hour)

@@ -136,23 +136,6 @@ func (db *DB) UpdatePassword(ctx context.Context, userID int64, hash []byte, kee
 	return revoked, fail(op, tx.Commit(), "")
 }
 
-// SetUserRoles sets whether the account may rent (buyer) and list
-// (provider) compute.
-func (db *DB) SetUserRoles(ctx context.Context, userID int64, buyer, provider bool) error {
-	const op = "set user roles"
-	tx, err := db.begin(ctx)
-	if err != nil {
-		return fail(op, err, "")
-	}
-	defer tx.Rollback()
-
-	if err := updateUser(ctx, tx, `UPDATE users SET is_buyer = ?, is_provider = ? WHERE id = ?`,
-		boolInt(buyer), boolInt(provider), userID); err != nil {
-		return fail(op, err, "")
-	}
-	return fail(op, tx.Commit(), "")
-}
-
 // SetUserAdmin grants or removes the admin role, for the operator's command
 // line (admins are never created through sign-up).
 func (db *DB) SetUserAdmin(ctx context.Context, userID int64, admin bool) error {

@@ -21,3 +21,12 @@ func queryDescribedBy(hasError bool) string {
 	}
 	return "h-q"
 }
+
+// devicesText is a device count web formatted ("1", "8") with its noun:
+// "1 device", "8 devices".
+func devicesText(n string) string {
+	if n == "1" {
+		return "1 device"
+	}
+	return n + " devices"
+}

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -17,62 +16,6 @@ import (
 	"github.com/gpumarket/gpumarket/views"
 )
 
-// moderationInput gathers what market.RedFlags needs for one offer from the
-// provider records and listed prices the caller loaded: the provider's
-// record and the prices of the other listed offers of the same model.
-func moderationInput(o market.Offer, rec market.ProviderRecord, prices map[string][]store.ListedPrice) market.ModerationInput {
-	in := market.ModerationInput{Record: rec}
-	for _, p := range prices[o.AcceleratorID] {
-		if p.OfferID != o.ID {
-			in.MarketPrices = append(in.MarketPrices, p.Price)
-		}
-	}
-	return in
-}
-
-// moderate runs after a provider creates or edits an offer: when the
-// provider has a clean track record and the offer raises no red flag, it
-// is approved at once (recorded in the audit trail with the system as the
-// actor) and indexed; otherwise it waits in the review queue. It reports
-// whether the offer was approved. A failure here only leaves the offer in
-// the queue, so it is logged, not returned.
-func (h *Handler) moderate(ctx context.Context, o market.Offer) bool {
-	now := h.now()
-	rec, err := h.db.ProviderRecord(ctx, o.ProviderID, now)
-	if err != nil {
-		h.log.Warn("moderation: provider record", "offer_id", o.ID, "err", err)
-		return false
-	}
-	if !rec.CleanTrackRecord() {
-		return false
-	}
-	prices, err := h.db.ListedPrices(ctx, o.AcceleratorID, now)
-	if err != nil {
-		h.log.Warn("moderation: listed prices", "offer_id", o.ID, "err", err)
-		return false
-	}
-	differs, err := h.hardwareDiffers(ctx)
-	if err != nil {
-		h.log.Warn("moderation: hardware differs", "offer_id", o.ID, "err", err)
-		return false
-	}
-	in := moderationInput(o, rec, prices)
-	in.HardwareDiffers = differs[o.ID]
-	if !market.AutoApprove(rec, market.RedFlags(o, in)) {
-		return false
-	}
-	ok, err := h.db.AutoApproveOffer(ctx, o.ID, now)
-	if err != nil {
-		h.log.Warn("moderation: auto-approve", "offer_id", o.ID, "err", err)
-		return false
-	}
-	if ok {
-		h.wf.RefreshOffer(ctx, o.ID)
-		h.log.Info("offer auto-approved", "offer_id", o.ID, "provider_id", o.ProviderID)
-	}
-	return ok
-}
-
 func (h *Handler) handleAdminOffers(c echo.Context) error {
 	ctx := c.Request().Context()
 	now := h.now()
@@ -84,11 +27,11 @@ func (h *Handler) handleAdminOffers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	prices, err := h.db.ListedPrices(ctx, "", now)
-	if err != nil {
-		return err
+	offers := make([]market.Offer, len(rows))
+	for i, l := range rows {
+		offers[i] = l.Offer
 	}
-	differs, err := h.hardwareDiffers(ctx)
+	flags, err := h.wf.RedFlags(ctx, offers, records)
 	if err != nil {
 		return err
 	}
@@ -105,9 +48,7 @@ func (h *Handler) handleAdminOffers(c echo.Context) error {
 				rec.ApprovedOffers, rec.DeliveredReservations, rec.RecentIncidents, int(market.ReliabilityWindow/(24*time.Hour)),
 				market.FormatPercentBP(market.ReliabilityBP(rec))),
 		}
-		in := moderationInput(o, rec, prices)
-		in.HardwareDiffers = differs[o.ID]
-		for _, f := range market.RedFlags(o, in) {
+		for _, f := range flags[o.ID] {
 			row.Flags = append(row.Flags, views.RedFlag{Code: string(f.Code), Label: f.Code.Label(), Message: f.Message})
 		}
 		for _, fk := range market.FigureKinds {
@@ -128,13 +69,7 @@ func (h *Handler) handleAdminReview(c echo.Context) error {
 		return err
 	}
 	decision := market.ReviewState(c.FormValue("decision"))
-	switch decision {
-	case market.ReviewApproved, market.ReviewRejected, market.ReviewChangesRequested:
-	default:
-		return market.Errorf(market.CodeInvalid, "Choose approve, reject or ask for changes.")
-	}
-	ctx := c.Request().Context()
-	o, err := h.db.DecideOffer(ctx, currentUser(c).ID, id, decision, c.FormValue("note"), h.now())
+	o, err := h.wf.DecideOffer(c.Request().Context(), currentUser(c).ID, id, decision, c.FormValue("note"))
 	if market.ErrorCode(err) == market.CodeInvalid {
 		h.setFlash(c, "error", market.ErrorMessage(err))
 		return c.Redirect(http.StatusSeeOther, "/admin/offers")
@@ -142,7 +77,6 @@ func (h *Handler) handleAdminReview(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h.wf.RefreshOffer(ctx, id)
 	logger(c).Info("offer reviewed", "offer_id", id, "decision", decision, "admin_id", currentUser(c).ID)
 	h.setFlash(c, "ok", fmt.Sprintf("“%s” %s.", o.Title, map[market.ReviewState]string{
 		market.ReviewApproved:         "approved",
@@ -157,9 +91,8 @@ func (h *Handler) handleAdminVerifyFigure(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
 	kind := market.FigureKind(c.FormValue("kind"))
-	err = h.db.VerifyFigure(ctx, currentUser(c).ID, id, kind, c.FormValue("note"), h.now())
+	err = h.wf.VerifyFigure(c.Request().Context(), currentUser(c).ID, id, kind, c.FormValue("note"))
 	if market.ErrorCode(err) == market.CodeInvalid {
 		h.setFlash(c, "error", market.ErrorMessage(err))
 		return c.Redirect(http.StatusSeeOther, safeBack(c, "/admin/offers"))
@@ -167,7 +100,6 @@ func (h *Handler) handleAdminVerifyFigure(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h.wf.RefreshOffer(ctx, id)
 	logger(c).Info("figure verified", "offer_id", id, "kind", kind, "admin_id", currentUser(c).ID)
 	h.setFlash(c, "ok", "Figure marked verified.")
 	return c.Redirect(http.StatusSeeOther, safeBack(c, "/admin/offers"))
@@ -251,8 +183,7 @@ func (h *Handler) handleAdminSuspend(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	s, err := h.db.SuspendProvider(ctx, currentUser(c).ID, id, c.FormValue("reason"), h.now())
+	s, err := h.wf.SuspendProvider(c.Request().Context(), currentUser(c).ID, id, c.FormValue("reason"))
 	if market.ErrorCode(err) == market.CodeInvalid {
 		h.setFlash(c, "error", market.ErrorMessage(err))
 		return c.Redirect(http.StatusSeeOther, "/admin/providers")
@@ -260,12 +191,6 @@ func (h *Handler) handleAdminSuspend(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// Out of the matcher at once; the catalogue and the booking
-	// transaction already refuse a suspended provider's offers.
-	for _, offerID := range s.OfferIDs {
-		h.wf.RemoveOffer(offerID)
-	}
-	logger(c).Info("provider suspended", "provider_id", id, "admin_id", currentUser(c).ID, "flagged", s.Flagged)
 	h.setFlash(c, "ok", fmt.Sprintf("Provider suspended: %d offer(s) unlisted, %d open reservation(s) flagged for review, %d API token(s) and %d host token(s) revoked.", len(s.OfferIDs), s.Flagged, s.RevokedTokens, s.RevokedHostTokens))
 	return c.Redirect(http.StatusSeeOther, "/admin/providers")
 }
@@ -275,15 +200,9 @@ func (h *Handler) handleAdminReinstate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	s, err := h.db.ReinstateProvider(ctx, currentUser(c).ID, id, c.FormValue("note"), h.now())
-	if err != nil {
+	if err := h.wf.ReinstateProvider(c.Request().Context(), currentUser(c).ID, id, c.FormValue("note")); err != nil {
 		return err
 	}
-	for _, offerID := range s.OfferIDs {
-		h.wf.RefreshOffer(ctx, offerID)
-	}
-	logger(c).Info("provider reinstated", "provider_id", id, "admin_id", currentUser(c).ID)
 	h.setFlash(c, "ok", "Provider reinstated; their approved offers are listed again.")
 	return c.Redirect(http.StatusSeeOther, "/admin/providers")
 }
@@ -293,7 +212,7 @@ func (h *Handler) handleAdminClearFlag(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.db.ClearReservationFlag(c.Request().Context(), currentUser(c).ID, id, c.FormValue("note"), h.now()); err != nil {
+	if err := h.wf.ClearReservationFlag(c.Request().Context(), currentUser(c).ID, id, c.FormValue("note")); err != nil {
 		return err
 	}
 	h.setFlash(c, "ok", "Flag cleared.")

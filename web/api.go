@@ -32,7 +32,7 @@ func (h *Handler) apiAuth(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok || raw == "" {
 			return market.Errorf(market.CodeUnauthorized, "Send a personal API token as \"Authorization: Bearer <token>\"; create one on your account page.")
 		}
-		tok, u, err := h.db.FindAPIToken(c.Request().Context(), strings.TrimSpace(raw), h.now())
+		tok, u, err := h.wf.Authenticate(c.Request().Context(), strings.TrimSpace(raw))
 		if err != nil {
 			return err
 		}
@@ -367,7 +367,7 @@ func (h *Handler) apiQuotes(c echo.Context, req market.Request) (apiQuotes, erro
 		key := market.NewQuoteKey(q, now)
 		aq := apiQuote{
 			QuoteID: key.String(), QuotedAt: key.QuotedAt, ValidUntil: key.ValidUntil(), Rank: q.Rank, Cost: toAPICost(q.Cost),
-			ChargedCents: q.Cost.Instance + q.Cost.Storage + q.Cost.Egress, CentsPerRefDeviceHour: q.CentsPerRefDeviceHour,
+			ChargedCents: q.Cost.Charged(), CentsPerRefDeviceHour: q.CentsPerRefDeviceHour,
 			EmissionsKgCO2e: q.EmissionsKg(), ReliabilityBP: q.ReliabilityBP, Providers: q.Providers,
 			Start: q.Start, End: q.End, Exact: q.Exact,
 		}
@@ -559,12 +559,9 @@ func (h *Handler) handleAPIOfferCreate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	created, err := h.db.CreateOffer(c.Request().Context(), o, h.now())
+	created, _, err := h.wf.CreateOffer(c.Request().Context(), o)
 	if err != nil {
 		return err
-	}
-	if h.moderate(c.Request().Context(), created) {
-		created.Review = market.ReviewApproved
 	}
 	ao, err := toAPIOffer(created, "")
 	if err != nil {
@@ -587,13 +584,9 @@ func (h *Handler) handleAPIOfferUpdate(c echo.Context) error {
 		return err
 	}
 	o.ID = id
-	updated, err := h.db.UpdateOffer(c.Request().Context(), currentUser(c).ID, o, h.now())
+	updated, _, err := h.wf.UpdateOffer(c.Request().Context(), currentUser(c).ID, o)
 	if err != nil {
 		return err
-	}
-	h.wf.RefreshOffer(c.Request().Context(), id)
-	if h.moderate(c.Request().Context(), updated) {
-		updated.Review = market.ReviewApproved
 	}
 	ao, err := toAPIOffer(updated, "")
 	if err != nil {
@@ -613,16 +606,9 @@ func (h *Handler) handleAPIOfferState(c echo.Context) error {
 	if err := decodeBody(c, &body); err != nil {
 		return err
 	}
-	state := market.OfferState(body.State)
-	switch state {
-	case market.OfferActive, market.OfferPaused, market.OfferWithdrawn:
-	default:
-		return &market.Error{Code: market.CodeInvalid, Message: "Unknown state.", Fields: map[string]string{"state": "one of active, paused, withdrawn"}}
-	}
-	if err := h.db.SetOfferState(c.Request().Context(), currentUser(c).ID, id, state, h.now()); err != nil {
+	if err := h.wf.SetOfferState(c.Request().Context(), currentUser(c).ID, id, market.OfferState(body.State)); err != nil {
 		return err
 	}
-	h.wf.RefreshOffer(c.Request().Context(), id)
 	return c.NoContent(http.StatusNoContent)
 }
 

@@ -5,17 +5,16 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
-	"math"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/gpumarket/gpumarket/account"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/views"
+	"github.com/gpumarket/gpumarket/workflow"
 )
 
 func (h *Handler) handleSignUpForm(c echo.Context) error {
@@ -38,25 +37,15 @@ func (h *Handler) handleSignUp(c echo.Context) error {
 		return views.SignUpForm{Email: su.Email, DisplayName: su.DisplayName, Organisation: su.Organisation,
 			IsBuyer: su.IsBuyer, IsProvider: su.IsProvider, Errors: errs, Message: msg}
 	}
-	ctx := c.Request().Context()
-	allowed, wait, err := h.db.ThrottleHit(ctx, "signup-ip:"+clientNetwork(c), h.now(), signupWindow, signupPerAddress)
-	if err != nil {
-		return err
-	}
-	if !allowed {
-		return render(c, http.StatusTooManyRequests, views.SignUp(h.page(c, "Sign up"), form(nil, throttledMessage(wait))))
-	}
-	if err := market.ValidateSignUp(&su); err != nil {
-		return render(c, http.StatusUnprocessableEntity, views.SignUp(h.page(c, "Sign up"), form(market.FieldErrors(err), "")))
-	}
-	hash, err := h.hashPassword(su.Password)
-	if err != nil {
-		return err
-	}
 	// The same answer whether or not the address has an account (its owner
 	// is mailed instead): no session, the same page.
-	id, existed, err := h.db.SignUp(ctx, market.User{Email: su.Email, DisplayName: su.DisplayName, Organisation: su.Organisation,
-		IsBuyer: su.IsBuyer, IsProvider: su.IsProvider}, hash, h.now())
+	id, existed, err := h.wf.SignUp(c.Request().Context(), &su, clientNetwork(c))
+	switch market.ErrorCode(err) {
+	case market.CodeRateLimited:
+		return render(c, http.StatusTooManyRequests, views.SignUp(h.page(c, "Sign up"), form(nil, market.ErrorMessage(err))))
+	case market.CodeInvalid:
+		return render(c, http.StatusUnprocessableEntity, views.SignUp(h.page(c, "Sign up"), form(market.FieldErrors(err), "")))
+	}
 	if err != nil {
 		return err
 	}
@@ -85,77 +74,23 @@ func (h *Handler) handleLogin(c echo.Context) error {
 	if msg := market.TextProblem(c.FormValue("email"), false); msg != "" {
 		return fail(http.StatusUnprocessableEntity, msg)
 	}
-	ctx := c.Request().Context()
-	now := h.now()
-	// Only failures count: against the client address (so that an office or
-	// a lab behind one address is not locked out by its own successful
-	// log-ins), against the account from this address, and against the
-	// account from all of them.
-	addr := clientNetwork(c)
-	ipKey := "login-ip:" + addr
-	if blocked, wait, err := h.db.ThrottlePeek(ctx, ipKey, now, loginWindow, loginPerAddress); err != nil {
-		return err
-	} else if blocked {
-		return fail(http.StatusTooManyRequests, throttledMessage(wait))
-	}
-	pairKey, acctKey := "login-pair:"+email+" "+addr, "login-acct:"+email
-	for _, l := range []struct {
-		window time.Duration
-		limit  int
-	}{{loginWindow, loginPerPair}, {loginDay, loginPerPairDay}} {
-		if blocked, wait, err := h.db.ThrottlePeek(ctx, pairKey, now, l.window, l.limit); err != nil {
-			return err
-		} else if blocked {
-			return fail(http.StatusTooManyRequests, throttledMessage(wait))
-		}
-	}
-	known := h.knownDevice(c, email)
-	if !known {
-		if blocked, wait, err := h.db.ThrottlePeek(ctx, acctKey, now, loginDay, loginPerAccount); err != nil {
-			return err
-		} else if blocked {
-			return fail(http.StatusTooManyRequests, fmt.Sprintf("This account has had too many failed log-ins today. "+
-				"Log in from a browser you have logged in with before, or wait %s and try again.", waitText(wait)))
-		}
-	}
-	if email == "" || password == "" {
-		return fail(http.StatusUnprocessableEntity, "Enter your email and password.")
-	}
-	u, hash, err := h.db.FindUserByEmail(ctx, email)
-	if err != nil && market.ErrorCode(err) != market.CodeNotFound {
-		return err
+	in, err := h.wf.LogIn(c.Request().Context(), workflow.LogIn{Email: email, Password: password, Next: next,
+		Network: clientNetwork(c), KnownDevice: h.knownDevice(c, email), OldSession: oldSession(c)})
+	switch code := market.ErrorCode(err); code {
+	case market.CodeRateLimited, market.CodeInvalid, market.CodeUnauthorized, market.CodeForbidden:
+		return fail(statusOf(code), market.ErrorMessage(err))
 	}
 	if err != nil {
-		// Compare anyway, so an unknown email takes as long as a wrong password.
-		checkPassword(h.dummyHash, password)
-	}
-	if err != nil || !checkPassword(hash, password) {
-		// The pair's rows are kept for the day; its short window is a peek.
-		if _, _, err := h.db.ThrottleHit(ctx, pairKey, now, loginDay, loginPerPairDay); err != nil {
-			return err
-		}
-		if _, _, err := h.db.ThrottleHit(ctx, acctKey, now, loginDay, loginPerAccount); err != nil {
-			return err
-		}
-		if _, _, err := h.db.ThrottleHit(ctx, ipKey, now, loginWindow, loginPerAddress); err != nil {
-			return err
-		}
-		return fail(http.StatusUnauthorized, "That email and password do not match an account.")
-	}
-	if u.Suspended {
-		return fail(http.StatusForbidden, "This account is suspended. Contact support if you think this is a mistake.")
-	}
-	if err := h.db.ThrottleReset(ctx, pairKey); err != nil {
 		return err
 	}
-	if asked, err := h.askSecondFactor(c, u.ID, next); asked || err != nil {
-		return err
+	if in.Challenge != "" {
+		return h.askSecondFactor(c, in)
 	}
-	if err := h.startSession(c, u.ID); err != nil {
+	if err := h.setSession(c, in.Session); err != nil {
 		return err
 	}
 	h.rememberDevice(c, email)
-	logger(c).Info("logged in", "user_id", u.ID)
+	logger(c).Info("logged in", "user_id", in.User.ID)
 	return c.Redirect(http.StatusSeeOther, next)
 }
 
@@ -255,7 +190,7 @@ func (h *Handler) handleTokenCreate(c echo.Context) error {
 		v.TokenName, v.TokenScope = name, scope
 		return render(c, http.StatusUnprocessableEntity, views.Account(h.page(c, "Account"), v))
 	}
-	_, raw, err := h.db.CreateAPIToken(c.Request().Context(), currentUser(c).ID, name, scope, h.now())
+	_, raw, err := h.wf.CreateAPIToken(c.Request().Context(), currentUser(c).ID, name, scope)
 	if err != nil {
 		return err
 	}
@@ -273,7 +208,7 @@ func (h *Handler) handleTokenRevoke(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.db.RevokeAPIToken(c.Request().Context(), currentUser(c).ID, id, h.now()); err != nil {
+	if err := h.wf.RevokeAPIToken(c.Request().Context(), currentUser(c).ID, id); err != nil {
 		return err
 	}
 	h.setFlash(c, "ok", "Token revoked; it stops working at once.")
@@ -282,31 +217,16 @@ func (h *Handler) handleTokenRevoke(c echo.Context) error {
 
 func (h *Handler) handlePasswordChange(c echo.Context) error {
 	u := currentUser(c)
-	ctx := c.Request().Context()
-	current, next := c.FormValue("current_password"), c.FormValue("new_password")
-	invalid := func(field, msg string) error {
-		v, err := h.accountView(c, map[string]string{field: msg})
+	sess, _ := currentSession(c)
+	revoked, err := h.wf.ChangePassword(c.Request().Context(), *u, c.FormValue("current_password"), c.FormValue("new_password"),
+		sess.ID, c.FormValue("revoke_tokens") != "")
+	if market.ErrorCode(err) == market.CodeInvalid {
+		v, err := h.accountView(c, market.FieldErrors(err))
 		if err != nil {
 			return err
 		}
 		return render(c, http.StatusUnprocessableEntity, views.Account(h.page(c, "Account"), v))
 	}
-	_, hash, err := h.db.FindUserByEmail(ctx, u.Email)
-	if err != nil {
-		return err
-	}
-	if !checkPassword(hash, current) {
-		return invalid("current_password", "That is not your current password.")
-	}
-	if msg := market.PasswordProblem(next); msg != "" {
-		return invalid("new_password", msg)
-	}
-	newHash, err := h.hashPassword(next)
-	if err != nil {
-		return err
-	}
-	sess, _ := currentSession(c)
-	revoked, err := h.db.UpdatePassword(ctx, u.ID, newHash, sess.ID, c.FormValue("revoke_tokens") != "", h.now())
 	if err != nil {
 		return err
 	}
@@ -322,32 +242,9 @@ func (h *Handler) handlePasswordChange(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, "/account")
 }
 
-// throttledMessage tells a person how long to wait.
-func throttledMessage(wait time.Duration) string {
-	return fmt.Sprintf("Too many attempts from here. Please wait %s and try again.", waitText(wait))
-}
-
-// waitText is a wait in whole minutes, rounded up, or in hours from two hours.
-func waitText(wait time.Duration) string {
-	mins := int(math.Ceil(wait.Minutes()))
-	switch {
-	case mins <= 1:
-		return "1 minute"
-	case mins < 120:
-		return fmt.Sprintf("%d minutes", mins)
-	}
-	return fmt.Sprintf("%d hours", (mins+59)/60)
-}
-
-// clientNetwork is the client address throttles count by: the address, or
-// for IPv6 its /64, which one subscriber usually holds whole.
-func clientNetwork(c echo.Context) string {
-	ip := net.ParseIP(c.RealIP())
-	if ip == nil || ip.To4() != nil {
-		return c.RealIP()
-	}
-	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
-}
+// clientNetwork is what the throttles count the client by
+// (account.ClientNetwork of its address).
+func clientNetwork(c echo.Context) string { return account.ClientNetwork(c.RealIP()) }
 
 // knownDevice reports whether this browser has logged in to the account
 // with the email before (a signed cookie that rememberDevice set).

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
@@ -101,8 +103,9 @@ func newBillingApp(t *testing.T) *billingApp {
 	return newBillingAppWith(t, nil)
 }
 
-// newBillingAppWith is newBillingApp with the configuration changed by edit.
-func newBillingAppWith(t *testing.T, edit func(*Config)) *billingApp {
+// newBillingAppWith is newBillingApp with the configuration changed by edit
+// and the processor seen through wrap, if given.
+func newBillingAppWith(t *testing.T, edit func(*Config), wrap ...func(*countingLocal) billing.Processor) *billingApp {
 	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, pgtest.DSN(t, filepath.Join(t.TempDir(), "web.db")))
@@ -113,10 +116,21 @@ func newBillingAppWith(t *testing.T, edit func(*Config)) *billingApp {
 	clock := newTestClock(testNow)
 	pay := &countingLocal{Local: billing.NewLocal(billing.LocalConfig{Store: db}), refunds: map[string]market.Cents{}, transfers: map[string]market.Cents{}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), Now: clock.now,
-		Billing: pay, PlatformFeeBP: 1000}
+	cfg := Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), Now: clock.now, PasswordCost: bcrypt.MinCost}
 	if edit != nil {
 		edit(&cfg)
+	}
+	var processor billing.Processor = pay
+	for _, w := range wrap {
+		processor = w(pay)
+	}
+	if cfg.Workflow == nil {
+		cfg.Workflow, err = workflow.New(ctx, workflow.Config{Billing: processor, PlatformFeeBP: 1000, Now: cfg.Now, BaseURL: cfg.BaseURL,
+			SessionKey: cfg.SessionKey, PasswordCost: cfg.PasswordCost,
+			Metrics: cfg.Metrics, QuoteBudget: cfg.QuoteBudget, BroadSlots: cfg.BroadSlots}, db, log)
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	h, e, err := New(ctx, cfg, db, log)
 	if err != nil {
@@ -556,7 +570,7 @@ func (a *billingApp) paidEvents(checkoutID string) (completed, succeeded billing
 // pages do.
 func (a *billingApp) apply(ev billing.Event) {
 	a.t.Helper()
-	if err := a.handler.applyEvent(context.Background(), a.handler.log, ev); err != nil {
+	if err := a.handler.wf.ApplyEvent(context.Background(), a.handler.log, ev); err != nil {
 		a.t.Fatalf("apply %s %s: %v", ev.StripeType, ev.ID, err)
 	}
 }

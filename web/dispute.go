@@ -64,14 +64,13 @@ func (h *Handler) handleDisputeOpen(c echo.Context) error {
 		return err
 	}
 	reason, statement := c.FormValue("reason"), c.FormValue("statement")
-	d, err := h.db.OpenDispute(c.Request().Context(), currentUser(c).ID, r.ID, market.DisputeReason(reason), statement, h.now())
+	d, err := h.wf.OpenDispute(c.Request().Context(), currentUser(c).ID, r.ID, market.DisputeReason(reason), statement)
 	if market.ErrorCode(err) == market.CodeInvalid {
 		return h.disputeForm(c, http.StatusUnprocessableEntity, r, reason, statement, market.FieldErrors(err))
 	}
 	if err != nil {
 		return err
 	}
-	logger(c).Info("dispute opened", "dispute_id", d.ID, "reservation_id", r.ID)
 	h.setFlash(c, "ok", "Dispute opened. The provider has been told and can answer; an administrator will decide.")
 	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/disputes/%d", d.ID))
 }
@@ -162,7 +161,7 @@ func (h *Handler) handleDisputeStatement(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	err = h.db.AddDisputeStatement(c.Request().Context(), currentUser(c).ID, id, c.FormValue("statement"), h.now())
+	err = h.wf.AddDisputeStatement(c.Request().Context(), currentUser(c).ID, id, c.FormValue("statement"))
 	if market.ErrorCode(err) == market.CodeInvalid {
 		h.setFlash(c, "error", market.FieldErrors(err)["statement"])
 		return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/disputes/%d", id))

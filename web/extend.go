@@ -150,7 +150,7 @@ func (h *Handler) extendConfirm(c echo.Context, id int64, typed string, q workfl
 func nodesText(ns []market.NodeShare) string {
 	parts := make([]string, len(ns))
 	for i, n := range ns {
-		parts[i] = fmt.Sprintf("node %d (%d)", n.Node+1, n.Devices)
+		parts[i] = fmt.Sprintf("node %d (%s)", n.Node, plural(n.Devices, "device"))
 	}
 	if len(parts) == 0 {
 		return ""

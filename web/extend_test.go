@@ -60,7 +60,7 @@ func TestExtendRunningReservation(t *testing.T) {
 	if got := testidValue(t, conf.body, "extend-amount"); got != want.String() {
 		t.Fatalf("extension amount %q, want %s", got, want)
 	}
-	mustContain(t, conf.body, "2 Dec 2026 10:00 UTC", "2 Dec 2026 14:00 UTC", "8 × 4 hours × $2.19", "The same nodes: node 1 (8)")
+	mustContain(t, conf.body, "2 Dec 2026 10:00 UTC", "2 Dec 2026 14:00 UTC", "8 × 4 hours × $2.19", "The same nodes: node 0 (8 devices)")
 
 	// A price that is not the one now is shown again, not booked.
 	stale := buyer.post(path+"/extend?hours=4", path+"/extend", url.Values{"hours": {"4"}, "amount": {strconv.FormatInt(int64(want)-1, 10)}})

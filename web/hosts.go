@@ -184,7 +184,7 @@ func (h *Handler) handleHostTokenCreate(c echo.Context) error {
 		return invalid("Enter the node's number, counted from 0.")
 	}
 	ctx := c.Request().Context()
-	tok, raw, err := h.db.CreateHostToken(ctx, currentUser(c).ID, offerID, node, h.now())
+	tok, raw, err := h.wf.CreateHostToken(ctx, currentUser(c).ID, offerID, node)
 	if msg := market.FieldErrors(err)["node"]; msg != "" {
 		return invalid(msg)
 	}
@@ -200,7 +200,6 @@ func (h *Handler) handleHostTokenCreate(c echo.Context) error {
 	if err := h.setNewHostToken(c, raw, fmt.Sprintf("node %d of “%s”", tok.Node, o.Title)); err != nil {
 		return err
 	}
-	logger(c).Info("host token created", "offer_id", offerID, "node", tok.Node, "token_id", tok.ID)
 	h.setFlash(c, "ok", fmt.Sprintf("Host token created for node %d; copy it now: it is shown only once.", tok.Node))
 	return c.Redirect(http.StatusSeeOther, hostsPath)
 }
@@ -210,10 +209,9 @@ func (h *Handler) handleHostTokenRevoke(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.db.RevokeHostToken(c.Request().Context(), currentUser(c).ID, id, h.now()); err != nil {
+	if err := h.wf.RevokeHostToken(c.Request().Context(), currentUser(c).ID, id); err != nil {
 		return err
 	}
-	logger(c).Info("host token revoked", "token_id", id)
 	h.setFlash(c, "ok", "Host token revoked; the agent using it is refused from now on.")
 	return c.Redirect(http.StatusSeeOther, hostsPath)
 }
@@ -241,20 +239,6 @@ func (h *Handler) takeNewHostToken(c echo.Context) (raw, label string) {
 		logger(c).Warn("new host token cookie not cleared", "err", err)
 	}
 	return raw, label
-}
-
-// hardwareDiffers returns the admins' "hardware differs from listing"
-// messages by offer id, for the red flags.
-func (h *Handler) hardwareDiffers(ctx context.Context) (map[int64][]string, error) {
-	flags, err := h.db.ListHardwareDiffers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[int64][]string{}
-	for _, f := range flags {
-		out[f.OfferID] = append(out[f.OfferID], f.Message)
-	}
-	return out, nil
 }
 
 func adminHostRow(f store.HostFlag, when string) views.AdminHostRow {

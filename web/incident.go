@@ -71,7 +71,7 @@ func incidentFormView(r market.Reservation, pieces []market.ReservationPiece, ac
 	}
 	for _, p := range pieces {
 		v.Pieces = append(v.Pieces, views.Option{Value: strconv.FormatInt(p.ID, 10),
-			Label: fmt.Sprintf("%d devices, %s – %s", p.Devices, formatTime(p.Start), formatTime(p.End))})
+			Label: fmt.Sprintf("%s, %s – %s", plural(p.Devices, "device"), formatTime(p.Start), formatTime(p.End))})
 	}
 	for _, k := range market.IncidentKinds {
 		v.Kinds = append(v.Kinds, views.Option{Value: string(k), Label: k.Label() + " — " + k.Remedy()})
@@ -102,8 +102,8 @@ func (h *Handler) reportIncident(c echo.Context, r market.Reservation, pieces []
 	inc, problems := in.incident()
 	err := problems.Err()
 	if err == nil {
-		_, err = h.db.ReportIncident(c.Request().Context(), store.Incident{Incident: inc, ReservationID: r.ID,
-			ReportedBy: by, ReporterID: currentUser(c).ID}, h.now())
+		_, err = h.wf.ReportIncident(c.Request().Context(), store.Incident{Incident: inc, ReservationID: r.ID,
+			ReportedBy: by, ReporterID: currentUser(c).ID})
 	}
 	if market.ErrorCode(err) == market.CodeInvalid {
 		v := incidentFormView(r, pieces, action, back, by == store.ReportedByProvider, in, err)
@@ -195,11 +195,10 @@ func (h *Handler) handleIncidentAcknowledge(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	inc, err := h.db.AcknowledgeIncident(c.Request().Context(), currentUser(c).ID, id, h.now())
+	inc, err := h.wf.AcknowledgeIncident(c.Request().Context(), currentUser(c).ID, id)
 	if err != nil {
 		return err
 	}
-	logger(c).Info("incident acknowledged", "incident_id", inc.ID, "reservation_id", inc.ReservationID)
 	h.setFlash(c, "ok", "Acknowledged; the incident counts in settlement.")
 	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/provider/bookings/%d", inc.ReservationID))
 }
@@ -231,7 +230,7 @@ func (h *Handler) handleIncidentNote(c echo.Context) error {
 		return market.Errorf(market.CodeNotFound, "That incident could not be found.")
 	}
 	body := c.FormValue("note")
-	_, err = h.db.AnnotateIncident(c.Request().Context(), currentUser(c).ID, incID, body, h.now())
+	_, err = h.wf.AnnotateIncident(c.Request().Context(), currentUser(c).ID, incID, body)
 	if market.ErrorCode(err) == market.CodeInvalid {
 		v, verr := h.providerBookingView(c, r, mine)
 		if verr != nil {

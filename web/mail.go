@@ -104,7 +104,7 @@ func (h *Handler) handleAdminMailRetry(c echo.Context) error {
 	if err != nil {
 		return market.Errorf(market.CodeNotFound, "No such message.")
 	}
-	if err := h.db.RetryMail(c.Request().Context(), id, h.now()); err != nil {
+	if err := h.wf.RetryMail(c.Request().Context(), id); err != nil {
 		if market.ErrorCode(err) != market.CodeConflict {
 			return err
 		}
@@ -224,7 +224,7 @@ func (h *Handler) handleMailPrefsSave(c echo.Context) error {
 			off[k] = true
 		}
 	}
-	if err := h.db.SetMailOptOuts(c.Request().Context(), currentUser(c).ID, off); err != nil {
+	if err := h.wf.SetMailOptOuts(c.Request().Context(), currentUser(c).ID, off); err != nil {
 		return err
 	}
 	h.setFlash(c, "ok", "E-mail preferences saved.")

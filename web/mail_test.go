@@ -46,7 +46,8 @@ func newMailApp(t *testing.T, srv *mailtest.Server) (*testApp, *workflow.Service
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	now := func() time.Time { return testNow }
-	wf, err := workflow.New(ctx, workflow.Config{PlatformFeeBP: 1000, Now: now, Mail: sender, BaseURL: base}, db, log)
+	wf, err := workflow.New(ctx, workflow.Config{PlatformFeeBP: 1000, Now: now, Mail: sender, BaseURL: base,
+		SessionKey: []byte(strings.Repeat("k", 32)), PasswordCost: bcrypt.MinCost}, db, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -283,7 +283,7 @@ func (h *Handler) handleWorkReport(c echo.Context) error {
 		errs["value"] = "Enter the measured throughput as a whole number above zero."
 	}
 	if len(errs) == 0 {
-		_, err = h.db.CreateWorkReport(ctx, rep, h.now())
+		_, err = h.wf.RecordWorkReport(ctx, rep)
 		if err == nil {
 			h.setFlash(c, "ok", "Thank you: your measurement now counts in the offer's measured figures.")
 			return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/reservations/%d#measured-work", r.ID))

@@ -33,7 +33,7 @@ func (a *billingApp) notified(userID int64, kind, text string) bool {
 		a.t.Fatal(err)
 	}
 	for _, n := range ns {
-		if n.Kind == kind && strings.Contains(n.Message, text) {
+		if n.Kind == kind && strings.Contains(n.Notice.Text(), text) {
 			return true
 		}
 	}

@@ -17,13 +17,15 @@ func (h *Handler) handleNotifications(c echo.Context) error {
 	for _, n := range ns {
 		unread := n.ReadAt.IsZero()
 		v.HasUnread = v.HasUnread || unread
-		v.Rows = append(v.Rows, views.NotificationRow{Kind: n.Kind, Message: n.Message, URL: n.URL, At: formatTime(n.CreatedAt), Unread: unread})
+		// The store keeps what a notification says; its words are
+		// written here, as its e-mail's are in workflow.MailMessage.
+		v.Rows = append(v.Rows, views.NotificationRow{Kind: n.Kind, Message: n.Notice.Text(), URL: n.URL, At: formatTime(n.CreatedAt), Unread: unread})
 	}
 	return render(c, http.StatusOK, views.Notifications(h.page(c, "Notifications"), v))
 }
 
 func (h *Handler) handleNotificationsRead(c echo.Context) error {
-	if err := h.db.MarkNotificationsRead(c.Request().Context(), currentUser(c).ID, h.now()); err != nil {
+	if err := h.wf.MarkNotificationsRead(c.Request().Context(), currentUser(c).ID); err != nil {
 		return err
 	}
 	return c.Redirect(http.StatusSeeOther, "/notifications")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/views"
+	"github.com/gpumarket/gpumarket/workflow"
 )
 
 // pathID reads the :id path parameter; a malformed id is simply not found.
@@ -105,12 +106,11 @@ func (h *Handler) handleOfferCreate(c echo.Context) error {
 		return h.offerForm(c, http.StatusOK, "List capacity", "/provider/offers", "Submit for review", values, nil, "", true)
 	}
 	o.ProviderID = u.ID
-	created, err := h.db.CreateOffer(c.Request().Context(), o, h.now())
+	created, approved, err := h.wf.CreateOffer(c.Request().Context(), o)
 	if err != nil {
 		return err
 	}
-	logger(c).Info("offer created", "offer_id", created.ID, "provider_id", u.ID)
-	if h.moderate(c.Request().Context(), created) {
+	if approved {
 		h.setFlash(c, "ok", fmt.Sprintf("“%s” is listed: approved automatically on your track record.", created.Title))
 		return c.Redirect(http.StatusSeeOther, "/provider/offers")
 	}
@@ -170,16 +170,18 @@ func (h *Handler) handleOfferUpdate(c echo.Context) error {
 		return h.offerForm(c, http.StatusOK, "Edit offer", action, "Save and resubmit for review", values, nil, current.ReviewNote, true)
 	}
 	o.ID = id
-	updated, err := h.db.UpdateOffer(ctx, u.ID, o, h.now())
+	updated, outcome, err := h.wf.UpdateOffer(ctx, u.ID, o)
 	if market.ErrorCode(err) == market.CodeInvalid {
 		return h.offerForm(c, http.StatusUnprocessableEntity, "Edit offer", action, "Save and resubmit for review", values, market.FieldErrors(err), current.ReviewNote, false)
 	}
 	if err != nil {
 		return err
 	}
-	h.wf.RefreshOffer(ctx, id) // back in review: out of the matcher until approved
-	logger(c).Info("offer updated", "offer_id", id, "provider_id", u.ID)
-	if h.moderate(ctx, updated) {
+	switch outcome {
+	case workflow.EditListed:
+		h.setFlash(c, "ok", fmt.Sprintf("“%s” is saved and still listed: a lower price or a longer window applies at once.", updated.Title))
+		return c.Redirect(http.StatusSeeOther, "/provider/offers")
+	case workflow.EditApproved:
 		h.setFlash(c, "ok", fmt.Sprintf("“%s” is saved and listed: approved automatically on your track record.", updated.Title))
 		return c.Redirect(http.StatusSeeOther, "/provider/offers")
 	}
@@ -194,15 +196,9 @@ func (h *Handler) handleOfferState(c echo.Context) error {
 		return err
 	}
 	state := market.OfferState(c.FormValue("state"))
-	switch state {
-	case market.OfferActive, market.OfferPaused, market.OfferWithdrawn:
-	default:
-		return market.Errorf(market.CodeInvalid, "Choose pause, resume or withdraw.")
-	}
-	if err := h.db.SetOfferState(c.Request().Context(), u.ID, id, state, h.now()); err != nil {
+	if err := h.wf.SetOfferState(c.Request().Context(), u.ID, id, state); err != nil {
 		return err
 	}
-	h.wf.RefreshOffer(c.Request().Context(), id)
 	msg := map[market.OfferState]string{
 		market.OfferActive:    "Offer resumed.",
 		market.OfferPaused:    "Offer paused: it is hidden from the catalogue until you resume it.",

@@ -7,9 +7,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/views"
+	"github.com/gpumarket/gpumarket/workflow"
 )
 
 // Where the payment methods live on the account page, and where the
@@ -18,13 +18,6 @@ const (
 	paymentMethodsAnchor = "/account#payment-methods"
 	setupReturnPath      = "/account/payment-methods/return"
 )
-
-// localSetupProcessor is what the simulated card page needs of the local
-// test processor.
-type localSetupProcessor interface {
-	SetupInput(checkoutID string) (billing.SetupInput, error)
-	CompleteSetup(checkoutID, cardNumber string) (billing.SavedMethod, error)
-}
 
 // paymentMethodsView lists the user's saved cards for the account page.
 func (h *Handler) paymentMethodsView(c echo.Context) (views.PaymentMethodsView, error) {
@@ -43,19 +36,12 @@ func (h *Handler) paymentMethodsView(c echo.Context) (views.PaymentMethodsView, 
 // handlePaymentMethodAdd sends the buyer to the processor's page to save a
 // card (a checkout in setup mode), attached to the buyer's customer there.
 func (h *Handler) handlePaymentMethodAdd(c echo.Context) error {
-	ctx := c.Request().Context()
-	u := currentUser(c)
-	customer, err := h.db.FindPaymentCustomer(ctx, u.ID)
-	if err != nil && market.ErrorCode(err) != market.CodeNotFound {
-		return err
-	}
-	co, err := h.pay.CreateSetupCheckout(ctx, billing.SetupInput{UserID: u.ID, Customer: customer, BuyerEmail: u.Email,
-		SuccessURL: h.absURL(setupReturnPath), CancelURL: h.absURL(paymentMethodsAnchor)})
+	to, err := h.wf.StartCardSetup(c.Request().Context(), *currentUser(c),
+		workflow.CheckoutURLs{Success: h.absURL(setupReturnPath), Cancel: h.absURL(paymentMethodsAnchor)})
 	if err != nil {
 		return err
 	}
-	logger(c).Info("card setup started", "user_id", u.ID, "checkout_id", co.ID)
-	return c.Redirect(http.StatusSeeOther, co.URL)
+	return c.Redirect(http.StatusSeeOther, to)
 }
 
 // handlePaymentMethodReturn is where the processor sends the buyer with
@@ -92,7 +78,7 @@ func (h *Handler) handlePaymentMethodRemove(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.db.RemovePaymentMethod(c.Request().Context(), currentUser(c).ID, id, h.now()); err != nil {
+	if err := h.wf.RemovePaymentMethod(c.Request().Context(), currentUser(c).ID, id); err != nil {
 		return err
 	}
 	h.setFlash(c, "ok", "Card removed: it will not be charged again.")
@@ -125,24 +111,10 @@ func (h *Handler) handlePaySaved(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, resPath)
 }
 
-// localSetup finds a simulated card setup; only the user who started it
-// may see or complete it.
-func (h *Handler) localSetup(c echo.Context) (localSetupProcessor, billing.SetupInput, error) {
-	lp, ok := h.pay.(localSetupProcessor)
-	if !ok {
-		return nil, billing.SetupInput{}, echo.ErrNotFound
-	}
-	in, err := lp.SetupInput(c.Param("id"))
-	if err != nil || in.UserID != currentUser(c).ID {
-		return nil, billing.SetupInput{}, market.Errorf(market.CodeNotFound, "This card page does not exist (choose “Add a card” on your account page again).")
-	}
-	return lp, in, nil
-}
-
 // handleLocalSetupPage is the local test processor's card page: the buyer
 // picks a test card instead of typing one.
 func (h *Handler) handleLocalSetupPage(c echo.Context) error {
-	if _, _, err := h.localSetup(c); err != nil {
+	if err := h.wf.FindSimulatedCardSetup(currentUser(c).ID, c.Param("id")); err != nil {
 		return err
 	}
 	return render(c, http.StatusOK, views.LocalSetup(h.page(c, "Add a card (test mode)"), h.localSetupView(c, "")))
@@ -150,7 +122,7 @@ func (h *Handler) handleLocalSetupPage(c echo.Context) error {
 
 func (h *Handler) localSetupView(c echo.Context, problem string) views.LocalSetupView {
 	v := views.LocalSetupView{Action: "/setup/local/" + url.PathEscape(c.Param("id")), CancelURL: paymentMethodsAnchor, Error: problem}
-	for i, card := range billing.LocalTestCards() {
+	for i, card := range h.wf.TestCards() {
 		v.Cards = append(v.Cards, views.LocalTestCardRow{Number: card.Number, Label: market.PaymentMethodLabel(card.Brand, card.Last4),
 			Outcome: card.Outcome, Declines: card.Declines, Checked: i == 0})
 	}
@@ -160,11 +132,7 @@ func (h *Handler) localSetupView(c echo.Context, problem string) views.LocalSetu
 // handleLocalSetup saves the chosen test card and returns the buyer as the
 // processor would, through the same return handler.
 func (h *Handler) handleLocalSetup(c echo.Context) error {
-	lp, _, err := h.localSetup(c)
-	if err != nil {
-		return err
-	}
-	if _, err := lp.CompleteSetup(c.Param("id"), c.FormValue("card")); market.ErrorCode(err) == market.CodeInvalid {
+	if err := h.wf.CompleteSimulatedCardSetup(currentUser(c).ID, c.Param("id"), c.FormValue("card")); market.ErrorCode(err) == market.CodeInvalid {
 		return render(c, http.StatusUnprocessableEntity, views.LocalSetup(h.page(c, "Add a card (test mode)"), h.localSetupView(c, market.ErrorMessage(err))))
 	} else if err != nil {
 		return err

@@ -5,25 +5,12 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/views"
-)
-
-// Throttles of recovery and verification (README, "Accounts and
-// security"). Reset links are limited per address and per client address,
-// the same whether or not the address has an account.
-const (
-	recoveryWindow       = time.Hour
-	resetPerAddress      = 5  // reset links asked for one address per recoveryWindow
-	resetPerClient       = 20 // reset links asked from one client address per recoveryWindow
-	resetUsePerClient    = 30 // new passwords set from one client address per recoveryWindow
-	resendPerUser        = 3  // verification links mailed again per account per recoveryWindow
-	addressChangePerUser = 5  // address changes asked per account per recoveryWindow
 )
 
 // requireVerified lets only accounts whose e-mail address is confirmed
@@ -64,17 +51,12 @@ func (h *Handler) handleSignUpSent(c echo.Context) error {
 // handleVerifyResend mails the signed-in person a new verification link.
 func (h *Handler) handleVerifyResend(c echo.Context) error {
 	u := currentUser(c)
-	ctx := c.Request().Context()
 	next := safeNext(c.FormValue("next"))
-	ok, wait, err := h.db.ThrottleHit(ctx, fmt.Sprintf("verify-resend:%d", u.ID), h.now(), recoveryWindow, resendPerUser)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		h.setFlash(c, "error", fmt.Sprintf("We have sent the link several times already. Please wait %s before asking again, and look in your spam folder.", waitText(wait)))
+	err := h.wf.ResendVerification(c.Request().Context(), u.ID)
+	if market.ErrorCode(err) == market.CodeRateLimited {
+		h.setFlash(c, "error", market.ErrorMessage(err))
 		return c.Redirect(http.StatusSeeOther, next)
 	}
-	err = h.db.ResendVerification(ctx, u.ID, h.now())
 	if market.ErrorCode(err) == market.CodeConflict {
 		h.setFlash(c, "ok", market.ErrorMessage(err))
 		return c.Redirect(http.StatusSeeOther, next)
@@ -90,7 +72,7 @@ func (h *Handler) handleVerifyResend(c echo.Context) error {
 func (h *Handler) handleVerify(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
 	sess, _ := currentSession(c)
-	u, cleanup, err := h.db.VerifyAddress(c.Request().Context(), c.QueryParam("token"), sess.ID, h.now())
+	u, cleanup, err := h.wf.VerifyAddress(c.Request().Context(), c.QueryParam("token"), sess.ID)
 	if err != nil {
 		return h.linkProblem(c, err, "This confirmation link does not work",
 			views.LinkAction{Label: "Log in to ask for a new link", URL: "/account"})
@@ -124,34 +106,19 @@ func (h *Handler) handleForgotForm(c echo.Context) error {
 
 // handleForgot mails a reset link if the address has an account, and
 // answers the same either way: the same redirect to the same page, after
-// the same work (ThrottleHit for the address and RequestPasswordReset are
-// done, and cost alike, for unknown addresses too).
+// the same work (workflow.Service.RequestPasswordReset does, and costs,
+// alike for unknown addresses).
 func (h *Handler) handleForgot(c echo.Context) error {
 	email := market.NormaliseEmail(c.FormValue("email"))
 	refuse := func(status int, msg string) error {
 		return render(c, status, views.ForgotPassword(h.page(c, "Forgot your password?"), views.ForgotForm{Email: email, Message: msg}))
 	}
-	ctx := c.Request().Context()
-	now := h.now()
-	ok, wait, err := h.db.ThrottleHit(ctx, "reset-ip:"+clientNetwork(c), now, recoveryWindow, resetPerClient)
+	err := h.wf.RequestPasswordReset(c.Request().Context(), email, clientNetwork(c))
+	switch code := market.ErrorCode(err); code {
+	case market.CodeRateLimited, market.CodeInvalid:
+		return refuse(statusOf(code), market.ErrorMessage(err))
+	}
 	if err != nil {
-		return err
-	}
-	if !ok {
-		return refuse(http.StatusTooManyRequests, throttledMessage(wait))
-	}
-	if msg := market.EmailProblem(email); msg != "" {
-		return refuse(http.StatusUnprocessableEntity, msg)
-	}
-	ok, wait, err = h.db.ThrottleHit(ctx, "reset-addr:"+email, now, recoveryWindow, resetPerAddress)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return refuse(http.StatusTooManyRequests, fmt.Sprintf("Several links were asked for this address already. "+
-			"Please wait %s and try again, and look in your spam folder.", waitText(wait)))
-	}
-	if err := h.db.RequestPasswordReset(ctx, email, now); err != nil {
 		return err
 	}
 	return c.Redirect(http.StatusSeeOther, "/password/forgot/sent")
@@ -185,32 +152,19 @@ func (h *Handler) handleReset(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
 	token, pw := c.FormValue("token"), c.FormValue("new_password")
 	ctx := c.Request().Context()
-	ok, wait, err := h.db.ThrottleHit(ctx, "reset-use-ip:"+clientNetwork(c), h.now(), recoveryWindow, resetUsePerClient)
-	if err != nil {
+	u, cleanup, err := h.wf.ResetPassword(ctx, token, pw, clientNetwork(c))
+	switch market.ErrorCode(err) {
+	case market.CodeRateLimited:
 		return err
-	}
-	if !ok {
-		return market.Errorf(market.CodeRateLimited, "%s", throttledMessage(wait))
-	}
-	if msg := market.PasswordProblem(pw); msg != "" {
+	case market.CodeInvalid:
 		if err := h.db.CheckResetLink(ctx, token, h.now()); err != nil {
 			return h.resetLinkProblem(c, err)
 		}
 		return render(c, http.StatusUnprocessableEntity, views.ResetPassword(h.page(c, "Choose a new password"),
-			views.ResetForm{Token: token, Errors: map[string]string{"new_password": msg}}))
+			views.ResetForm{Token: token, Errors: market.FieldErrors(err)}))
 	}
-	hash, err := h.hashPassword(pw)
-	if err != nil {
-		return err
-	}
-	u, cleanup, err := h.db.ResetPassword(ctx, token, hash, h.now())
 	if err != nil {
 		return h.resetLinkProblem(c, err)
-	}
-	// The account's failed log-ins no longer matter: its owner has just
-	// shown they hold its mailbox.
-	if err := h.db.ThrottleReset(ctx, "login-acct:"+u.Email); err != nil {
-		return err
 	}
 	if err := h.endSession(c); err != nil {
 		return err
@@ -278,22 +232,11 @@ func (h *Handler) handleAddressChange(c echo.Context) error {
 		v.Address.NewEmail = newEmail
 		return render(c, status, views.Account(h.page(c, "Account"), v))
 	}
-	ok, wait, err := h.db.ThrottleHit(ctx, fmt.Sprintf("address-change:%d", u.ID), h.now(), recoveryWindow, addressChangePerUser)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return invalid(http.StatusTooManyRequests, map[string]string{"new_email": throttledMessage(wait)})
-	}
-	_, hash, err := h.db.FindUserByEmail(ctx, u.Email)
-	if err != nil {
-		return err
-	}
-	if !checkPassword(hash, c.FormValue("email_password")) {
-		return invalid(http.StatusUnprocessableEntity, map[string]string{"email_password": "That is not your current password."})
-	}
-	err = h.db.RequestAddressChange(ctx, u.ID, newEmail, h.now())
-	if market.ErrorCode(err) == market.CodeInvalid {
+	err := h.wf.RequestAddressChange(ctx, *u, newEmail, c.FormValue("email_password"))
+	switch market.ErrorCode(err) {
+	case market.CodeRateLimited:
+		return invalid(http.StatusTooManyRequests, map[string]string{"new_email": market.ErrorMessage(err)})
+	case market.CodeInvalid:
 		return invalid(http.StatusUnprocessableEntity, market.FieldErrors(err))
 	}
 	if err != nil {
@@ -308,7 +251,7 @@ func (h *Handler) handleAddressChange(c echo.Context) error {
 func (h *Handler) handleAddressConfirm(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
 	sess, _ := currentSession(c)
-	u, _, err := h.db.ConfirmAddressChange(c.Request().Context(), c.QueryParam("token"), sess.ID, h.now())
+	u, err := h.wf.ConfirmAddressChange(c.Request().Context(), c.QueryParam("token"), sess.ID)
 	if err != nil {
 		return h.linkProblem(c, err, "This confirmation link does not work", views.LinkAction{Label: "Your account", URL: "/account"})
 	}

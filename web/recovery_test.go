@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumarket/gpumarket/account"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
@@ -217,7 +218,7 @@ func TestForgotPasswordDoesNotTellWhetherAnAccountExists(t *testing.T) {
 		return r, c.get(r.location), took
 	}
 	var known, unknown []time.Duration
-	for i := 0; i < 4; i++ { // within resetPerAddress
+	for i := 0; i < 4; i++ { // within account.ResetPerAddress
 		kr, kp, kt := ask("known@example.com")
 		ur, up, ut := ask("unknown@example.com")
 		if kr != ur || kr.status != http.StatusSeeOther || kr.location != "/password/forgot/sent" {
@@ -256,7 +257,7 @@ func TestForgotPasswordDoesNotTellWhetherAnAccountExists(t *testing.T) {
 func TestForgotPasswordIsThrottledPerClient(t *testing.T) {
 	app := newTestApp(t)
 	c := app.client()
-	for i := 0; i < resetPerClient; i++ {
+	for i := 0; i < account.ResetPerNetwork; i++ {
 		r := c.post("/password/forgot", "/password/forgot", url.Values{"email": {"x" + string(rune('a'+i)) + "@example.com"}})
 		if r.status != http.StatusSeeOther {
 			t.Fatalf("request %d: %d", i+1, r.status)

@@ -189,7 +189,7 @@ func (h *Handler) pieceInfo(ctx context.Context, id int64, cache map[int64]piece
 }
 
 func (h *Handler) quoteCard(ctx context.Context, req market.Request, q market.Quote, cache map[int64]pieceInfo, now time.Time) (views.QuoteCard, error) {
-	charged := q.Cost.Instance + q.Cost.Storage + q.Cost.Egress
+	charged := q.Cost.Charged()
 	card := views.QuoteCard{
 		Rank:        strconv.Itoa(q.Rank),
 		Window:      formatSpan(q.Start, q.End),
@@ -267,7 +267,7 @@ func explainCost(segs []views.CostSegment, req market.Request, q market.Quote, o
 	notes := map[string]string{}
 	if len(q.Pieces) == 1 {
 		p := q.Pieces[0]
-		notes["instance"] = fmt.Sprintf("%d devices × %s × %s per device-hour. Charged at booking.", p.Devices, plural(p.Hours, "hour"), p.PriceCents)
+		notes["instance"] = fmt.Sprintf("%s × %s × %s per device-hour. Charged at booking.", plural(p.Devices, "device"), plural(p.Hours, "hour"), p.PriceCents)
 	} else {
 		notes["instance"] = "Each piece's devices × hours × its price per device-hour (the pieces are listed below). Charged at booking."
 	}
@@ -419,11 +419,7 @@ func (h *Handler) handleRequestSave(c echo.Context) error {
 		v.Errors = errs
 		return render(c, http.StatusUnprocessableEntity, views.RequestBuilder(h.page(c, "Request compute"), v))
 	}
-	b, err := market.EncodeRequestJSON(req)
-	if err != nil {
-		return err
-	}
-	if _, err := h.db.SaveRequest(c.Request().Context(), u.ID, name, string(b), h.now()); err != nil {
+	if _, err := h.wf.SaveRequest(c.Request().Context(), u.ID, name, req); err != nil {
 		return err
 	}
 	h.setFlash(c, "ok", fmt.Sprintf("Saved “%s”.", name))
@@ -451,7 +447,7 @@ func (h *Handler) handleRequestDelete(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.db.DeleteSavedRequest(c.Request().Context(), currentUser(c).ID, id); err != nil {
+	if err := h.wf.DeleteSavedRequest(c.Request().Context(), currentUser(c).ID, id); err != nil {
 		return err
 	}
 	h.setFlash(c, "ok", "Saved request deleted.")

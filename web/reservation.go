@@ -200,7 +200,7 @@ func dayLabels(day0 time.Time) []string {
 // utilisation is the share of an offer's device-hours committed on each of
 // the next days.
 func utilisation(o market.Offer, cs []market.Commitment, day0 time.Time) views.Timeline {
-	t := views.Timeline{Title: o.Title, URL: fmt.Sprintf("/offers/%d", o.ID), Capacity: fmt.Sprintf("%d devices", o.Devices())}
+	t := views.Timeline{Title: o.Title, URL: fmt.Sprintf("/offers/%d", o.ID), Capacity: plural(o.Devices(), "device")}
 	perDay := int64(o.Devices()) * 24 * 3600
 	for i := 0; i < timelineDays; i++ {
 		ds, de := day0.AddDate(0, 0, i), day0.AddDate(0, 0, i+1)

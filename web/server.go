@@ -5,7 +5,6 @@ package web
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,9 +14,8 @@ import (
 
 	"github.com/gorilla/sessions"
 	"github.com/labstack/echo/v4"
-	"golang.org/x/crypto/bcrypt"
 
-	"github.com/gpumarket/gpumarket/billing"
+	"github.com/gpumarket/gpumarket/account"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/metrics"
 	"github.com/gpumarket/gpumarket/store"
@@ -30,23 +28,20 @@ type Config struct {
 	SessionKey []byte // at least 32 bytes; signs the session and flash cookies
 	Demo       bool   // show the demo banner
 	// PasswordCost is the bcrypt cost of new password hashes; 0 means
-	// DefaultPasswordCost. Tests lower it to keep the suite fast.
+	// account.DefaultCost. Tests lower it to keep the suite fast. It is
+	// the workflow's (workflow.Config), used when New builds the workflow
+	// itself (Workflow nil).
 	PasswordCost int
 	// APIRatePerSecond is each API token's steady request rate (burst
 	// twice that); 0 means 20.
 	APIRatePerSecond float64
 	// Now returns the current time; nil means time.Now in UTC. Tests fix it.
 	Now func() time.Time
-	// Workflow runs the multi-step operations; the process owner builds it
-	// and runs its background work. nil means New builds one from Billing,
-	// PlatformFeeBP and Now (tests; nobody runs its background work).
+	// Workflow runs the multi-step operations and is the only way the web
+	// layer changes anything; the process owner builds it and runs its
+	// background work. nil means New builds one with the local test
+	// processor and Now (tests; nobody runs its background work).
 	Workflow *workflow.Service
-	// Billing is the payment processor when Workflow is nil; nil means the
-	// local test processor (simulated payments, no money moves).
-	Billing billing.Processor
-	// PlatformFeeBP is the platform's fee in basis points of what a
-	// provider keeps after credits, when Workflow is nil.
-	PlatformFeeBP int
 	// TrustedProxies are the load balancers and proxies whose
 	// X-Forwarded-For is believed for the client address (throttles,
 	// logs). None means the TCP peer is the client and the header is
@@ -82,15 +77,7 @@ type Handler struct {
 	secure  bool // base URL is https: Secure cookies and HSTS
 	// wf runs the multi-step operations (booking, cancelling, payments,
 	// settlement, disputes, reconciliation) and owns the matcher's index.
-	wf *workflow.Service
-	// pwCost is the bcrypt cost; dummyHash, a hash at that cost compared
-	// against when a login names no account.
-	pwCost    int
-	dummyHash []byte
-	// pay moves money; local is set when it is the local test processor,
-	// whose simulated payment and onboarding pages this server serves.
-	pay     billing.Processor
-	local   localProcessor
+	wf      *workflow.Service
 	baseURL string
 	// routeSet holds "METHOD template" of every route, so a request that
 	// matched none is measured as one "unmatched" route, not by the
@@ -103,23 +90,12 @@ type Handler struct {
 
 // Limits on abuse, kept together.
 const (
-	sessionTTL       = 14 * 24 * time.Hour
-	signupWindow     = time.Hour
-	signupPerAddress = 10
-	formBodyLimit    = "256K"
-
-	// Log-in throttling (README, "Accounts and security"): attempts per
-	// client address; failures per account and address, in a short and a
-	// daily window; failures per account from every address, per day,
-	// which a browser that has logged in to the account before is exempt
-	// from, so guessing cannot lock its owner out.
-	loginWindow     = 15 * time.Minute
-	loginPerAddress = 30 // failed attempts per client address per loginWindow
-	loginPerPair    = 8  // failures per account and address per loginWindow
-	loginDay        = 24 * time.Hour
-	loginPerPairDay = 20                  // failures per account and address per loginDay
-	loginPerAccount = 100                 // failures per account, all addresses, per loginDay
-	knownDeviceTTL  = 30 * 24 * time.Hour // the signed cookie codec's own limit
+	sessionTTL    = account.SessionTTL // the session cookie's life, the session row's
+	formBodyLimit = "256K"
+	// knownDeviceTTL is how long a browser that logged in to an account is
+	// exempt from the account's daily failure limit (account.LoginPerAccount):
+	// the signed cookie codec's own limit.
+	knownDeviceTTL = 30 * 24 * time.Hour
 )
 
 // New builds the handler and the Echo instance with every route and
@@ -144,25 +120,17 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	}
 	h := &Handler{cfg: cfg, db: db, log: log, secure: strings.EqualFold(u.Scheme, "https")}
 	if cfg.Workflow == nil {
-		cfg.Workflow, err = workflow.New(ctx, workflow.Config{Billing: cfg.Billing, PlatformFeeBP: cfg.PlatformFeeBP, Now: cfg.Now,
-			Metrics: cfg.Metrics, BaseURL: cfg.BaseURL, QuoteBudget: cfg.QuoteBudget, BroadSlots: cfg.BroadSlots}, db, log)
+		cfg.Workflow, err = workflow.New(ctx, workflow.Config{Now: cfg.Now,
+			Metrics: cfg.Metrics, BaseURL: cfg.BaseURL, QuoteBudget: cfg.QuoteBudget, BroadSlots: cfg.BroadSlots,
+			SessionKey: cfg.SessionKey, PasswordCost: cfg.PasswordCost}, db, log)
 		if err != nil {
 			return nil, nil, err
 		}
 	}
 	h.wf, h.cfg.Workflow = cfg.Workflow, cfg.Workflow
-	h.pay, h.baseURL = h.wf.Processor(), strings.TrimSuffix(cfg.BaseURL, "/")
-	h.local, _ = h.pay.(localProcessor)
+	h.baseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	h.anonQuotes = newLimiter(anonQuotesPerSecond, anonQuoteBurst)
 	h.userQuotes = newLimiter(userQuotesPerSecond, userQuoteBurst)
-	h.pwCost = cfg.PasswordCost
-	if h.pwCost == 0 {
-		h.pwCost = DefaultPasswordCost
-	}
-	h.dummyHash, err = bcrypt.GenerateFromPassword([]byte("no such account"), h.pwCost)
-	if err != nil {
-		return nil, nil, fmt.Errorf("web: password cost: %w", err)
-	}
 	h.cookies = sessions.NewCookieStore(cfg.SessionKey[:32])
 	h.cookies.Options = &sessions.Options{
 		Path:     "/",

@@ -1,15 +1,13 @@
 package web
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"net/http"
 
 	"github.com/gorilla/sessions"
 	"github.com/labstack/echo/v4"
-	"golang.org/x/crypto/bcrypt"
 
-	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/account"
+	"github.com/gpumarket/gpumarket/store"
 )
 
 // Cookie names. The session cookie carries only the session id; the rows
@@ -21,42 +19,16 @@ const (
 	deviceCookie   = "gm_device"    // signed; see rememberDevice
 )
 
-// DefaultPasswordCost is the bcrypt cost of stored passwords.
-const DefaultPasswordCost = 12
-
-// HashPassword hashes a password with bcrypt at DefaultPasswordCost.
-// Callers validate length first (market.PasswordProblem): bcrypt's 72-byte
-// limit is a message, not a silent truncation.
-func HashPassword(pw string) ([]byte, error) { return hashPassword(pw, DefaultPasswordCost) }
-
-func hashPassword(pw string, cost int) ([]byte, error) {
-	if msg := market.PasswordProblem(pw); msg != "" {
-		return nil, &market.Error{Code: market.CodeInvalid, Message: msg, Fields: map[string]string{"password": msg}}
-	}
-	return bcrypt.GenerateFromPassword([]byte(pw), cost)
+// oldSession is the id of the session the browser has, or "": a log-in
+// ends it when the new one starts (workflow.Service.StartSession).
+func oldSession(c echo.Context) string {
+	s, _ := currentSession(c)
+	return s.ID
 }
 
-// hashPassword hashes at the handler's configured cost.
-func (h *Handler) hashPassword(pw string) ([]byte, error) { return hashPassword(pw, h.pwCost) }
-
-// checkPassword reports whether pw matches hash.
-func checkPassword(hash []byte, pw string) bool {
-	if len(pw) > market.MaxPasswordBytes {
-		return false
-	}
-	return bcrypt.CompareHashAndPassword(hash, []byte(pw)) == nil
-}
-
-// startSession logs the user in with a fresh session id (rotated at every
-// login) and forgets the session the browser had before.
-func (h *Handler) startSession(c echo.Context, userID int64) error {
-	if old, ok := currentSession(c); ok {
-		_ = h.db.DeleteSession(c.Request().Context(), old.ID)
-	}
-	s, err := h.db.CreateSession(c.Request().Context(), userID, h.now(), sessionTTL)
-	if err != nil {
-		return err
-	}
+// setSession gives the browser the cookie of the session s, just started
+// by the workflow (its id rotated at every log-in).
+func (h *Handler) setSession(c echo.Context, s store.Session) error {
 	sess, _ := h.cookies.Get(c.Request(), sessionCookie)
 	sess.Values = map[any]any{"sid": s.ID}
 	sess.Options.MaxAge = int(sessionTTL.Seconds())
@@ -66,7 +38,7 @@ func (h *Handler) startSession(c echo.Context, userID int64) error {
 // endSession deletes the session row and the cookie.
 func (h *Handler) endSession(c echo.Context) error {
 	if s, ok := currentSession(c); ok {
-		if err := h.db.DeleteSession(c.Request().Context(), s.ID); err != nil {
+		if err := h.wf.LogOut(c.Request().Context(), s.ID); err != nil {
 			return err
 		}
 	}
@@ -110,11 +82,10 @@ func newSecretStore(sessionKey []byte, secure bool) *sessions.CookieStore {
 	return s
 }
 
-// deriveKey derives a 32-byte key for one purpose from the session key.
+// deriveKey derives a 32-byte key for one purpose from the session key,
+// as the two-factor secrets' is derived (account.DeriveKey).
 func deriveKey(sessionKey []byte, purpose string) []byte {
-	m := hmac.New(sha256.New, sessionKey)
-	m.Write([]byte(purpose))
-	return m.Sum(nil)
+	return account.DeriveKey(sessionKey, purpose)
 }
 
 // setNewToken keeps a just-created API token for the account page that the

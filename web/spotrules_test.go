@@ -110,10 +110,8 @@ func TestDemoBannerSaysWhetherMoneyMoves(t *testing.T) {
 	if v := testidValue(t, sim.client().get("/").body, "demo-banner"); !strings.Contains(v, "no real money moves") {
 		t.Fatalf("simulated demo banner %q", v)
 	}
-	real := newBillingAppWith(t, func(cfg *Config) {
-		cfg.Demo = true
-		cfg.Billing = notSimulated{cfg.Billing.(*countingLocal)}
-	})
+	real := newBillingAppWith(t, func(cfg *Config) { cfg.Demo = true },
+		func(l *countingLocal) billing.Processor { return notSimulated{l} })
 	v := testidValue(t, real.client().get("/").body, "demo-banner")
 	if strings.Contains(v, "no real money") || !strings.Contains(v, "payments are real Stripe calls") {
 		t.Fatalf("demo banner with a real processor %q", v)

@@ -102,7 +102,7 @@ func (h *Handler) handleSSHKeyAdd(c echo.Context) error {
 	if problem != "" {
 		return invalid(problem)
 	}
-	k, err := h.db.AddSSHKey(c.Request().Context(), currentUser(c).ID, k, h.now())
+	k, err := h.wf.AddSSHKey(c.Request().Context(), currentUser(c).ID, k)
 	if code := market.ErrorCode(err); code == market.CodeConflict || code == market.CodeInvalid {
 		return invalid(market.ErrorMessage(err))
 	}
@@ -118,7 +118,7 @@ func (h *Handler) handleSSHKeyRemove(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := h.db.RemoveSSHKey(c.Request().Context(), currentUser(c).ID, id); err != nil {
+	if err := h.wf.RemoveSSHKey(c.Request().Context(), currentUser(c).ID, id); err != nil {
 		return err
 	}
 	h.setFlash(c, "ok", "SSH key removed: it is no longer sent to the machines you rent.")

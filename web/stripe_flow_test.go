@@ -359,8 +359,13 @@ func newStripeFlowApp(t *testing.T, apiBase string) *stripeFlowApp {
 	clock := newTestClock(testNow)
 	// The server's log goes to the test's, shown when it fails.
 	log := slog.New(slog.NewTextHandler(stripeFlowLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	wf, err := workflow.New(ctx, workflow.Config{Billing: mem, PlatformFeeBP: flowFeeBP, Now: clock.now, BaseURL: "http://127.0.0.1",
+		SessionKey: []byte(strings.Repeat("k", 32)), PasswordCost: bcrypt.MinCost}, db, log)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h, e, err := New(ctx, Config{BaseURL: "http://127.0.0.1", SessionKey: []byte(strings.Repeat("k", 32)), PasswordCost: bcrypt.MinCost,
-		Now: clock.now, Billing: mem, PlatformFeeBP: flowFeeBP}, db, log)
+		Now: clock.now, Workflow: wf}, db, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -780,7 +785,7 @@ func stripeFlow(t *testing.T, apiBase string, events []string, onboardLate bool)
 		}
 		out := map[string][]string{}
 		for _, n := range ns {
-			out[n.Kind] = append(out[n.Kind], n.Message)
+			out[n.Kind] = append(out[n.Kind], n.Notice.Text())
 		}
 		return out
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/pquerna/otp/totp"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/gpumarket/gpumarket/account"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
@@ -36,11 +37,11 @@ func (a *testApp) makeAdmin(ctx context.Context, userID int64, admin bool) error
 func (a *testApp) enrolTOTP(userID int64) string {
 	a.t.Helper()
 	ctx := context.Background()
-	key, err := totp.Generate(totp.GenerateOpts{Issuer: totpIssuer, AccountName: "test", SecretSize: 20})
+	key, err := totp.Generate(totp.GenerateOpts{Issuer: account.Issuer, AccountName: "test", SecretSize: 20})
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	sealed, err := SealTOTPSecret(a.handler.cfg.SessionKey, userID, key.Secret())
+	sealed, err := account.SealSecret(a.handler.cfg.SessionKey, userID, key.Secret())
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -48,7 +49,11 @@ func (a *testApp) enrolTOTP(userID int64) string {
 		a.t.Fatal(err)
 	}
 	// Enabled with a step long past, so every code of the test's clock is fresh.
-	if _, err := a.db.EnableTOTP(ctx, userID, market.TOTPStep(testNow)-100, testNow); err != nil {
+	codes, err := account.NewRecoveryCodes()
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if err := a.db.EnableTOTP(ctx, userID, market.TOTPStep(testNow)-100, account.HashRecoveryCodes(userID, codes), testNow); err != nil {
 		a.t.Fatal(err)
 	}
 	return key.Secret()

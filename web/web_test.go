@@ -513,13 +513,49 @@ func TestOfferLifecycleAndCatalogue(t *testing.T) {
 	prov.post("/provider/offers", "/provider/offers/"+itoa(id)+"/state", url.Values{"state": {"active"}})
 	mustContain(t, visitor.get("/").body, "8× H100 SXM, Oregon")
 
-	// Editing puts it back in review.
+	// A lower price (2.39 → 2.19) and a later end apply at once: still
+	// listed, at the new price, audited with before and after.
 	form := validOfferForm()
 	form.Set("price", "2.19")
-	if r := prov.post("/provider/offers/"+itoa(id)+"/edit", "/provider/offers/"+itoa(id), form); r.status != http.StatusSeeOther {
+	form.Set("available_until", "2027-04-01T00:00")
+	r = prov.post("/provider/offers/"+itoa(id)+"/edit", "/provider/offers/"+itoa(id), form)
+	if r.status != http.StatusSeeOther {
 		t.Fatalf("edit: %d\n%s", r.status, r.body)
 	}
-	mustNotContain(t, visitor.get("/").body, "8× H100 SXM, Oregon")
+	mustContain(t, prov.get("/provider/offers").body, "still listed")
+	mustContain(t, visitor.get("/?max_price=2.20").body, "8× H100 SXM, Oregon")
+	audit, _, err := app.db.ListAudit(context.Background(), store.AuditFilter{SubjectKind: store.AuditSubjectOffer, SubjectID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bool
+	for _, e := range audit {
+		if e.Action == store.AuditOfferEditAtOnce && strings.Contains(e.Before, `"price_cents_per_device_hour":239`) &&
+			strings.Contains(e.After, `"price_cents_per_device_hour":219`) {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Fatalf("the price cut is not in the audit trail: %+v", audit)
+	}
+
+	// A higher price, or any claim (here the title), puts it back in review.
+	for _, change := range []struct{ field, value string }{{"price", "2.29"}, {"title", "8× H100 SXM, Oregon (new)"}} {
+		if err := app.db.ReviewOffer(context.Background(), id, market.ReviewApproved, "", testNow); err != nil {
+			t.Fatal(err)
+		}
+		form := validOfferForm()
+		form.Set("price", "2.19")
+		form.Set("available_until", "2027-04-01T00:00")
+		form.Set(change.field, change.value)
+		if r := prov.post("/provider/offers/"+itoa(id)+"/edit", "/provider/offers/"+itoa(id), form); r.status != http.StatusSeeOther {
+			t.Fatalf("edit %s: %d\n%s", change.field, r.status, r.body)
+		}
+		if o, err := app.db.FindOfferByID(context.Background(), id); err != nil || o.Offer.Review != market.ReviewPending {
+			t.Fatalf("after changing %s: %v, %v; want back in review", change.field, o.Offer.Review, err)
+		}
+		mustNotContain(t, visitor.get("/").body, "8× H100 SXM, Oregon")
+	}
 }
 
 func TestAnotherProvidersOfferIsNotFound(t *testing.T) {

@@ -49,10 +49,19 @@ func (s *Service) makeCharge(ctx context.Context, ci market.ChargeIntent) (charg
 	}
 	var pay billing.Payment
 	var err error
-	if ci.PaymentIntentID != "" {
+	switch {
+	case ci.Authorized:
+		// A hold placed before the charge was decided (a spot hour):
+		// take the amount from it, once under the intent's key.
+		in := billing.CaptureInput{PaymentIntentID: ci.PaymentIntentID, Amount: ci.Amount, IdempotencyKey: ci.Key(), Metadata: ci.Metadata()}
+		if ci.Purpose == market.PurposeReservation {
+			in.ReservationID = ci.ReservationID
+		}
+		pay, err = s.pay.Capture(ctx, in)
+	case ci.PaymentIntentID != "":
 		// Known from an earlier attempt (still processing then): read it.
 		pay, err = s.pay.RetrievePayment(ctx, ci.PaymentIntentID)
-	} else {
+	default:
 		in := billing.ChargeInput{Customer: ci.Customer, PaymentMethodID: ci.ProcessorMethodID, Amount: ci.Amount,
 			Description: chargeDescription(ci), IdempotencyKey: ci.Key(), Metadata: ci.Metadata()}
 		if ci.Purpose == market.PurposeReservation {

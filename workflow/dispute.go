@@ -59,3 +59,19 @@ func (s *Service) RefundDispute(ctx context.Context, disputeID int64) error {
 	s.log.Info("dispute credit refunded", "dispute_id", d.ID, "refund_id", ref.ID, "amount_cents", int64(d.CreditCents))
 	return nil
 }
+
+// OpenDispute opens a dispute over one of the buyer's reservations with
+// their first statement; the provider is told and may answer.
+func (s *Service) OpenDispute(ctx context.Context, buyerID, reservationID int64, reason market.DisputeReason, statement string) (store.DisputeCase, error) {
+	d, err := s.db.OpenDispute(ctx, buyerID, reservationID, reason, statement, s.now())
+	if err != nil {
+		return store.DisputeCase{}, err
+	}
+	s.log.Info("dispute opened", "dispute_id", d.ID, "reservation_id", reservationID)
+	return d, nil
+}
+
+// AddDisputeStatement adds a party's statement to an open dispute.
+func (s *Service) AddDisputeStatement(ctx context.Context, userID, disputeID int64, body string) error {
+	return s.db.AddDisputeStatement(ctx, userID, disputeID, body, s.now())
+}

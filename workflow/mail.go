@@ -53,9 +53,16 @@ func (s *Service) MailFrom() string {
 // made absolute with the server's base URL.
 func (s *Service) MailComposer() mail.Composer { return s.compose }
 
-// MailMessage is the message the sender makes of an outbox row.
+// MailMessage is the message the sender makes of an outbox row. A
+// notification's mail is stored as its notice, not its words: they are
+// written here (market.Notice.Text), as the notifications page writes
+// them, so the mail and the page say the same.
 func MailMessage(m store.OutboxMail) mail.Message {
-	return mail.Message{ID: m.ID, To: m.To, Subject: m.Subject, Body: m.Body, Path: m.URLPath,
+	body := m.Body
+	if m.Notice.Kind != "" {
+		body = m.Notice.Text()
+	}
+	return mail.Message{ID: m.ID, To: m.To, Subject: m.Subject, Body: body, Path: m.URLPath,
 		Notification: !store.SecurityMail(m.Kind), Date: m.CreatedAt}
 }
 

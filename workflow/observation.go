@@ -20,3 +20,10 @@ func (s *Service) RecordObservation(ctx context.Context, buyerID, reservationID 
 	}
 	return rec, nil
 }
+
+// RecordWorkReport keeps a buyer's measurement of the work their rental
+// did; it counts in the offer's measured figures (store.CreateWorkReport
+// checks it belongs to the buyer's reservation).
+func (s *Service) RecordWorkReport(ctx context.Context, r market.WorkReport) (market.WorkReport, error) {
+	return s.db.CreateWorkReport(ctx, r, s.now())
+}

@@ -163,6 +163,19 @@ func (s *Service) Reconcile(ctx context.Context, opts ReconcileOptions) ([]Diffe
 		add(ci.ReservationID, fmt.Sprintf("charge %d (%s, %s) recorded but not finished after %d attempts", ci.ID, ci.Purpose, ci.Amount, ci.Attempts),
 			ci.Amount.String(), ci.LastError)
 	}
+	// Spot holds on a buyer's card that no clearing will capture and that
+	// are not released yet (releaseSpotHolds tries each tick).
+	holds, err := db.ListSpotAuthorizationsToRelease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range holds {
+		if s.now().Sub(a.CreatedAt) < market.ChargeRetryGrace {
+			continue // being released right now
+		}
+		add(0, fmt.Sprintf("spot hold %d (bid %d, %s) not released after its hour cleared", a.ID, a.BidID, a.Hour.Format(time.RFC3339)),
+			a.Amount.String(), a.PaymentIntentID)
+	}
 	if opts.LedgerOnly {
 		return out, nil
 	}

@@ -92,7 +92,7 @@ func (f *fixture) countNotified(userID int64, contains string) int {
 	}
 	n := 0
 	for _, x := range ns {
-		if strings.Contains(x.Message, contains) {
+		if strings.Contains(x.Notice.Text(), contains) {
 			n++
 		}
 	}

@@ -54,26 +54,35 @@ func (s *Service) spotTick(ctx context.Context, now time.Time) {
 			s.log.Error("background: clear spot hour", "offer_id", d.OfferID, "hour", d.Hour, "err", err)
 		}
 	}
+	s.releaseSpotHolds(ctx)
 	if _, err := s.db.FinishSpotBids(ctx, now); err != nil {
 		s.log.Error("background: finish spot bids", "err", err)
 	}
 }
 
-// ClearSpot clears one offer-hour at now (store.ClearSpotHour: at most
-// once, whoever calls it, with each won hour's charge to its buyer's saved
-// card recorded in the same transaction), makes the index follow each won
-// hour's reservation, and makes each charge at once (at the clearing
-// price, never above the bid's maximum). A crash after the clearing leaves
+// ClearSpot clears one offer-hour at now. First every competing bid's
+// maximum for the hour is held on its buyer's saved card
+// (authorizeSpotHour); only bids whose hold succeeded take part, so a
+// card that declines cannot win or set the price. Then the hour is cleared
+// (store.ClearSpotHour: at most once, whoever calls it, with each won
+// hour's charge, a capture of its hold, recorded in the same transaction),
+// the losers' holds are released, the index follows each won hour's
+// reservation, and each charge is made at once (at the clearing price,
+// never above the bid's maximum). A crash after the clearing leaves
 // the charges pending for the retrier (chargeTick), so the won hours are
 // paid, not lost. A won hour that cannot be paid (declined, or no saved
 // card any more) stops its bid, with a notification; the hour stays held
 // for spotHold, payable on the payment page, then lapses and its devices
 // go back on the market.
 func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.Time) (store.SpotResult, error) {
+	if err := s.authorizeSpotHour(ctx, offerID, hour); err != nil {
+		return store.SpotResult{}, err
+	}
 	res, err := s.db.ClearSpotHour(ctx, offerID, hour, now, spotHold)
 	if err != nil || !res.Cleared {
 		return res, err
 	}
+	s.releaseSpotHolds(ctx)
 	c := res.Clearing
 	s.log.Info("spot hour cleared", "offer_id", offerID, "hour", c.Hour, "price_cents", int64(c.PriceCents),
 		"capacity", c.Capacity, "devices_bid", c.DevicesBid, "devices_sold", c.DevicesSold, "preempted", len(res.Preempted))

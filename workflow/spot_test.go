@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
@@ -57,8 +58,9 @@ func (f *fixture) spotHours(u market.User, bidID int64) []store.SpotHourWon {
 
 // TestSpotMarketRun: two bids share a 4-device offer at the floor; a third,
 // higher bid takes the next hour and preempts the lowest after the notice;
-// the preempted bid wins the hour after again; a declining card stops its
-// bid and frees its hour. Every hour is charged at its clearing price, at
+// the preempted bid wins the hour after again; a declining card's hold
+// fails before the clearing, so its bid stops, never wins and never sets
+// the price. Every hour is charged at its clearing price, at
 // most the bid's maximum, the preemption gives no credit, and the books
 // reconcile. Figures by hand: floor 100¢, 2 devices per bid.
 func TestSpotMarketRun(t *testing.T) {
@@ -112,6 +114,14 @@ func TestSpotMarketRun(t *testing.T) {
 	if paid := f.ledgerSum(hsC[0].ReservationID, market.EntryCharge); paid != 300 {
 		t.Fatalf("c charged %d for 12:00, want 2 × 150 = 300", paid)
 	}
+	// B lost 12:00: its hold of 2 × 120¢ is released, nothing received; no
+	// hold is left on any card.
+	if rel := f.paymentsInStatus("canceled"); len(rel) != 1 || rel[0].Amount != 240 || rel[0].AmountReceived != 0 {
+		t.Fatalf("released holds after 12:00: %+v, want b's 240", rel)
+	}
+	if held := f.paymentsInStatus("requires_capture"); len(held) != 0 {
+		t.Fatalf("holds left on cards after 12:00: %+v", held)
+	}
 	if !f.notified(b.ID, "preempted at 12:00 UTC, 30 minutes' notice") {
 		t.Fatal("b is not told of the preemption")
 	}
@@ -126,31 +136,31 @@ func TestSpotMarketRun(t *testing.T) {
 	if len(hsA) != 3 || hsA[2].PriceCents != 100 || len(hsB) != 2 || hsB[1].PriceCents != 100 || !hsB[1].Hour.Equal(h3) {
 		t.Fatalf("13:00: a %+v b %+v", hsA, hsB)
 	}
-	// 14:00: D bids all 4 devices at 500¢ and wins alone (price 500¢, its own
-	// maximum, since B lost); its card declines: the bid stops, the hour stays
-	// held (payable another way) and lapses unpaid; B is preempted. A's window
-	// ended with 13:00: not preempted.
+	// 14:00: D bids all 4 devices at 500¢, which alone would win the hour at
+	// 500¢ and preempt B. Its hold of 4 × 500¢ declines before the clearing:
+	// the bid stops and sits the hour out, so B (2 devices at 120¢) is alone
+	// and wins at the floor, 100¢, not preempted. A's window ended with 13:00.
 	bidD := f.bid(d, o, 4, 500, h4, h4)
 	f.tick(h4.Add(-30 * time.Minute))
 	rsD, err := f.db.ListBuyerSpotBids(f.ctx, d.ID)
-	if err != nil || len(rsD) != 1 || rsD[0].Bid.State != market.SpotBidCancelled || len(rsD[0].Hours) != 1 ||
-		rsD[0].Hours[0].State != market.ReservationHeld || rsD[0].Bid.ID != bidD.ID {
+	if err != nil || len(rsD) != 1 || rsD[0].Bid.State != market.SpotBidCancelled || len(rsD[0].Hours) != 0 || rsD[0].Bid.ID != bidD.ID {
 		t.Fatalf("d's bids %+v, %v", rsD, err)
 	}
 	if !f.notified(d.ID, fmt.Sprintf("Spot bid #%d stopped", bidD.ID)) {
 		t.Fatal("d is not told its bid stopped")
 	}
 	hsA, hsB = f.spotHours(a, bidA.ID), f.spotHours(b, bidB.ID)
-	if hsA[2].Preempted || !hsB[1].Preempted {
-		t.Fatalf("14:00 preemptions: a %+v b %+v", hsA, hsB)
+	if hsA[2].Preempted || hsB[1].Preempted || len(hsB) != 3 || hsB[2].PriceCents != 100 || !hsB[2].Hour.Equal(h4) ||
+		hsB[2].State != market.ReservationConfirmed {
+		t.Fatalf("14:00: a %+v b %+v", hsA, hsB)
+	}
+	if paid := f.paymentsOf(d.ID); paid != 0 {
+		t.Fatalf("d's declining card was charged %d", paid)
 	}
 
-	// Run to the end and settle everything; D's unpaid hour lapses.
+	// Run to the end and settle everything.
 	for at := h4.Add(-29 * time.Minute); at.Before(h4.Add(3 * time.Hour)); at = at.Add(10 * time.Minute) {
 		f.tick(at)
-	}
-	if r, err := f.db.FindReservation(f.ctx, rsD[0].Hours[0].ReservationID); err != nil || r.State != market.ReservationExpired {
-		t.Fatalf("d's declined hour: %+v, %v", r.State, err)
 	}
 	// The preempted 11:00 hour of B: charged in full, no SLA credit, no refund;
 	// payout 200 less the 10% fee.
@@ -314,14 +324,16 @@ func TestSpotBidNeedsRecentCard(t *testing.T) {
 	f.requireReconciled()
 }
 
-// A winner whose card declines does not leave its price standing for
-// quotes. On a 4-device offer (floor 100¢, on-demand 249¢) three bids of 2
-// devices: d at 300¢ (declines), a at 150¢, b at 120¢. d and a win, the
-// price is the lowest winner's maximum, 150¢; d never pays. Quotes must
-// not price the offer's interruptible capacity at 150¢: with no other
-// clearing they price it at the floor, 100¢. A later clearing that every
-// winner paid (a alone, at the floor) prices it again.
-func TestUnpaidSpotWinDoesNotSetTheQuotePrice(t *testing.T) {
+// A bidder whose card declines does not set the price the others pay. On
+// a 4-device offer (floor 100¢, on-demand 249¢) three bids of 2 devices:
+// d at 300¢ (declines), a at 150¢, b at 120¢. Without holds d and a would
+// win at the lowest winner's maximum, 150¢, and d never pay. With them,
+// d's hold of 2 × 300¢ declines before the clearing, so the hour is
+// cleared among a and b: both fit, no bid loses, and the price is the
+// floor, 100¢; each pays 2 × 100¢, captured from holds of 2 × 150¢ and
+// 2 × 120¢ whose rest is released. The clearing is fully paid, so quotes
+// price the capacity at it (100¢).
+func TestDecliningBidderDoesNotSetThePrice(t *testing.T) {
 	f := newFixture(t, nil)
 	f.onboard()
 	o := f.spotOffer()
@@ -332,23 +344,40 @@ func TestUnpaidSpotWinDoesNotSetTheQuotePrice(t *testing.T) {
 	h1 := t0.Add(2 * time.Hour)
 	h2 := h1.Add(time.Hour)
 	f.bid(d, o, 2, 300, h1, h1)
-	bidA := f.bid(a, o, 2, 150, h1, h1)
+	f.bid(a, o, 2, 150, h1, h1)
 	f.bid(b, o, 2, 120, h1, h1)
 
 	f.tick(h1.Add(-30 * time.Minute))
-	hs := f.spotHours(a, bidA.ID)
-	if len(hs) != 1 || hs[0].PriceCents != 150 || hs[0].State != market.ReservationConfirmed {
-		t.Fatalf("a's hours: %+v, want one confirmed at 150", hs)
+	for _, u := range []market.User{a, b} {
+		rs, err := f.db.ListBuyerSpotBids(f.ctx, u.ID)
+		if err != nil || len(rs) != 1 || len(rs[0].Hours) != 1 {
+			t.Fatalf("user %d bids %+v, %v", u.ID, rs, err)
+		}
+		h := rs[0].Hours[0]
+		if h.PriceCents != 100 || h.State != market.ReservationConfirmed || f.ledgerSum(h.ReservationID, market.EntryCharge) != 200 {
+			t.Fatalf("user %d hour %+v charged %d, want confirmed at 100, 200 charged", u.ID, h, f.ledgerSum(h.ReservationID, market.EntryCharge))
+		}
+		if got := f.paymentsOf(u.ID); got != 200 {
+			t.Fatalf("user %d paid the processor %d, want 200", u.ID, got)
+		}
+	}
+	if rs, err := f.db.ListBuyerSpotBids(f.ctx, d.ID); err != nil || len(rs) != 1 || len(rs[0].Hours) != 0 || rs[0].Bid.State != market.SpotBidCancelled {
+		t.Fatalf("d's bids %+v, %v", rs, err)
+	}
+	if got := f.paymentsOf(d.ID); got != 0 {
+		t.Fatalf("d paid %d", got)
+	}
+	// a's hold of 300 and b's of 240 were captured at 200 each; none is left.
+	captured := map[market.Cents]market.Cents{}
+	for _, p := range f.processorPayments() {
+		captured[p.Amount] = p.AmountReceived
+	}
+	if len(captured) != 2 || captured[300] != 200 || captured[240] != 200 || len(f.paymentsInStatus("requires_capture")) != 0 {
+		t.Fatalf("captured holds %v (authorised → received), holds left %d", captured, len(f.paymentsInStatus("requires_capture")))
 	}
 	prices, err := f.db.SpotQuotePrices(f.ctx, f.now, o.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p, ok := prices[o.ID]; ok {
-		t.Fatalf("quote price %d from a clearing whose winner never paid", p)
-	}
-	if got := market.SpotQuotePrice(o.InterruptibleCentsPerDH, o.PriceCentsPerDeviceHour, prices[o.ID]); got != 100 {
-		t.Fatalf("quoted interruptible price %d, want the floor 100", got)
+	if err != nil || prices[o.ID] != 100 {
+		t.Fatalf("quote prices after a fully paid clearing %v, %v; want 100", prices, err)
 	}
 
 	bidA2 := f.bid(a, o, 2, 150, h2, h2)
@@ -361,4 +390,40 @@ func TestUnpaidSpotWinDoesNotSetTheQuotePrice(t *testing.T) {
 		t.Fatalf("quote prices after a paid clearing %v, %v; want 100", prices, err)
 	}
 	f.requireReconciled()
+}
+
+// paymentsOf is what the processor received from the user: its succeeded
+// payments of the user's reservations.
+func (f *fixture) paymentsOf(userID int64) market.Cents {
+	f.t.Helper()
+	var sum market.Cents
+	for _, p := range f.processorPayments() {
+		if p.ReservationID == 0 {
+			continue
+		}
+		r, err := f.db.FindReservation(f.ctx, p.ReservationID)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if r.BuyerID == userID {
+			sum += p.AmountReceived
+		}
+	}
+	return sum
+}
+
+// paymentsInStatus is every processor payment in the given status.
+func (f *fixture) paymentsInStatus(status string) []billing.Payment {
+	f.t.Helper()
+	ps, err := f.local.ListPayments(f.ctx, time.Time{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []billing.Payment
+	for _, p := range ps {
+		if p.Status == status {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -1,11 +1,19 @@
-// Package workflow is the one home of the marketplace's multi-step
-// operations: booking and cancelling (with the matcher index kept in step),
-// applying the payment processor's events, settling reservations and
-// retrying their money movements, refunding late and mismatched payments,
-// deciding disputes, reconciling the ledger with the processor, and the
-// periodic work (hold expiry, lifecycle, clean-up). The web handlers and the
-// command line both call it; it decides nothing itself — the rules are in
-// market, the state in store, the money moves through billing.
+// Package workflow is the one door for changes: every change of the
+// marketplace's state goes through it. The rule: web reads through store
+// and changes anything only through workflow, and holds no payment
+// processor (web's TestWebChangesOnlyThroughWorkflow fails otherwise); cmd
+// and the background loop call the same methods.
+//
+// It is the home of the multi-step operations: quoting and booking (with
+// the matcher index kept in step), checkout, saved cards and payout
+// onboarding, applying the payment processor's events, settling
+// reservations and retrying their money movements, refunding late and
+// mismatched payments, the exchange (standing orders, spot clearings,
+// resale), offers and their moderation, suspension and reinstatement,
+// incidents and disputes, reconciling the ledger with the processor, and
+// the periodic work (hold expiry, lifecycle, clean-up). It decides nothing
+// itself — the rules are in market, the state in store, the money moves
+// through billing.
 package workflow
 
 import (
@@ -19,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpumarket/gpumarket/account"
 	"github.com/gpumarket/gpumarket/billing"
 	"github.com/gpumarket/gpumarket/mail"
 	"github.com/gpumarket/gpumarket/market"
@@ -76,6 +85,14 @@ type Config struct {
 	// absorbing repeats (RecordHeartbeat): only to measure what absorbing
 	// saves (loadgen -fleet -write-every-heartbeat).
 	WriteEveryHeartbeat bool
+	// SessionKey is the process's secret (the one that signs the session
+	// cookies); the key that seals two-factor secrets is derived from it
+	// (account.SealSecret). Without it two-factor sign-in cannot be set
+	// up or used.
+	SessionKey []byte
+	// PasswordCost is the bcrypt cost of new password hashes; 0 means
+	// account.DefaultCost. Tests lower it to keep the suite fast.
+	PasswordCost int
 }
 
 // Service runs the workflows over one database and one processor. It is
@@ -130,6 +147,10 @@ type Service struct {
 
 	// agent holds the agents' long-polls and absorbed heartbeats (agent.go).
 	agent *agentState
+	// passwords hashes and checks passwords; sessionKey seals two-factor
+	// secrets (account.go).
+	passwords  *account.Passwords
+	sessionKey []byte
 }
 
 // New builds the service and loads the matcher index from the database.
@@ -153,6 +174,11 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 	if s.budget == (market.Budget{}) {
 		s.budget = market.DefaultBudget
 	}
+	var err error
+	if s.passwords, err = account.NewPasswords(cfg.PasswordCost); err != nil {
+		return nil, err
+	}
+	s.sessionKey = cfg.SessionKey
 	if err := s.ReloadIndex(ctx); err != nil {
 		return nil, err
 	}

@@ -222,7 +222,7 @@ func (f *fixture) notified(userID int64, contains string) bool {
 		f.t.Fatal(err)
 	}
 	for _, n := range ns {
-		if strings.Contains(n.Message, contains) {
+		if strings.Contains(n.Notice.Text(), contains) {
 			return true
 		}
 	}

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumarket/gpumarket/account"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
-	"github.com/gpumarket/gpumarket/web"
 )
 
 // adminCreate creates an administrator account. Admins exist only through
@@ -38,7 +38,7 @@ func adminCreate(ctx context.Context, args []string, getenv func(string) string,
 	if err := market.ValidateSignUp(&su); err != nil {
 		return fmt.Errorf("%v", err)
 	}
-	hash, err := web.HashPassword(password)
+	hash, err := account.Hash(password, account.DefaultCost)
 	if err != nil {
 		return err
 	}

@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpumarket/gpumarket/account"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
-	"github.com/gpumarket/gpumarket/web"
 )
 
 // demoCredential is one demo account as printed to the console.
@@ -51,7 +51,7 @@ func seedDemo(ctx context.Context, db *store.DB, now time.Time) ([]demoCredentia
 		if err != nil {
 			return market.User{}, err
 		}
-		hash, err := web.HashPassword(pw)
+		hash, err := account.Hash(pw, account.DefaultCost)
 		if err != nil {
 			return market.User{}, err
 		}

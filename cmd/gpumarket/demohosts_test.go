@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumarket/gpumarket/account"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
-	"github.com/gpumarket/gpumarket/web"
 )
 
 // TestDemoRunsSimulatedHosts serves the demo with the real agent binary
@@ -126,7 +126,7 @@ func seedDemoHostOffers(t *testing.T, path string) string {
 	}
 	defer db.Close()
 	const password = "a demo provider password"
-	hash, err := web.HashPassword(password)
+	hash, err := account.Hash(password, account.DefaultCost)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,10 +21,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumarket/gpumarket/account"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/store/pgtest"
-	"github.com/gpumarket/gpumarket/web"
 	"github.com/gpumarket/gpumarket/workflow"
 )
 
@@ -378,7 +378,7 @@ func seedReplicaMarket(t *testing.T, dsn string) replicaMarket {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	hash, err := web.HashPassword(replicaPassword)
+	hash, err := account.Hash(replicaPassword, account.DefaultCost)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pquerna/otp/totp"
-
+	"github.com/gpumarket/gpumarket/account"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
-	"github.com/gpumarket/gpumarket/web"
 )
 
 // adminReset2FA turns off the two-factor sign-in of an account whose owner
@@ -62,21 +60,27 @@ func demoTwoFactor(ctx context.Context, db *store.DB, sessionKey []byte, creds [
 		if err != nil {
 			return nil, fmt.Errorf("demo admin: %w", err)
 		}
-		key, err := totp.Generate(totp.GenerateOpts{Issuer: "gpumarket", AccountName: c.Email, SecretSize: 20})
+		secret, err := account.NewSecret(c.Email)
 		if err != nil {
 			return nil, err
 		}
-		sealed, err := web.SealTOTPSecret(sessionKey, u.ID, key.Secret())
+		sealed, err := account.SealSecret(sessionKey, u.ID, secret)
+		if err != nil {
+			return nil, err
+		}
+		// Recovery codes are made as for anyone, and not kept: the demo
+		// admin's secret is printed at every start instead.
+		codes, err := account.NewRecoveryCodes()
 		if err != nil {
 			return nil, err
 		}
 		if err := db.BeginTOTP(ctx, u.ID, sealed, now); err != nil {
 			return nil, fmt.Errorf("demo admin two-factor: %w", err)
 		}
-		if _, err := db.EnableTOTP(ctx, u.ID, market.TOTPStep(now)-market.TOTPSkew-1, now); err != nil {
+		if err := db.EnableTOTP(ctx, u.ID, market.TOTPStep(now)-market.TOTPSkew-1, account.HashRecoveryCodes(u.ID, codes), now); err != nil {
 			return nil, fmt.Errorf("demo admin two-factor: %w", err)
 		}
-		creds[i].TOTPSecret, changed = key.Secret(), true
+		creds[i].TOTPSecret, changed = secret, true
 	}
 	if !changed {
 		return creds, nil

@@ -34,7 +34,7 @@ func TestAdminReset2FA(t *testing.T) {
 	if err := db.BeginTOTP(ctx, u.ID, []byte("sealed"), now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.EnableTOTP(ctx, u.ID, market.TOTPStep(now), now); err != nil {
+	if err := db.EnableTOTP(ctx, u.ID, market.TOTPStep(now), []string{"a recovery code's hash"}, now); err != nil {
 		t.Fatal(err)
 	}
 	sess, err := db.CreateSession(ctx, u.ID, now, time.Hour)

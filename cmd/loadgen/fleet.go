@@ -102,7 +102,7 @@ func startFleetServer(ctx context.Context, path string, offers, nodes int, addr 
 		return nil, err
 	}
 	_, e, err := web.New(ctx, web.Config{BaseURL: "http://" + addr, SessionKey: []byte(strings.Repeat("f", 32)),
-		APIRatePerSecond: 1_000_000, Workflow: fs.wf, Billing: fs.local}, db, log)
+		APIRatePerSecond: 1_000_000, Workflow: fs.wf}, db, log)
 	if err != nil {
 		db.Close()
 		return nil, err
