@@ -14,6 +14,20 @@ import (
 const (
 	// PathHeartbeat is POST's path for a Heartbeat.
 	PathHeartbeat = "agent/v1/heartbeat"
+	// PathAssignments is GET's path for the long-poll of the node's
+	// assignments (Assignments): the server holds it open until they differ
+	// from the version the agent names (QueryKnown) or QueryWait seconds
+	// pass. A server without it answers 404 or 405: the agent then relies on
+	// its heartbeats alone.
+	PathAssignments = "agent/v1/assignments"
+	// QueryWait is the long-poll's wait in whole seconds (1 to
+	// MaxWaitSeconds; more is cut to it); QueryKnown the Version the agent
+	// last acted on ("" : answer at once).
+	QueryWait  = "wait"
+	QueryKnown = "known"
+	// MaxWaitSeconds bounds a long-poll's wait, below the server's write
+	// timeout and its shutdown grace.
+	MaxWaitSeconds = 15
 	// ReportInstalled, ReportRemoved and ReportAcceptance name an
 	// assignment's reports (AssignmentPath).
 	ReportInstalled  = "installed"
@@ -46,6 +60,22 @@ type HeartbeatResponse struct {
 	ServerTime      time.Time    `json:"server_time"`
 	IntervalSeconds int          `json:"interval_seconds"`
 	Assignments     []Assignment `json:"assignments"`
+	// Version names the assignments answered (a digest; an agent compares
+	// it only for equality) and Push that the server holds long-polls of
+	// PathAssignments. Both are absent from an older server.
+	Version string `json:"version,omitempty"`
+	Push    bool   `json:"push,omitempty"`
+}
+
+// Assignments answers GET /agent/v1/assignments: the node's assignments,
+// as a heartbeat's answer carries them, and their Version. Changed is
+// false when the wait ended with the assignments still at the version the
+// agent named (then they are the same list it has).
+type Assignments struct {
+	ServerTime  time.Time    `json:"server_time"`
+	Version     string       `json:"version"`
+	Changed     bool         `json:"changed"`
+	Assignments []Assignment `json:"assignments"`
 }
 
 // Assignment is a piece placed on the token's node that the agent must act
@@ -66,6 +96,10 @@ type Assignment struct {
 	// Runtime is the buyer's container, sent in the prepare and install
 	// states; absent: the host's own environment (authorized_keys mode).
 	Runtime *Runtime `json:"runtime,omitempty"`
+	// Reported is set while the state is install and the server already
+	// holds the agent's installed report: an agent whose own record agrees
+	// need not report it again. Absent from an older server.
+	Reported bool `json:"reported,omitempty"`
 }
 
 // Runtime is the buyer's container for a piece (market.Runtime): the

@@ -80,5 +80,15 @@ if [ "${LOAD_BENCH:-1}" != 0 ]; then
 		go test -run '^$' -bench "$b" -benchtime 40x ./market | grep -E '^Benchmark|offers from'
 	done
 fi
+# A fleet of simulated provider agents on one replica (issue 28):
+# heartbeats, long-polls and reports over HTTP at each size, with payments
+# (pay → keys installed) and the narrow-quote yardstick beside. It serves
+# its own marketplace (a child process) and takes a few minutes, so it runs
+# when LOAD_FLEET is set, e.g. LOAD_FLEET=1000,5000,10000 make loadtest.
+if [ -n "${LOAD_FLEET:-}" ]; then
+	echo
+	echo "== fleet of simulated agents: ${LOAD_FLEET}"
+	"$LOADGEN" -fleet -agents "$LOAD_FLEET" -interval "${LOAD_FLEET_INTERVAL:-10s}" -d "${LOAD_FLEET_DURATION:-30s}"
+fi
 echo
 echo "server log and database in $DIR"

@@ -66,6 +66,7 @@ type Assignment struct {
 	// (runtime.go).
 	Runtime       market.Runtime
 	DeviceIndices []int
+	Reported      bool // to install, and the agent's installed report is in
 }
 
 // ListAssignments returns what the agent of the token's node must act on
@@ -74,33 +75,49 @@ type Assignment struct {
 // acceptance test asked for while the piece runs and no result is in. A
 // token revoked meanwhile, or of a suspended provider, is unauthorized.
 func (db *DB) ListAssignments(ctx context.Context, tokenID int64, now time.Time) ([]Assignment, error) {
+	as, _, err := db.NodeAssignments(ctx, tokenID, now)
+	return as, err
+}
+
+// NodeAssignments is ListAssignments with the next time after now at which
+// they change by the clock alone — a piece on the node starting or ending
+// — zero when none will: until then only a committed change can change
+// them (the long-poll of docs/agent.md waits for whichever comes first).
+func (db *DB) NodeAssignments(ctx context.Context, tokenID int64, now time.Time) ([]Assignment, time.Time, error) {
 	const op = "list assignments"
 	tx, err := db.read(ctx)
 	if err != nil {
-		return nil, fail(op, err, "")
+		return nil, time.Time{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
 	t, err := liveHostToken(ctx, tx, tokenID)
 	if err != nil {
-		return nil, fail(op, err, "")
+		return nil, time.Time{}, fail(op, err, "")
 	}
 	rentals, err := offerRentals(ctx, tx, t.OfferID, t.Node, now)
 	if err != nil {
-		return nil, fail(op, err, "")
+		return nil, time.Time{}, fail(op, err, "")
 	}
 	out := []Assignment{}
 	indices, err := nodeDeviceIndices(ctx, tx, t, rentals)
 	if err != nil {
-		return nil, fail(op, err, "")
+		return nil, time.Time{}, fail(op, err, "")
 	}
+	var next time.Time
 	for _, r := range rentals {
+		// A piece with a container is prepared PrepareLead before its start.
+		for _, at := range []time.Time{r.Piece.Start.Add(-market.PrepareLead), r.Piece.Start, r.Piece.End} {
+			if at.After(now) && (next.IsZero() || at.Before(next)) {
+				next = at
+			}
+		}
 		a, err := getPieceAccess(ctx, tx, r.Piece.ID, t.Node)
 		if err != nil {
-			return nil, fail(op, err, "")
+			return nil, time.Time{}, fail(op, err, "")
 		}
 		rt, hasRuntime, err := getReservationRuntime(ctx, tx, r.ReservationID)
 		if err != nil {
-			return nil, fail(op, err, "")
+			return nil, time.Time{}, fail(op, err, "")
 		}
 		state := market.AccessStateOf(r.State, r.Piece, a.Installed(), a.Removed(), now)
 		if state == market.AccessNone && hasRuntime && market.Prepares(r.State, r.Piece, now) {
@@ -115,14 +132,15 @@ func (db *DB) ListAssignments(ctx context.Context, tokenID int64, now time.Time)
 			as.Runtime = rt
 		}
 		if state == market.AccessInstall {
+			as.Reported = a.Installed() && !a.Removed()
 			done, err := hasAcceptance(ctx, tx, r.Piece.ID, t.Node)
 			if err != nil {
-				return nil, fail(op, err, "")
+				return nil, time.Time{}, fail(op, err, "")
 			}
 			as.Acceptance = !done
 			keys, err := userSSHKeys(ctx, tx, r.BuyerID)
 			if err != nil {
-				return nil, fail(op, err, "")
+				return nil, time.Time{}, fail(op, err, "")
 			}
 			for _, k := range keys {
 				as.SSHKeys = append(as.SSHKeys, k.Line)
@@ -130,7 +148,7 @@ func (db *DB) ListAssignments(ctx context.Context, tokenID int64, now time.Time)
 		}
 		out = append(out, as)
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // nodePiece loads a piece for the agent of the token's node, with its

@@ -259,32 +259,51 @@ func liveHostToken(ctx context.Context, tx *sql.Tx, tokenID int64) (HostToken, e
 // measured against the pieces on the node (measureHeartbeat). The
 // heartbeat must have passed market.ValidateHeartbeat.
 func (db *DB) RecordHeartbeat(ctx context.Context, tokenID int64, hb market.Heartbeat, now time.Time) (bool, error) {
+	rec, err := db.RecordHeartbeatRun(ctx, tokenID, hb, now)
+	return rec.Accepted, err
+}
+
+// HeartbeatRecord is what RecordHeartbeatRun wrote: whether the heartbeat
+// was accepted, the node, the history run it extended or started, and the
+// node's "hardware differs" message after it.
+type HeartbeatRecord struct {
+	Accepted        bool
+	OfferID         int64
+	Node            int
+	RunID           int64
+	HardwareDiffers string
+}
+
+// RecordHeartbeatRun is RecordHeartbeat, telling what it wrote, so that the
+// caller can absorb the node's following heartbeats that report the same
+// thing into a batch (FlushHeartbeatsSeen).
+func (db *DB) RecordHeartbeatRun(ctx context.Context, tokenID int64, hb market.Heartbeat, now time.Time) (HeartbeatRecord, error) {
 	const op = "record heartbeat"
 	tx, err := db.begin(ctx)
 	if err != nil {
-		return false, fail(op, err, "")
+		return HeartbeatRecord{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
 	t, err := liveHostToken(ctx, tx, tokenID)
 	if err != nil {
-		return false, fail(op, err, "")
+		return HeartbeatRecord{}, fail(op, err, "")
 	}
 	if hb.Seq <= t.LastSeq {
-		return false, nil
+		return HeartbeatRecord{OfferID: t.OfferID, Node: t.Node}, nil
 	}
 	if msg := market.SeqProblem(t.LastSeq, hb.Seq, now); msg != "" {
-		return false, &market.Error{Code: market.CodeInvalid, Message: msg, Fields: map[string]string{"seq": msg}}
+		return HeartbeatRecord{}, &market.Error{Code: market.CodeInvalid, Message: msg, Fields: map[string]string{"seq": msg}}
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE host_tokens SET last_seq = ?, last_used_at = ? WHERE id = ?`, hb.Seq, unix(now), t.ID); err != nil {
-		return false, fail(op, err, "")
+		return HeartbeatRecord{}, fail(op, err, "")
 	}
 	o, err := getOffer(ctx, tx, t.OfferID)
 	if err != nil {
-		return false, fail(op, err, "")
+		return HeartbeatRecord{}, fail(op, err, "")
 	}
 	prev, err := getHost(ctx, tx, t.OfferID, t.Node)
 	if err != nil && market.ErrorCode(err) != market.CodeNotFound {
-		return false, fail(op, err, "")
+		return HeartbeatRecord{}, fail(op, err, "")
 	}
 	reported := err == nil
 	differs := prev.HardwareDiffers
@@ -296,7 +315,7 @@ func (db *DB) RecordHeartbeat(ctx context.Context, tokenID int64, hb market.Hear
 	}
 	devices, err := json.Marshal(hb.Devices)
 	if err != nil {
-		return false, fail(op, err, "")
+		return HeartbeatRecord{}, fail(op, err, "")
 	}
 	if hb.Devices == nil {
 		devices = []byte("[]")
@@ -308,15 +327,20 @@ func (db *DB) RecordHeartbeat(ctx context.Context, tokenID int64, hb market.Hear
 			agent_version = excluded.agent_version, probe = excluded.probe, probe_error = excluded.probe_error,
 			devices_json = excluded.devices_json, healthy_devices = excluded.healthy_devices, hardware_differs = excluded.hardware_differs`,
 		t.OfferID, t.Node, unix(now), hb.Seq, hb.AgentVersion, hb.Probe, hb.Error, string(devices), hb.HealthyDevices(), differs); err != nil {
-		return false, fail(op, err, "")
+		return HeartbeatRecord{}, fail(op, err, "")
 	}
-	if err := appendHeartbeatRun(ctx, tx, t.OfferID, t.Node, hb, now); err != nil {
-		return false, fail(op, err, "")
+	runID, err := appendHeartbeatRun(ctx, tx, t.OfferID, t.Node, hb, now)
+	if err != nil {
+		return HeartbeatRecord{}, fail(op, err, "")
 	}
 	if err := measureHeartbeat(ctx, tx, t.OfferID, t.Node, prev, reported, hb, now); err != nil {
-		return false, fail(op, err, "")
+		return HeartbeatRecord{}, fail(op, err, "")
 	}
-	return true, fail(op, tx.Commit(), "")
+	rec := HeartbeatRecord{Accepted: true, OfferID: t.OfferID, Node: t.Node, RunID: runID, HardwareDiffers: differs}
+	if err := tx.Commit(); err != nil {
+		return HeartbeatRecord{}, fail(op, err, "")
+	}
+	return rec, nil
 }
 
 // unhealthyDevices describes the devices the probe judged unhealthy.
@@ -336,8 +360,8 @@ func unhealthyDevices(hb market.Heartbeat) string {
 
 // appendHeartbeatRun extends the node's latest run with the heartbeat when
 // it reports the same health within the grace period, else starts a run;
-// then drops the node's runs beyond maxRunsPerNode.
-func appendHeartbeatRun(ctx context.Context, tx *sql.Tx, offerID int64, node int, hb market.Heartbeat, now time.Time) error {
+// then drops the node's runs beyond maxRunsPerNode. It returns the run's id.
+func appendHeartbeatRun(ctx context.Context, tx *sql.Tx, offerID int64, node int, hb market.Heartbeat, now time.Time) (int64, error) {
 	unhealthy := unhealthyDevices(hb)
 	var id, lastAt int64
 	var devices, healthy int
@@ -345,24 +369,24 @@ func appendHeartbeatRun(ctx context.Context, tx *sql.Tx, offerID int64, node int
 	err := tx.QueryRowContext(ctx, `SELECT id, last_at, devices, healthy, unhealthy, probe_error FROM host_heartbeat_runs
 		WHERE offer_id = ? AND node = ? ORDER BY id DESC LIMIT 1`, offerID, node).Scan(&id, &lastAt, &devices, &healthy, &prevUnhealthy, &prevError)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return err
+		return 0, err
 	}
 	grace := market.HeartbeatGrace(market.HeartbeatInterval)
 	if err == nil && devices == len(hb.Devices) && healthy == hb.HealthyDevices() && prevUnhealthy == unhealthy &&
 		prevError == hb.Error && now.Sub(fromUnix(lastAt)) <= grace {
 		_, err := tx.ExecContext(ctx, `UPDATE host_heartbeat_runs SET last_at = ?, last_seq = ?, heartbeats = heartbeats + 1 WHERE id = ?`,
 			unix(now), hb.Seq, id)
-		return err
+		return id, err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO host_heartbeat_runs (offer_id, node, first_at, last_at, first_seq, last_seq,
-		heartbeats, devices, healthy, unhealthy, probe_error) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)`,
-		offerID, node, unix(now), unix(now), hb.Seq, hb.Seq, len(hb.Devices), hb.HealthyDevices(), unhealthy, hb.Error); err != nil {
-		return err
+	if err := tx.QueryRowContext(ctx, `INSERT INTO host_heartbeat_runs (offer_id, node, first_at, last_at, first_seq, last_seq,
+		heartbeats, devices, healthy, unhealthy, probe_error) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?) RETURNING id`,
+		offerID, node, unix(now), unix(now), hb.Seq, hb.Seq, len(hb.Devices), hb.HealthyDevices(), unhealthy, hb.Error).Scan(&id); err != nil {
+		return 0, err
 	}
 	_, err = tx.ExecContext(ctx, `DELETE FROM host_heartbeat_runs WHERE offer_id = ? AND node = ? AND id <= (
 		SELECT id FROM host_heartbeat_runs WHERE offer_id = ? AND node = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`,
 		offerID, node, offerID, node, maxRunsPerNode)
-	return err
+	return id, err
 }
 
 // getHost reads a node's latest status; a node that never reported is not

@@ -69,8 +69,9 @@ func (h *Handler) agentRateLimit() echo.MiddlewareFunc {
 }
 
 // handleAgentHeartbeat records a heartbeat of the token's node and answers
-// with the assignments of that node. A replayed or reordered heartbeat is
-// answered 200 with accepted false and changes nothing.
+// with the assignments of that node and their version, for the long-poll.
+// A replayed or reordered heartbeat is answered 200 with accepted false and
+// changes nothing.
 func (h *Handler) handleAgentHeartbeat(c echo.Context) error {
 	var in agentapi.Heartbeat
 	if err := decodeBody(c, &in); err != nil {
@@ -82,25 +83,52 @@ func (h *Handler) handleAgentHeartbeat(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	tok := hostToken(c)
-	now := h.now()
-	accepted, err := h.db.RecordHeartbeat(ctx, tok.ID, hb, now)
+	accepted, err := h.wf.RecordHeartbeat(ctx, tok, hb)
 	if err != nil {
 		return err
 	}
 	// A replay changed nothing, but the agent is still told what to do:
 	// assignments are read, not written.
-	as, err := h.db.ListAssignments(ctx, tok.ID, now)
+	na, err := h.wf.Assignments(ctx, tok)
 	if err != nil {
 		return err
 	}
-	out := agentapi.HeartbeatResponse{Accepted: accepted, ServerTime: now.Truncate(time.Second),
-		IntervalSeconds: int(market.HeartbeatInterval / time.Second), Assignments: []agentapi.Assignment{}}
-	for _, a := range as {
-		out.Assignments = append(out.Assignments, agentapi.Assignment{ReservationID: a.ReservationID, PieceID: a.Piece.ID,
-			Devices: a.Devices, Start: a.Piece.Start, End: a.Piece.End, SSHKeys: a.SSHKeys, Acceptance: a.Acceptance,
-			State: string(a.State), DeviceIndices: a.DeviceIndices, Runtime: agentapi.NewRuntime(a.Runtime)})
+	return writeJSON(c, http.StatusOK, agentapi.HeartbeatResponse{Accepted: accepted, ServerTime: na.At.Truncate(time.Second),
+		IntervalSeconds: int(market.HeartbeatInterval / time.Second), Assignments: agentAssignments(na.Assignments),
+		Version: na.Version, Push: true})
+}
+
+// handleAgentAssignments is the long-poll of the node's assignments
+// (docs/agent.md): answered as soon as they differ from the version the
+// agent names, or after its wait (at most agentapi.MaxWaitSeconds) with
+// changed false.
+func (h *Handler) handleAgentAssignments(c echo.Context) error {
+	wait := 0
+	if raw := c.QueryParam(agentapi.QueryWait); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 0 {
+			msg := "wait is a whole number of seconds."
+			return &market.Error{Code: market.CodeInvalid, Message: msg, Fields: map[string]string{agentapi.QueryWait: msg}}
+		}
+		wait = min(n, agentapi.MaxWaitSeconds)
 	}
-	return writeJSON(c, http.StatusOK, out)
+	na, changed, err := h.wf.WaitAssignments(c.Request().Context(), hostToken(c), c.QueryParam(agentapi.QueryKnown), time.Duration(wait)*time.Second)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, http.StatusOK, agentapi.Assignments{ServerTime: na.At.Truncate(time.Second), Version: na.Version, Changed: changed,
+		Assignments: agentAssignments(na.Assignments)})
+}
+
+// agentAssignments is the protocol's form of a node's assignments.
+func agentAssignments(as []store.Assignment) []agentapi.Assignment {
+	out := make([]agentapi.Assignment, 0, len(as))
+	for _, a := range as {
+		out = append(out, agentapi.Assignment{ReservationID: a.ReservationID, PieceID: a.Piece.ID,
+			Devices: a.Devices, Start: a.Piece.Start, End: a.Piece.End, SSHKeys: a.SSHKeys, Acceptance: a.Acceptance,
+			State: string(a.State), Reported: a.Reported, DeviceIndices: a.DeviceIndices, Runtime: agentapi.NewRuntime(a.Runtime)})
+	}
+	return out
 }
 
 // pieceID reads the :piece_id of an assignment path.
@@ -142,8 +170,7 @@ func (h *Handler) handleAgentInstalled(c echo.Context) error {
 	if err := decodeBody(c, &in); err != nil {
 		return err
 	}
-	a, err := h.db.RecordInstalled(c.Request().Context(), hostToken(c).ID, id,
-		market.Connection{Host: in.Host, Port: in.Port, User: in.User}, h.now())
+	a, err := h.wf.RecordInstalled(c.Request().Context(), hostToken(c), id, market.Connection{Host: in.Host, Port: in.Port, User: in.User})
 	if err != nil {
 		return err
 	}
@@ -163,7 +190,7 @@ func (h *Handler) handleAgentRemoved(c echo.Context) error {
 	if err := decodeBody(c, &in); err != nil {
 		return err
 	}
-	a, err := h.db.RecordRemoved(c.Request().Context(), hostToken(c).ID, id, in.RemovedAt, h.now())
+	a, err := h.wf.RecordRemoved(c.Request().Context(), hostToken(c), id, in.RemovedAt)
 	if err != nil {
 		return err
 	}
@@ -197,7 +224,7 @@ func (h *Handler) handleAgentAcceptance(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	a, err := h.db.RecordAcceptance(c.Request().Context(), hostToken(c).ID, id, res, h.now())
+	a, err := h.wf.RecordAcceptance(c.Request().Context(), hostToken(c), id, res)
 	if err != nil {
 		return err
 	}

@@ -53,6 +53,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	// so no CSRF; rate limited per token.
 	agent := e.Group("/agent/v1", middleware.BodyLimit(agentBodyLimit), refuseUnstorableText, h.agentAuth, h.agentRateLimit())
 	agent.POST("/heartbeat", h.handleAgentHeartbeat)
+	agent.GET("/assignments", h.handleAgentAssignments)
 	agent.POST("/assignments/:piece_id/installed", h.handleAgentInstalled)
 	agent.POST("/assignments/:piece_id/removed", h.handleAgentRemoved)
 	agent.POST("/assignments/:piece_id/acceptance", h.handleAgentAcceptance)

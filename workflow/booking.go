@@ -29,6 +29,7 @@ func (s *Service) Cancel(ctx context.Context, buyerID, reservationID int64) (mar
 		return market.Reservation{}, err
 	}
 	s.releaseCommitments(r)
+	s.wakeAgentsOf(r) // keys to remove at once
 	s.expireCheckout(ctx, r.ID)
 	s.log.Info("reservation cancelled", "reservation_id", r.ID, "fee_cents", int64(r.CancelFeeCents))
 	if st, err := s.db.FindSettlement(ctx, r.ID); err == nil {

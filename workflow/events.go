@@ -97,6 +97,7 @@ func (s *Service) recordPayment(ctx context.Context, log *slog.Logger, ev store.
 	if err != nil {
 		return "", err
 	}
+	s.wakeAgents(ctx, ev.ReservationID) // keys to install at once (docs/agent.md)
 	log.Info("payment recorded", "outcome", outcome, "amount_cents", int64(ev.Amount), "currency", ev.Currency, "payment_intent_id", ev.PaymentIntentID)
 	switch outcome {
 	case store.PaymentLate:

@@ -204,12 +204,16 @@ func (s *Service) Follow(ctx context.Context) {
 		s.applyFeed(ctx)
 	}()
 	defer func() { <-applied }()
-	s.db.FollowOffers(ctx, s.feed.add,
+	s.db.FollowOffers(ctx, func(offerID int64) {
+		s.feed.add(offerID)
+		s.agent.hub.wake(offerID) // the agents' long-polls on this replica read their assignments again
+	},
 		func() error {
 			if err := s.ReloadIndex(ctx); err != nil {
 				return err
 			}
 			s.feed.joinedAfterReload()
+			s.agent.hub.wakeAll()
 			s.orders.noteAll() // changes made while the feed was down were not heard: re-match every open order
 			return nil
 		},

@@ -53,6 +53,7 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 		<-renewing
 		s.releaseLease()
 	}()
+	defer s.FlushHeartbeats(context.WithoutCancel(ctx))
 	started := s.now()
 	s.serverBeat(ctx, started, started)
 	lastReload, lastPrune := s.now(), time.Time{}
@@ -68,6 +69,7 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 		// The step runs to its end even if ctx ends meanwhile: a processor
 		// call made must be recorded before the process stops.
 		step := context.WithoutCancel(ctx)
+		s.FlushHeartbeats(step)
 		now := s.now()
 		if l := s.lease.Load(); l != nil {
 			fenced := store.WithFence(step, *l, s.now)

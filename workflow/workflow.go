@@ -81,6 +81,10 @@ type Config struct {
 	// BroadSlots is how many broad matches run at once; 0 means half the
 	// processors (at least one).
 	BroadSlots int
+	// WriteEveryHeartbeat writes every heartbeat in full instead of
+	// absorbing repeats (RecordHeartbeat): only to measure what absorbing
+	// saves (loadgen -fleet -write-every-heartbeat).
+	WriteEveryHeartbeat bool
 	// SessionKey is the process's secret (the one that signs the session
 	// cookies); the key that seals two-factor secrets is derived from it
 	// (account.SealSecret). Without it two-factor sign-in cannot be set
@@ -141,6 +145,8 @@ type Service struct {
 	broad  *fairShare
 	carbon *carbonCache
 
+	// agent holds the agents' long-polls and absorbed heartbeats (agent.go).
+	agent *agentState
 	// passwords hashes and checks passwords; sessionKey seals two-factor
 	// secrets (account.go).
 	passwords  *account.Passwords
@@ -164,7 +170,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 	s := &Service{db: db, pay: cfg.Billing, log: log, feeBP: cfg.PlatformFeeBP, now: func() time.Time { return cfg.Now().UTC() },
 		metrics: cfg.Metrics, holder: fmt.Sprintf("%s/%d/%08x", cfg.Replica, os.Getpid(), rand.Uint32()),
 		mail: cfg.Mail, compose: mail.Composer{BaseURL: cfg.BaseURL}, orders: newOrderQueue(), feed: newFeedQueue(),
-		budget: cfg.QuoteBudget, broad: newFairShare(cfg.BroadSlots), carbon: newCarbonCache()}
+		budget: cfg.QuoteBudget, broad: newFairShare(cfg.BroadSlots), carbon: newCarbonCache(), agent: newAgentState(cfg.WriteEveryHeartbeat)}
 	if s.budget == (market.Budget{}) {
 		s.budget = market.DefaultBudget
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,8 @@ const tokenEnv = "GPUMARKET_AGENT_TOKEN"
 type (
 	heartbeatRequest  = agentapi.Heartbeat
 	heartbeatResponse = agentapi.HeartbeatResponse
+	// assignmentsResponse answers the long-poll of the assignments.
+	assignmentsResponse = agentapi.Assignments
 	// assignment is a piece placed on this node that the agent must act
 	// on: only data (keys, times, ids), never a command.
 	assignment = agentapi.Assignment
@@ -97,6 +100,32 @@ func (c *client) heartbeat(ctx context.Context, hb heartbeatRequest) (heartbeatR
 	return resp, err
 }
 
+// errNoPush is a server that does not hold long-polls of the assignments
+// (an older one answers 404 or 405): the agent relies on its heartbeats.
+var errNoPush = errors.New("the server does not offer the long-poll of assignments")
+
+// assignments holds the long-poll of the node's assignments open for up to
+// wait seconds, or until they differ from the version known. Unlike the
+// other calls it ends with ctx: nothing is under way on the server.
+func (c *client) assignments(ctx context.Context, known string, wait int) (assignmentsResponse, error) {
+	q := url.Values{}
+	q.Set(agentapi.QueryWait, strconv.Itoa(wait))
+	q.Set(agentapi.QueryKnown, known)
+	u := c.base.JoinPath(agentapi.PathAssignments)
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return assignmentsResponse{}, err
+	}
+	var out assignmentsResponse
+	err = c.do(req, agentapi.PathAssignments, &out)
+	var he *httpError
+	if errors.As(err, &he) && (he.Status == http.StatusNotFound || he.Status == http.StatusMethodNotAllowed) {
+		return out, fmt.Errorf("%w (%v)", errNoPush, err)
+	}
+	return out, err
+}
+
 // installed reports that a piece's keys are in place.
 func (c *client) installed(ctx context.Context, piece int64, r installedReport) error {
 	return c.post(ctx, agentapi.AssignmentPath(piece, agentapi.ReportInstalled), r, nil)
@@ -133,17 +162,23 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return c.do(req, path, out)
+}
+
+// do sends a request with the token and decodes a 2xx answer into out
+// (unless nil), as post describes.
+func (c *client) do(req *http.Request, path string, out any) error {
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("User-Agent", c.userAgent)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("POST /%s: %w", path, err)
+		return fmt.Errorf("%s /%s: %w", req.Method, path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {
-		return fmt.Errorf("POST /%s: read the answer: %w", path, err)
+		return fmt.Errorf("%s /%s: read the answer: %w", req.Method, path, err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
@@ -152,13 +187,13 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 		}
 		return errUnauthorized
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		return fmt.Errorf("POST /%s: %w", path, &httpError{Status: resp.StatusCode, Message: errorMessage(b)})
+		return fmt.Errorf("%s /%s: %w", req.Method, path, &httpError{Status: resp.StatusCode, Message: errorMessage(b)})
 	}
 	if out == nil {
 		return nil
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("POST /%s: the answer is not the expected JSON: %w", path, err)
+		return fmt.Errorf("%s /%s: the answer is not the expected JSON: %w", req.Method, path, err)
 	}
 	return nil
 }

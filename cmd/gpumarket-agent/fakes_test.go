@@ -39,13 +39,27 @@ type fakeServer struct {
 	acceptance map[int64][]acceptanceReport
 	// hold, when set, is called inside the heartbeat handler before it answers.
 	hold func(r *http.Request)
+	// push: the heartbeat's answer offers the long-poll (version and push);
+	// longPoll: the server holds it (newFakeServer's route); polls counts
+	// the long-polls received, and changed is closed at each change (change).
+	push, longPoll bool
+	polls          int
+	changed        chan struct{}
 }
 
 func newFakeServer(t *testing.T, now func() time.Time) *fakeServer {
 	s := &fakeServer{now: now, token: testToken, installed: map[int64][]installedReport{},
 		removed: map[int64][]removedReport{}, acceptance: map[int64][]acceptanceReport{}}
 	mux := http.NewServeMux()
+	s.changed = make(chan struct{})
 	mux.HandleFunc("POST /agent/v1/heartbeat", s.auth(s.handleHeartbeat))
+	mux.HandleFunc("GET /agent/v1/assignments", func(w http.ResponseWriter, r *http.Request) {
+		if !s.longPoll {
+			http.NotFound(w, r) // an older server, or a proxy that does not pass it
+			return
+		}
+		s.handleAssignments(w, r)
+	})
 	mux.HandleFunc("POST /agent/v1/assignments/{piece}/{report}", s.auth(s.handleReport))
 	s.Server = httptest.NewServer(mux)
 	t.Cleanup(s.Close)
@@ -58,7 +72,7 @@ func (s *fakeServer) auth(next http.HandlerFunc) http.HandlerFunc {
 			writeJSON(w, http.StatusUnauthorized, map[string]any{"error": map[string]string{"code": "unauthorized", "message": "This host token is revoked or unknown."}})
 			return
 		}
-		if r.Header.Get("Content-Type") != "application/json" {
+		if r.Method == http.MethodPost && r.Header.Get("Content-Type") != "application/json" {
 			http.Error(w, "want JSON", http.StatusUnsupportedMediaType)
 			return
 		}
@@ -97,6 +111,74 @@ func (s *fakeServer) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	s.maxSeq = hb.Seq
 	s.heartbeats = append(s.heartbeats, hb)
+	out := s.assignmentsLocked(now)
+	resp := heartbeatResponse{Accepted: true, ServerTime: now, IntervalSeconds: 10, Assignments: out}
+	if s.push {
+		resp.Push, resp.Version = true, versionOf(out)
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// versionOf names a list of assignments.
+func versionOf(as []assignment) string {
+	b, _ := json.Marshal(as)
+	return strconv.Itoa(len(b)) + ":" + strconv.FormatUint(fnv(b), 36)
+}
+
+func fnv(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h
+}
+
+// change edits the pieces and wakes the long-polls.
+func (s *fakeServer) change(edit func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	edit()
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// handleAssignments holds the long-poll until the assignments differ from
+// the known version or the wait ends (on the wall clock).
+func (s *fakeServer) handleAssignments(w http.ResponseWriter, r *http.Request) {
+	wait, err := strconv.Atoi(r.URL.Query().Get("wait"))
+	if err != nil || wait < 0 {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{"message": "bad wait"}})
+		return
+	}
+	known := r.URL.Query().Get("known")
+	timer := time.NewTimer(time.Duration(wait) * time.Second)
+	defer timer.Stop()
+	s.mu.Lock()
+	s.polls++
+	s.mu.Unlock()
+	for {
+		s.mu.Lock()
+		now := s.now()
+		out := s.assignmentsLocked(now)
+		v, changed := versionOf(out), s.changed
+		s.mu.Unlock()
+		if v != known {
+			writeJSON(w, http.StatusOK, assignmentsResponse{ServerTime: now, Version: v, Changed: true, Assignments: out})
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			writeJSON(w, http.StatusOK, assignmentsResponse{ServerTime: now, Version: v, Assignments: out})
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// assignmentsLocked computes the node's assignments at now; s.mu is held.
+func (s *fakeServer) assignmentsLocked(now time.Time) []assignment {
 	out := []assignment{}
 	for _, p := range s.pieces {
 		installed := len(s.installed[p.PieceID]) > 0
@@ -110,9 +192,12 @@ func (s *fakeServer) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		default:
 			continue
 		}
+		if p.State == stateInstall && s.push {
+			p.Reported = installed && !removed
+		}
 		out = append(out, p)
 	}
-	writeJSON(w, http.StatusOK, heartbeatResponse{Accepted: true, ServerTime: now, IntervalSeconds: 10, Assignments: out})
+	return out
 }
 
 func (s *fakeServer) handleReport(w http.ResponseWriter, r *http.Request) {
@@ -145,6 +230,8 @@ func (s *fakeServer) handleReport(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{"message": decodeErr.Error()}})
 		return
 	}
+	close(s.changed)
+	s.changed = make(chan struct{})
 	w.WriteHeader(http.StatusNoContent)
 }
 

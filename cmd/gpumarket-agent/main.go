@@ -1,8 +1,9 @@
 // Command gpumarket-agent runs on each host of a provider's offer (one node
 // of it) and connects the host to the marketplace, as docs/agent.md
 // describes: it sends a heartbeat with the host's devices every -interval,
-// installs and removes the buyers' SSH keys through the provider's hooks
-// when the server asks, and runs the acceptance test. It makes outbound
+// holds the long-poll of its assignments open in between (when the server
+// offers it), installs and removes the buyers' SSH keys through the
+// provider's hooks as soon as the server asks, and runs the acceptance test. It makes outbound
 // requests only, needs no database, and runs no command the server names:
 // the server sends data, the agent runs only its provider's hooks.
 //
@@ -30,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpumarket/gpumarket/agentapi"
 	"github.com/gpumarket/gpumarket/market"
 )
 
@@ -320,6 +322,9 @@ type agent struct {
 	pulling        map[int64]bool // image pulls under way, by piece
 	tests          sync.WaitGroup
 	warnedInterval bool
+	// pushOffUntil is when to try the long-poll again after the server
+	// refused it (pushRetry).
+	pushOffUntil time.Time
 }
 
 func newAgent(cfg config, log *slog.Logger, now func() time.Time) (*agent, error) {
@@ -407,7 +412,9 @@ func (a *agent) run(ctx context.Context) error {
 		if err := a.act(ctx, resp.Assignments); err != nil {
 			return err
 		}
-		a.pause(ctx, a.cfg.interval-a.now().Sub(began))
+		if err := a.await(ctx, began.Add(a.cfg.interval), resp); err != nil {
+			return err
+		}
 	}
 	a.log.Info("stopping", "seq", a.state.seq())
 	return nil
@@ -424,6 +431,61 @@ func (a *agent) pause(ctx context.Context, d time.Duration) {
 		}
 	}
 	a.sleep(ctx, d)
+}
+
+// pushRetry is how long an agent whose long-poll was refused (an older
+// server, or a proxy in front of it) relies on its heartbeats alone before
+// trying the long-poll again.
+const pushRetry = 10 * time.Minute
+
+// await waits until the next heartbeat is due at next. When the server
+// offers it (the heartbeat's answer says push), the wait is spent holding
+// the long-poll of the assignments open (docs/agent.md): each time they
+// change — a rental paid, started, ended, cancelled — the agent acts on them
+// at once instead of at its next heartbeat. Without it, or when the
+// long-poll fails, it sleeps as pause does and the heartbeat brings the
+// assignments. Only a refused token is an error.
+func (a *agent) await(ctx context.Context, next time.Time, hb heartbeatResponse) error {
+	if !hb.Push || a.now().Before(a.pushOffUntil) {
+		a.pause(ctx, next.Sub(a.now()))
+		return nil
+	}
+	known := hb.Version
+	for ctx.Err() == nil {
+		wait := next.Sub(a.now())
+		if wait < time.Second {
+			// The long-poll's wait is whole seconds: the heartbeat goes now,
+			// a little early, rather than nothing heard for the rest.
+			return nil
+		}
+		resp, err := a.client.assignments(ctx, known, min(int(wait/time.Second), agentapi.MaxWaitSeconds))
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, errUnauthorized):
+			return err
+		case errors.Is(err, errNoPush):
+			a.log.Info("the server does not hold the long-poll of assignments; relying on heartbeats", "retry_in", pushRetry)
+			a.pushOffUntil = a.now().Add(pushRetry)
+			a.pause(ctx, next.Sub(a.now()))
+			return nil
+		case err != nil:
+			a.log.Warn("long-poll of assignments failed; waiting for the next heartbeat", "err", err)
+			a.pause(ctx, next.Sub(a.now()))
+			return nil
+		}
+		if !resp.ServerTime.IsZero() {
+			a.offset = resp.ServerTime.Sub(a.now())
+		}
+		known = resp.Version
+		a.expire(ctx)
+		if resp.Changed {
+			if err := a.act(ctx, resp.Assignments); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // errStopping is the agent stopping before a heartbeat went out.
@@ -553,9 +615,19 @@ func (a *agent) install(ctx context.Context, as assignment) error {
 		a.log.Info("keys installed", "piece", as.PieceID, "reservation", as.ReservationID, "keys", len(keys),
 			"until", as.End, "user", conn.User, "host", conn.Host, "port", conn.Port)
 		p, _ = a.state.piece(as.PieceID)
-	} else if !p.End.Equal(as.End) || !p.Start.Equal(as.Start) {
-		if err := a.state.update(as.PieceID, func(p *pieceState) { p.Start, p.End = as.Start, as.End }); err != nil {
-			a.log.Error("state", "err", err)
+	} else {
+		if !p.End.Equal(as.End) || !p.Start.Equal(as.Start) {
+			if err := a.state.update(as.PieceID, func(p *pieceState) { p.Start, p.End = as.Start, as.End }); err != nil {
+				a.log.Error("state", "err", err)
+			}
+		}
+		if as.Reported {
+			// Installed before, and the server has the report: only the
+			// acceptance test may be left.
+			if as.Acceptance && ctx.Err() == nil {
+				return a.accept(ctx, as)
+			}
+			return nil
 		}
 	}
 	if ctx.Err() != nil {

@@ -55,8 +55,42 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dur := fs.Duration("d", 10*time.Second, "how long to send load")
 	warmup := fs.Duration("warmup", 2*time.Second, "load sent first and not measured")
 	mix := fs.String("mix", "narrow=9,broad=1", "request kinds and weights: narrow, broad, ping, static")
+	fleet := fs.Bool("fleet", false, "run a fleet of simulated provider agents against a fleet server of its own (docs/agent.md)")
+	fleetServer := fs.Bool("fleet-server", false, "serve the fleet's marketplace at -db (started by -fleet)")
+	agents := fs.String("agents", "1000,5000,10000", "with -fleet: fleet sizes, one after the other")
+	interval := fs.Duration("interval", 10*time.Second, "with -fleet: each agent's heartbeat interval")
+	payEvery := fs.Duration("pay-every", time.Second, "with -fleet: a rental paid on a fresh node this often")
+	narrowClients := fs.Int("narrow-clients", 4, "with -fleet: clients sending narrow quotes beside the fleet")
+	oldEvery := fs.Int("old-every", 10, "with -fleet: every N-th agent is an old one, heartbeats only (0: none)")
+	writeEvery := fs.Bool("write-every-heartbeat", false, "with -fleet: the server writes every heartbeat in full (the figures before absorbing)")
+	ramp := fs.Float64("ramp", 100, "with -fleet: new agents started per second at most (their first heartbeats are written in full)")
+	fleetOffers := fs.Int("fleet-offers", 10_000, "with -fleet: market offers beside the fleet's, for the quote yardstick")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *fleetServer {
+		n, err := strconv.Atoi(*agents)
+		if err != nil || n < 1 {
+			return errors.New("-fleet-server: -agents is the number of fleet nodes")
+		}
+		return runFleetServer(ctx, *dbPath, *offers, n, *writeEvery, stdout)
+	}
+	if *fleet {
+		var sizes []int
+		for _, f := range strings.Split(*agents, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("-agents %q: want sizes such as 1000,5000,10000", *agents)
+			}
+			sizes = append(sizes, n)
+		}
+		dir, err := os.MkdirTemp("", "gpumarket-fleet.")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		return runFleet(ctx, fleetConfig{sizes: sizes, interval: *interval, dur: *dur, offers: *fleetOffers, payEvery: *payEvery,
+			narrowClients: *narrowClients, dir: dir, writeEvery: *writeEvery, oldEvery: *oldEvery, rampPerSec: *ramp}, stdout, stderr)
 	}
 	if *seed {
 		return seedMarket(ctx, *dbPath, *offers, *trace, *tokenOut, stdout)
@@ -116,9 +150,42 @@ type stats struct {
 }
 
 func load(ctx context.Context, bases []string, token string, conc int, warmup, dur time.Duration, kinds []kind, stdout io.Writer) error {
-	bodies, err := requestBodies(time.Now().UTC())
+	merged, elapsed, err := measure(ctx, bases, token, conc, warmup, dur, kinds)
 	if err != nil {
 		return err
+	}
+	fmt.Fprintf(stdout, "target %s, %d clients, %s measured after %s warm-up\n", strings.Join(bases, " + "), conc, elapsed.Round(time.Millisecond), warmup)
+	fmt.Fprintf(stdout, "%-8s %9s %9s %9s %9s %9s %9s %7s\n", "kind", "requests", "req/s", "p50", "p90", "p99", "max", "errors")
+	var all []time.Duration
+	var allErrors int
+	names := make([]string, 0, len(merged))
+	for k := range merged {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		s := merged[k]
+		all = append(all, s.lat...)
+		allErrors += s.errors
+		printRow(stdout, k, s.lat, s.errors, elapsed)
+	}
+	if len(names) > 1 {
+		printRow(stdout, "all", all, allErrors, elapsed)
+	}
+	for _, k := range names {
+		if s := merged[k]; s.errors > 0 {
+			fmt.Fprintf(stdout, "%s errors: %v; first: %s\n", k, s.status, s.first)
+		}
+	}
+	return nil
+}
+
+// measure sends the mix from conc clients for warmup and then dur, and
+// returns what was measured after the warm-up, by kind, and for how long.
+func measure(ctx context.Context, bases []string, token string, conc int, warmup, dur time.Duration, kinds []kind) (map[string]*stats, time.Duration, error) {
+	bodies, err := requestBodies(time.Now().UTC())
+	if err != nil {
+		return nil, 0, err
 	}
 	transport := &http.Transport{MaxIdleConns: conc, MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc,
 		DisableCompression: true, IdleConnTimeout: time.Minute}
@@ -192,30 +259,7 @@ func load(ctx context.Context, bases []string, token string, conc int, warmup, d
 			}
 		}
 	}
-	fmt.Fprintf(stdout, "target %s, %d clients, %s measured after %s warm-up\n", strings.Join(bases, " + "), conc, elapsed.Round(time.Millisecond), warmup)
-	fmt.Fprintf(stdout, "%-8s %9s %9s %9s %9s %9s %9s %7s\n", "kind", "requests", "req/s", "p50", "p90", "p99", "max", "errors")
-	var all []time.Duration
-	var allErrors int
-	names := make([]string, 0, len(merged))
-	for k := range merged {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		s := merged[k]
-		all = append(all, s.lat...)
-		allErrors += s.errors
-		printRow(stdout, k, s.lat, s.errors, elapsed)
-	}
-	if len(names) > 1 {
-		printRow(stdout, "all", all, allErrors, elapsed)
-	}
-	for _, k := range names {
-		if s := merged[k]; s.errors > 0 {
-			fmt.Fprintf(stdout, "%s errors: %v; first: %s\n", k, s.status, s.first)
-		}
-	}
-	return nil
+	return merged, elapsed, nil
 }
 
 func printRow(w io.Writer, name string, lat []time.Duration, errs int, elapsed time.Duration) {
