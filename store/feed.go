@@ -32,26 +32,52 @@ type commitFeed struct {
 
 type subscriber struct {
 	key     int
-	changed func(offerIDs []int64)
+	changed func(OfferChanges)
+}
+
+// OfferChanges is what one committed write transaction changed.
+type OfferChanges struct {
+	// Listings are the offers whose listing changed — the offer row, its
+	// credit tiers, its provider's suspension, an interruptible piece
+	// (whose payment moves the spot price quotes use) — to be read again
+	// in full.
+	Listings []int64
+	// Commitments are the other offers whose commitments alone changed: a
+	// reservation's pieces stored or deleted, or its state changed.
+	Commitments []int64
+}
+
+// Empty reports whether nothing changed.
+func (c OfferChanges) Empty() bool { return len(c.Listings) == 0 && len(c.Commitments) == 0 }
+
+// newOfferChanges sorts both lists, each offer once, an offer in
+// listings left out of commitments.
+func newOfferChanges(listings, commitments []int64) OfferChanges {
+	listings = distinctIDs(listings)
+	commitments = slices.DeleteFunc(distinctIDs(commitments), func(id int64) bool {
+		_, found := slices.BinarySearch(listings, id)
+		return found
+	})
+	return OfferChanges{Listings: listings, Commitments: commitments}
 }
 
 // publish hands the offers a committed transaction changed to every
 // subscriber, in subscription order.
-func (f *commitFeed) publish(ids []int64) {
-	if len(ids) == 0 {
+func (f *commitFeed) publish(ch OfferChanges) {
+	if ch.Empty() {
 		return
 	}
 	f.mu.Lock()
 	subs := f.subs // never changed in place: (un)subscribing copies it
 	f.mu.Unlock()
 	for _, s := range subs {
-		s.changed(ids)
+		s.changed(ch)
 	}
 }
 
 // OnOffersChanged calls changed, each time a write transaction through
-// this handle commits, with the ids of the offers it changed (once each,
-// in no order): an offer created, edited, reviewed, paused, resumed or
+// this handle commits, with the offers it changed (OfferChanges, each
+// offer once): an offer created, edited, reviewed, paused, resumed or
 // withdrawn, its credit tiers replaced, capacity taken or given back by a
 // reservation's pieces or a change of their reservation's state, its
 // provider suspended or reinstated — the changes PostgreSQL's triggers
@@ -64,7 +90,7 @@ func (f *commitFeed) publish(ids []int64) {
 // returns, so it should be quick, and it must not write through db (it may
 // read). A transaction that rolls back publishes nothing. stop ends the
 // subscription.
-func (db *DB) OnOffersChanged(changed func(offerIDs []int64)) (stop func()) {
+func (db *DB) OnOffersChanged(changed func(OfferChanges)) (stop func()) {
 	f := db.feed
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -174,10 +174,11 @@ func (p *pgConn) Ping(ctx context.Context) error             { return p.c.Ping(c
 func (p *pgConn) CheckNamedValue(v *driver.NamedValue) error { return p.c.CheckNamedValue(v) }
 func (p *pgConn) ResetSession(ctx context.Context) error     { return p.c.ResetSession(ctx) }
 
-// pgChangedQuery reads the offers the transaction under way changed, as
-// migrations/postgres/0042_offer_feed.sql's trigger notes them: ids each
-// followed by a comma; NULL or empty when none.
-const pgChangedQuery = `SELECT current_setting('gpumarket.changed_offers', true)`
+// pgChangedQuery reads what the transaction under way changed, as
+// migrations/postgres/0042_offer_feed.sql's trigger notes it: the offers
+// whose listing changed and those whose commitments alone did, each list
+// ids followed by commas, NULL or empty when none.
+const pgChangedQuery = `SELECT current_setting('gpumarket.changed_listings', true), current_setting('gpumarket.changed_commitments', true)`
 
 // pgTx is a write transaction whose commit publishes what it changed.
 type pgTx struct {
@@ -190,54 +191,56 @@ type pgTx struct {
 // commits, and only then hands them to the feed. A commit whose notes
 // cannot be read is rolled back.
 func (t *pgTx) Commit() error {
-	ids, err := t.p.changedOffers(context.WithoutCancel(t.ctx))
+	ch, err := t.p.changedOffers(context.WithoutCancel(t.ctx))
 	if err != nil {
 		return errors.Join(fmt.Errorf("store: read the transaction's changed offers: %w", err), t.Tx.Rollback())
 	}
 	if err := t.Tx.Commit(); err != nil {
 		return err
 	}
-	t.p.feed.publish(ids)
+	t.p.feed.publish(ch)
 	return nil
 }
 
-// changedOffers reads the offer ids noted so far, each once.
-func (p *pgConn) changedOffers(ctx context.Context) ([]int64, error) {
+// changedOffers reads the changes noted so far.
+func (p *pgConn) changedOffers(ctx context.Context) (OfferChanges, error) {
 	rows, err := p.c.QueryContext(ctx, pgChangedQuery, nil)
 	if err != nil {
-		return nil, err
+		return OfferChanges{}, err
 	}
-	dest := make([]driver.Value, 1)
+	dest := make([]driver.Value, 2)
 	err = rows.Next(dest)
 	if err != nil {
 		rows.Close()
-		return nil, err
+		return OfferChanges{}, err
 	}
 	if err := rows.Close(); err != nil {
-		return nil, err
+		return OfferChanges{}, err
 	}
-	var notes string
-	switch v := dest[0].(type) {
-	case nil:
-	case string:
-		notes = v
-	case []byte:
-		notes = string(v)
-	default:
-		return nil, fmt.Errorf("changed offers %v (%T) are not text", v, v)
-	}
-	var ids []int64
-	for f := range strings.SplitSeq(notes, ",") {
-		if f == "" {
-			continue
+	var lists [2][]int64
+	for i, v := range dest {
+		var notes string
+		switch v := v.(type) {
+		case nil:
+		case string:
+			notes = v
+		case []byte:
+			notes = string(v)
+		default:
+			return OfferChanges{}, fmt.Errorf("changed offers %v (%T) are not text", v, v)
 		}
-		id, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("changed offer %q: %w", f, err)
+		for f := range strings.SplitSeq(notes, ",") {
+			if f == "" {
+				continue
+			}
+			id, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return OfferChanges{}, fmt.Errorf("changed offer %q: %w", f, err)
+			}
+			lists[i] = append(lists[i], id)
 		}
-		ids = append(ids, id)
 	}
-	return distinctIDs(ids), nil
+	return newOfferChanges(lists[0], lists[1]), nil
 }
 
 // The SQLite migrations are the one numbered sequence; PostgreSQL runs

@@ -117,7 +117,11 @@ func openSQLite(ctx context.Context, path string, feed *commitFeed) (writer, rea
 // commit feed (feed.go) reads: a TEMP table of changed offer ids and TEMP
 // triggers filling it, on the tables and columns PostgreSQL's triggers
 // watch (migrations/postgres/0021_offer_changes.sql; an update of a child
-// row notes the offer it left as well as the one it joined). They are TEMP
+// row notes the offer it left as well as the one it joined), each with
+// whether its listing changed or only its commitments (OfferChanges): a
+// reservation's pieces, and their reservation's state, change only the
+// commitments, except interruptible pieces, whose payment moves the spot
+// price quotes use (store.SpotQuotePrices). They are TEMP
 // because a trigger in the database file cannot write to a TEMP table, and
 // a table in the file would put a page of notes in the WAL on every
 // commit: these live in the connection's memory, cost no sync, and are
@@ -125,35 +129,35 @@ func openSQLite(ctx context.Context, path string, feed *commitFeed) (writer, rea
 // command, a backup). Rows written in a transaction that rolls back, or in
 // a savepoint rolled back to, go with it.
 const sqliteChangeNotes = `
-CREATE TEMP TABLE IF NOT EXISTS changed_offers (offer_id INTEGER NOT NULL);
+CREATE TEMP TABLE IF NOT EXISTS changed_offers (offer_id INTEGER NOT NULL, listing INTEGER NOT NULL);
 CREATE TEMP TRIGGER IF NOT EXISTS offers_inserted AFTER INSERT ON main.offers
-	BEGIN INSERT INTO changed_offers VALUES (NEW.id); END;
+	BEGIN INSERT INTO changed_offers VALUES (NEW.id, 1); END;
 CREATE TEMP TRIGGER IF NOT EXISTS offers_updated AFTER UPDATE ON main.offers
-	BEGIN INSERT INTO changed_offers VALUES (NEW.id); END;
+	BEGIN INSERT INTO changed_offers VALUES (NEW.id, 1); END;
 CREATE TEMP TRIGGER IF NOT EXISTS offers_deleted AFTER DELETE ON main.offers
-	BEGIN INSERT INTO changed_offers VALUES (OLD.id); END;
+	BEGIN INSERT INTO changed_offers VALUES (OLD.id, 1); END;
 CREATE TEMP TRIGGER IF NOT EXISTS offer_credit_tiers_inserted AFTER INSERT ON main.offer_credit_tiers
-	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id); END;
+	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id, 1); END;
 CREATE TEMP TRIGGER IF NOT EXISTS offer_credit_tiers_updated AFTER UPDATE ON main.offer_credit_tiers
-	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id), (OLD.offer_id); END;
+	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id, 1), (OLD.offer_id, 1); END;
 CREATE TEMP TRIGGER IF NOT EXISTS offer_credit_tiers_deleted AFTER DELETE ON main.offer_credit_tiers
-	BEGIN INSERT INTO changed_offers VALUES (OLD.offer_id); END;
+	BEGIN INSERT INTO changed_offers VALUES (OLD.offer_id, 1); END;
 CREATE TEMP TRIGGER IF NOT EXISTS reservation_pieces_inserted AFTER INSERT ON main.reservation_pieces
-	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id); END;
+	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id, NEW.interruptible <> 0); END;
 CREATE TEMP TRIGGER IF NOT EXISTS reservation_pieces_updated AFTER UPDATE ON main.reservation_pieces
-	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id), (OLD.offer_id); END;
+	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id, NEW.interruptible <> 0), (OLD.offer_id, OLD.interruptible <> 0); END;
 CREATE TEMP TRIGGER IF NOT EXISTS reservation_pieces_deleted AFTER DELETE ON main.reservation_pieces
-	BEGIN INSERT INTO changed_offers VALUES (OLD.offer_id); END;
+	BEGIN INSERT INTO changed_offers VALUES (OLD.offer_id, OLD.interruptible <> 0); END;
 CREATE TEMP TRIGGER IF NOT EXISTS reservations_state_changed AFTER UPDATE OF state ON main.reservations
 	WHEN OLD.state IS NOT NEW.state
-	BEGIN INSERT INTO changed_offers SELECT offer_id FROM reservation_pieces WHERE reservation_id = NEW.id; END;
+	BEGIN INSERT INTO changed_offers SELECT offer_id, interruptible <> 0 FROM reservation_pieces WHERE reservation_id = NEW.id; END;
 CREATE TEMP TRIGGER IF NOT EXISTS users_suspension_changed AFTER UPDATE OF suspended ON main.users
 	WHEN OLD.suspended IS NOT NEW.suspended
-	BEGIN INSERT INTO changed_offers SELECT id FROM offers WHERE provider_id = NEW.id; END;
+	BEGIN INSERT INTO changed_offers SELECT id, 1 FROM offers WHERE provider_id = NEW.id; END;
 `
 
 // takeChangedQuery reads and clears the notes of the transaction under way.
-const takeChangedQuery = `DELETE FROM changed_offers RETURNING offer_id`
+const takeChangedQuery = `DELETE FROM changed_offers RETURNING offer_id, listing`
 
 // sqliteConnector opens the writer's connections, each noting what its
 // transactions change for feed.
@@ -249,28 +253,28 @@ type sqliteTx struct {
 // whose notes cannot be read is rolled back: nothing is stored that the
 // index would not hear of.
 func (t *sqliteTx) Commit() error {
-	var ids []int64
+	var ch OfferChanges
 	if t.c.notes {
 		var err error
-		if ids, err = t.c.takeNotes(context.WithoutCancel(t.ctx)); err != nil {
+		if ch, err = t.c.takeNotes(context.WithoutCancel(t.ctx)); err != nil {
 			return errors.Join(fmt.Errorf("store: read the transaction's changed offers: %w", err), t.Tx.Rollback())
 		}
 	}
 	if err := t.Tx.Commit(); err != nil {
 		return err
 	}
-	t.c.feed.publish(ids)
+	t.c.feed.publish(ch)
 	return nil
 }
 
-// takeNotes reads and clears the offer ids noted so far, each once.
-func (c *sqliteConn) takeNotes(ctx context.Context) ([]int64, error) {
+// takeNotes reads and clears the changes noted so far.
+func (c *sqliteConn) takeNotes(ctx context.Context) (OfferChanges, error) {
 	rows, err := c.conn.QueryContext(ctx, takeChangedQuery, nil)
 	if err != nil {
-		return nil, err
+		return OfferChanges{}, err
 	}
-	var ids []int64
-	dest := make([]driver.Value, 1)
+	var listings, commitments []int64
+	dest := make([]driver.Value, 2)
 	for {
 		err := rows.Next(dest)
 		if err == io.EOF {
@@ -278,19 +282,24 @@ func (c *sqliteConn) takeNotes(ctx context.Context) ([]int64, error) {
 		}
 		if err != nil {
 			rows.Close()
-			return nil, err
+			return OfferChanges{}, err
 		}
-		id, ok := dest[0].(int64)
-		if !ok {
+		id, ok1 := dest[0].(int64)
+		listing, ok2 := dest[1].(int64)
+		if !ok1 || !ok2 {
 			rows.Close()
-			return nil, fmt.Errorf("changed offer id %v (%T) is not an integer", dest[0], dest[0])
+			return OfferChanges{}, fmt.Errorf("changed offer %v, %v (%T, %T) are not integers", dest[0], dest[1], dest[0], dest[1])
 		}
-		ids = append(ids, id)
+		if listing != 0 {
+			listings = append(listings, id)
+		} else {
+			commitments = append(commitments, id)
+		}
 	}
 	if err := rows.Close(); err != nil {
-		return nil, err
+		return OfferChanges{}, err
 	}
-	return distinctIDs(ids), nil
+	return newOfferChanges(listings, commitments), nil
 }
 
 // setUpChangeNotes sets the change notes up on the writer's connection

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
 )
 
 // Index returns the current matcher index.
@@ -134,31 +135,39 @@ func (s *Service) RemoveOffer(offerID int64) { s.Index().Remove(offerID) }
 // the committing goroutine, so the write's caller — and anyone after it —
 // finds the index in step when the write returns. A batch whose read
 // fails stays queued for the next commit, or for Follow's applier.
-func (s *Service) heardCommit(offerIDs []int64) {
-	for _, id := range offerIDs {
+func (s *Service) heardCommit(ch store.OfferChanges) {
+	for _, id := range ch.Listings {
 		s.feed.add(id)
+	}
+	for _, id := range ch.Commitments {
+		s.feed.addCommitments(id)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.applyPending(ctx); err != nil {
-		s.log.Warn("index: committed changes not read; they stay queued", "offers", len(offerIDs), "err", err)
+		s.log.Warn("index: committed changes not read; they stay queued", "offers", len(ch.Listings)+len(ch.Commitments), "err", err)
 	}
 }
 
-// applyPending applies every change pending in the feed as one batch
-// (followOffers). One batch is applied at a time: a caller waits for the
+// applyPending applies every change pending in the feed as one batch:
+// the offers whose listing changed read again in full (followOffers), the
+// others' commitments alone (followCommitments). One batch is applied at a time: a caller waits for the
 // batch under way, which may hold its changes, then applies what is left,
 // so when it returns every change queued before it was called is applied
 // (or queued again, with the error returned).
 func (s *Service) applyPending(ctx context.Context) error {
 	s.applying.Lock()
 	defer s.applying.Unlock()
-	ids := s.feed.take()
-	if len(ids) == 0 {
+	listings, commitments := s.feed.take()
+	if len(listings) == 0 && len(commitments) == 0 {
 		return nil
 	}
-	if err := s.followOffers(ctx, ids); err != nil {
-		s.feed.done(ids)
+	err := s.followOffers(ctx, listings)
+	if err == nil {
+		err = s.followCommitments(ctx, commitments)
+	}
+	if err != nil {
+		s.feed.done(append(listings, commitments...))
 		return err
 	}
 	s.feed.done(nil)
@@ -248,6 +257,9 @@ func (s *Service) applyFeed(ctx context.Context) {
 // the updates of the index happen in the same order, so an older read
 // never overwrites a newer one.
 func (s *Service) followOffers(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
 	s.follow.Lock()
 	defer s.follow.Unlock()
 	if s.reloads > 0 {
@@ -292,6 +304,32 @@ func (s *Service) followOffers(ctx context.Context, ids []int64) error {
 		}
 		idx.SetCommitments(id, o.Commitments)
 		s.orders.note(id) // standing orders re-match on the change
+	}
+	return nil
+}
+
+// followCommitments reads the commitments of the offers ids names again
+// into the index, in one read transaction: a booking, a cancellation, an
+// expiry changes nothing else of an offer (an interruptible piece's does,
+// and comes through followOffers). Like followOffers it runs under
+// s.follow, so reads and updates happen in the same order.
+func (s *Service) followCommitments(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	s.follow.Lock()
+	defer s.follow.Unlock()
+	if s.reloads > 0 {
+		s.replay = append(s.replay, ids...)
+	}
+	cs, err := s.db.ListCommitmentsOfOffers(ctx, ids, s.now())
+	if err != nil {
+		return err
+	}
+	idx := s.Index()
+	for _, id := range ids {
+		idx.SetCommitments(id, cs[id])
+		s.orders.note(id) // capacity freed (or taken): standing orders re-match
 	}
 	return nil
 }
