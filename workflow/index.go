@@ -151,10 +151,11 @@ func (s *Service) heardCommit(ch store.OfferChanges) {
 
 // applyPending applies every change pending in the feed as one batch:
 // the offers whose listing changed read again in full (followOffers), the
-// others' commitments alone (followCommitments). One batch is applied at a time: a caller waits for the
-// batch under way, which may hold its changes, then applies what is left,
-// so when it returns every change queued before it was called is applied
-// (or queued again, with the error returned).
+// others' commitments alone (followCommitments). One batch is applied at
+// a time: a caller waits for the batch under way, which may hold its
+// changes, then applies what is left, so when it returns every change
+// queued before it was called is applied (or queued again, with the error
+// returned).
 func (s *Service) applyPending(ctx context.Context) error {
 	s.applying.Lock()
 	defer s.applying.Unlock()
@@ -193,6 +194,10 @@ func (s *Service) Follow(ctx context.Context) {
 		s.applyFeed(ctx)
 	}()
 	defer func() { <-applied }()
+	if !s.db.Postgres() {
+		<-ctx.Done() // no other replica to hear: the applier only retries
+		return
+	}
 	s.db.FollowOffers(ctx, s.feed.add,
 		func() error {
 			if err := s.ReloadIndex(ctx); err != nil {
