@@ -284,7 +284,7 @@ func TestMigrationPlacesRecordedPieces(t *testing.T) {
 	}
 	// Back to before 0011, with an 8-device gang booked under the pool rule
 	// beside the two halves.
-	raw, rawReader, err := openSQLite(ctx, path)
+	raw, rawReader, err := openSQLite(ctx, path, &commitFeed{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,9 @@ const writeLockKey int64 = 0x6770756d61726b65
 // Both are pools over the same server: the writer's transactions serialise
 // on writeLockKey, the readers' run READ ONLY at REPEATABLE READ (one
 // snapshot per method, as SQLite's read transactions see).
-func openPostgres(ctx context.Context, url string) (writer, reader *sql.DB, err error) {
+// The writer's transactions hand the offers they changed to feed
+// (pgTx).
+func openPostgres(ctx context.Context, url string, feed *commitFeed) (writer, reader *sql.DB, err error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: PostgreSQL URL: %w", err)
@@ -51,10 +53,10 @@ func openPostgres(ctx context.Context, url string) (writer, reader *sql.DB, err 
 	}
 	cfg.RuntimeParams["timezone"] = "UTC"
 	cfg.RuntimeParams["application_name"] = "gpumarket"
-	open := func() *sql.DB {
-		return sql.OpenDB(pgConnector{inner: stdlib.GetConnector(*cfg)})
+	open := func(feed *commitFeed) *sql.DB {
+		return sql.OpenDB(pgConnector{inner: stdlib.GetConnector(*cfg), feed: feed})
 	}
-	writer, reader = open(), open()
+	writer, reader = open(feed), open(nil)
 	setPgPools(writer, reader, DefaultMaxConns)
 	writer.SetConnMaxIdleTime(5 * time.Minute)
 	reader.SetConnMaxIdleTime(5 * time.Minute)
@@ -191,21 +193,28 @@ func rebind(q string) string {
 	return b.String()
 }
 
-// pgConnector hands database/sql connections that rebind every query.
-type pgConnector struct{ inner driver.Connector }
+// pgConnector hands database/sql connections that rebind every query;
+// the writer's (feed set) publish what their transactions changed.
+type pgConnector struct {
+	inner driver.Connector
+	feed  *commitFeed
+}
 
 func (c pgConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	cn, err := c.inner.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &pgConn{cn.(*stdlib.Conn)}, nil
+	return &pgConn{c: cn.(*stdlib.Conn), feed: c.feed}, nil
 }
 
 func (c pgConnector) Driver() driver.Driver { return c.inner.Driver() }
 
 // pgConn forwards to pgx's connection with the query text rebound.
-type pgConn struct{ c *stdlib.Conn }
+type pgConn struct {
+	c    *stdlib.Conn
+	feed *commitFeed // nil on the readers
+}
 
 func (p *pgConn) Prepare(q string) (driver.Stmt, error) { return p.c.Prepare(rebind(q)) }
 func (p *pgConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
@@ -214,7 +223,11 @@ func (p *pgConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, err
 func (p *pgConn) Close() error              { return p.c.Close() }
 func (p *pgConn) Begin() (driver.Tx, error) { return p.c.Begin() } //nolint:staticcheck // the interface requires it
 func (p *pgConn) BeginTx(ctx context.Context, o driver.TxOptions) (driver.Tx, error) {
-	return p.c.BeginTx(ctx, o)
+	tx, err := p.c.BeginTx(ctx, o)
+	if err != nil || p.feed == nil {
+		return tx, err
+	}
+	return &pgTx{Tx: tx, p: p, ctx: ctx}, nil
 }
 func (p *pgConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
 	return p.c.ExecContext(ctx, rebind(q), args)
@@ -225,6 +238,75 @@ func (p *pgConn) QueryContext(ctx context.Context, q string, args []driver.Named
 func (p *pgConn) Ping(ctx context.Context) error             { return p.c.Ping(ctx) }
 func (p *pgConn) CheckNamedValue(v *driver.NamedValue) error { return p.c.CheckNamedValue(v) }
 func (p *pgConn) ResetSession(ctx context.Context) error     { return p.c.ResetSession(ctx) }
+
+// pgChangedQuery reads what the transaction under way changed, as
+// migrations/postgres/0042_offer_feed.sql's trigger notes it: the offers
+// whose listing changed and those whose commitments alone did, each list
+// ids followed by commas, NULL or empty when none.
+const pgChangedQuery = `SELECT current_setting('gpumarket.changed_listings', true), current_setting('gpumarket.changed_commitments', true)`
+
+// pgTx is a write transaction whose commit publishes what it changed.
+type pgTx struct {
+	driver.Tx
+	p   *pgConn
+	ctx context.Context
+}
+
+// Commit reads the transaction's notes (inside it: they end with it),
+// commits, and only then hands them to the feed. A commit whose notes
+// cannot be read is rolled back.
+func (t *pgTx) Commit() error {
+	ch, err := t.p.changedOffers(context.WithoutCancel(t.ctx))
+	if err != nil {
+		return errors.Join(fmt.Errorf("store: read the transaction's changed offers: %w", err), t.Tx.Rollback())
+	}
+	if err := t.Tx.Commit(); err != nil {
+		return err
+	}
+	t.p.feed.publish(ch)
+	return nil
+}
+
+// changedOffers reads the changes noted so far.
+func (p *pgConn) changedOffers(ctx context.Context) (OfferChanges, error) {
+	rows, err := p.c.QueryContext(ctx, pgChangedQuery, nil)
+	if err != nil {
+		return OfferChanges{}, err
+	}
+	dest := make([]driver.Value, 2)
+	err = rows.Next(dest)
+	if err != nil {
+		rows.Close()
+		return OfferChanges{}, err
+	}
+	if err := rows.Close(); err != nil {
+		return OfferChanges{}, err
+	}
+	var lists [2][]int64
+	for i, v := range dest {
+		var notes string
+		switch v := v.(type) {
+		case nil:
+		case string:
+			notes = v
+		case []byte:
+			notes = string(v)
+		default:
+			return OfferChanges{}, fmt.Errorf("changed offers %v (%T) are not text", v, v)
+		}
+		for f := range strings.SplitSeq(notes, ",") {
+			if f == "" {
+				continue
+			}
+			id, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return OfferChanges{}, fmt.Errorf("changed offer %q: %w", f, err)
+			}
+			lists[i] = append(lists[i], id)
+		}
+	}
+	return newOfferChanges(lists[0], lists[1]), nil
+}
 
 // The SQLite migrations are the one numbered sequence; PostgreSQL runs
 // each translated by translatePostgres, then the statements of
@@ -340,8 +422,10 @@ const offerChannel = "gpumarket_offers"
 // notifications sent while it was not listening are lost, so the caller
 // reloads in full then; a resync that fails counts as the feed lost. lost
 // is told why the feed broke before each reconnection (1 s, doubling up to
-// feedRetryMax). On SQLite it returns at once: one process serves the file and
-// updates its own index as it writes.
+// feedRetryMax). A replica hears its own commits sooner, in-process, as
+// they commit (OnOffersChanged); this is how it hears the others'. On
+// SQLite it returns at once: one process serves the file, and hears every
+// change it makes through OnOffersChanged.
 func (db *DB) FollowOffers(ctx context.Context, changed func(offerID int64), resync func() error, lost func(error)) {
 	if !db.postgres {
 		return

@@ -7,8 +7,10 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -62,14 +64,17 @@ func sqliteDSN(path string, writer bool) string {
 // openSQLite opens the single-connection writer and the reader pool on the
 // database file at path. The writer is opened and pinged first so the file
 // exists and is in WAL mode before any reader connects.
-func openSQLite(ctx context.Context, path string) (writer, reader *sql.DB, err error) {
+// The writer's connections note the offers each transaction changes
+// (sqliteConn) for feed.
+func openSQLite(ctx context.Context, path string, feed *commitFeed) (writer, reader *sql.DB, err error) {
 	if strings.ContainsRune(path, '?') {
 		return nil, nil, fmt.Errorf("store: database path %q must not contain '?'", path)
 	}
-	writer, err = sql.Open("sqlite", sqliteDSN(path, true))
+	base, err := sqlite.NewConnector(sqliteDSN(path, true))
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: open writer: %w", err)
 	}
+	writer = sql.OpenDB(sqliteConnector{Connector: base, feed: feed})
 	// One writer connection: SQLite allows one writer at a time anyway, and
 	// queueing in database/sql is cheaper and fairer than busy-waiting.
 	writer.SetMaxOpenConns(1)
@@ -106,6 +111,213 @@ func openSQLite(ctx context.Context, path string) (writer, reader *sql.DB, err e
 		return nil, nil, fmt.Errorf("store: connect readers: %w", err)
 	}
 	return writer, reader, nil
+}
+
+// sqliteChangeNotes sets up, on one writer connection, what the store's
+// commit feed (feed.go) reads: a TEMP table of changed offer ids and TEMP
+// triggers filling it, on the tables and columns PostgreSQL's triggers
+// watch (migrations/postgres/0021_offer_changes.sql; an update of a child
+// row notes the offer it left as well as the one it joined), each with
+// whether its listing changed or only its commitments (OfferChanges): a
+// reservation's pieces, and their reservation's state, change only the
+// commitments, except interruptible pieces, whose payment moves the spot
+// price quotes use (store.SpotQuotePrices). They are TEMP
+// because a trigger in the database file cannot write to a TEMP table, and
+// a table in the file would put a page of notes in the WAL on every
+// commit: these live in the connection's memory, cost no sync, and are
+// invisible to every other connection and process (the readers, the admin
+// command, a backup). Rows written in a transaction that rolls back, or in
+// a savepoint rolled back to, go with it.
+const sqliteChangeNotes = `
+CREATE TEMP TABLE IF NOT EXISTS changed_offers (offer_id INTEGER NOT NULL, listing INTEGER NOT NULL);
+CREATE TEMP TRIGGER IF NOT EXISTS offers_inserted AFTER INSERT ON main.offers
+	BEGIN INSERT INTO changed_offers VALUES (NEW.id, 1); END;
+CREATE TEMP TRIGGER IF NOT EXISTS offers_updated AFTER UPDATE ON main.offers
+	BEGIN INSERT INTO changed_offers VALUES (NEW.id, 1); END;
+CREATE TEMP TRIGGER IF NOT EXISTS offers_deleted AFTER DELETE ON main.offers
+	BEGIN INSERT INTO changed_offers VALUES (OLD.id, 1); END;
+CREATE TEMP TRIGGER IF NOT EXISTS offer_credit_tiers_inserted AFTER INSERT ON main.offer_credit_tiers
+	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id, 1); END;
+CREATE TEMP TRIGGER IF NOT EXISTS offer_credit_tiers_updated AFTER UPDATE ON main.offer_credit_tiers
+	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id, 1), (OLD.offer_id, 1); END;
+CREATE TEMP TRIGGER IF NOT EXISTS offer_credit_tiers_deleted AFTER DELETE ON main.offer_credit_tiers
+	BEGIN INSERT INTO changed_offers VALUES (OLD.offer_id, 1); END;
+CREATE TEMP TRIGGER IF NOT EXISTS reservation_pieces_inserted AFTER INSERT ON main.reservation_pieces
+	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id, NEW.interruptible <> 0); END;
+CREATE TEMP TRIGGER IF NOT EXISTS reservation_pieces_updated AFTER UPDATE ON main.reservation_pieces
+	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id, NEW.interruptible <> 0), (OLD.offer_id, OLD.interruptible <> 0); END;
+CREATE TEMP TRIGGER IF NOT EXISTS reservation_pieces_deleted AFTER DELETE ON main.reservation_pieces
+	BEGIN INSERT INTO changed_offers VALUES (OLD.offer_id, OLD.interruptible <> 0); END;
+CREATE TEMP TRIGGER IF NOT EXISTS reservations_state_changed AFTER UPDATE OF state ON main.reservations
+	WHEN OLD.state IS NOT NEW.state
+	BEGIN INSERT INTO changed_offers SELECT offer_id, interruptible <> 0 FROM reservation_pieces WHERE reservation_id = NEW.id; END;
+CREATE TEMP TRIGGER IF NOT EXISTS users_suspension_changed AFTER UPDATE OF suspended ON main.users
+	WHEN OLD.suspended IS NOT NEW.suspended
+	BEGIN INSERT INTO changed_offers SELECT id, 1 FROM offers WHERE provider_id = NEW.id; END;
+`
+
+// takeChangedQuery reads and clears the notes of the transaction under way.
+const takeChangedQuery = `DELETE FROM changed_offers RETURNING offer_id, listing`
+
+// sqliteConnector opens the writer's connections, each noting what its
+// transactions change for feed.
+type sqliteConnector struct {
+	driver.Connector
+	feed *commitFeed
+}
+
+// Connect opens a writer connection; once the schema is migrated it sets
+// up its change notes at once (a connection opened after a lost one).
+func (c sqliteConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	cn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w := &sqliteConn{conn: cn.(sqliteDriverConn), feed: c.feed}
+	if c.feed.ready.Load() {
+		if err := w.setUpNotes(ctx); err != nil {
+			cn.Close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// sqliteDriverConn is what every connection the SQLite driver opens
+// implements, and sqliteConn forwards.
+type sqliteDriverConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+	driver.SessionResetter
+	driver.Validator
+}
+
+// sqliteConn is a writer connection: its transactions' commits hand the
+// offers they changed to feed.
+type sqliteConn struct {
+	conn  sqliteDriverConn
+	feed  *commitFeed
+	notes bool // the TEMP table and triggers are set up
+}
+
+// setUpNotes creates the change notes on this connection.
+func (c *sqliteConn) setUpNotes(ctx context.Context) error {
+	if _, err := c.conn.ExecContext(ctx, sqliteChangeNotes, nil); err != nil {
+		return fmt.Errorf("store: set up the change notes: %w", err)
+	}
+	c.notes = true
+	return nil
+}
+
+// Unwrap returns the driver's connection.
+func (c *sqliteConn) Unwrap() driver.Conn { return c.conn }
+
+func (c *sqliteConn) Prepare(q string) (driver.Stmt, error) { return c.conn.Prepare(q) }
+func (c *sqliteConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	return c.conn.PrepareContext(ctx, q)
+}
+func (c *sqliteConn) Close() error { return c.conn.Close() }
+func (c *sqliteConn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+func (c *sqliteConn) BeginTx(ctx context.Context, o driver.TxOptions) (driver.Tx, error) {
+	tx, err := c.conn.BeginTx(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return &sqliteTx{Tx: tx, c: c, ctx: ctx}, nil
+}
+func (c *sqliteConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	return c.conn.ExecContext(ctx, q, args)
+}
+func (c *sqliteConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	return c.conn.QueryContext(ctx, q, args)
+}
+func (c *sqliteConn) Ping(ctx context.Context) error         { return c.conn.Ping(ctx) }
+func (c *sqliteConn) ResetSession(ctx context.Context) error { return c.conn.ResetSession(ctx) }
+func (c *sqliteConn) IsValid() bool                          { return c.conn.IsValid() }
+
+// sqliteTx is a write transaction whose commit publishes what it changed.
+type sqliteTx struct {
+	driver.Tx
+	c   *sqliteConn
+	ctx context.Context
+}
+
+// Commit takes the transaction's notes (inside it, so they go with a
+// failed commit), commits, and only then hands them to the feed. A commit
+// whose notes cannot be read is rolled back: nothing is stored that the
+// index would not hear of.
+func (t *sqliteTx) Commit() error {
+	var ch OfferChanges
+	if t.c.notes {
+		var err error
+		if ch, err = t.c.takeNotes(context.WithoutCancel(t.ctx)); err != nil {
+			return errors.Join(fmt.Errorf("store: read the transaction's changed offers: %w", err), t.Tx.Rollback())
+		}
+	}
+	if err := t.Tx.Commit(); err != nil {
+		return err
+	}
+	t.c.feed.publish(ch)
+	return nil
+}
+
+// takeNotes reads and clears the changes noted so far.
+func (c *sqliteConn) takeNotes(ctx context.Context) (OfferChanges, error) {
+	rows, err := c.conn.QueryContext(ctx, takeChangedQuery, nil)
+	if err != nil {
+		return OfferChanges{}, err
+	}
+	var listings, commitments []int64
+	dest := make([]driver.Value, 2)
+	for {
+		err := rows.Next(dest)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			rows.Close()
+			return OfferChanges{}, err
+		}
+		id, ok1 := dest[0].(int64)
+		listing, ok2 := dest[1].(int64)
+		if !ok1 || !ok2 {
+			rows.Close()
+			return OfferChanges{}, fmt.Errorf("changed offer %v, %v (%T, %T) are not integers", dest[0], dest[1], dest[0], dest[1])
+		}
+		if listing != 0 {
+			listings = append(listings, id)
+		} else {
+			commitments = append(commitments, id)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return OfferChanges{}, err
+	}
+	return newOfferChanges(listings, commitments), nil
+}
+
+// setUpChangeNotes sets the change notes up on the writer's connection
+// once the schema they watch exists (after migrate), and on every writer
+// connection opened from now on.
+func (db *DB) setUpChangeNotes(ctx context.Context) error {
+	db.feed.ready.Store(true)
+	c, err := db.writer.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("store: set up the change notes: %w", err)
+	}
+	defer c.Close()
+	return c.Raw(func(dc any) error {
+		if w := dc.(*sqliteConn); !w.notes {
+			return w.setUpNotes(ctx)
+		}
+		return nil
+	})
 }
 
 // isBusy reports whether err is SQLite's "database is locked".

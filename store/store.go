@@ -31,23 +31,24 @@ type DB struct {
 	stmts    stmtCache    // prepared on the writer, for the booking path
 	reads    stmtCache    // prepared on the readers, for per-request lookups
 	bookings bookingQueue // concurrent bookings waiting to share a transaction
+	feed     *commitFeed  // the offers each write transaction changed, published on commit (feed.go)
 }
 
 // Open opens the database named by dsn — a postgres:// URL (IsPostgresURL)
 // or else an SQLite file path, created with its parent directory when
 // missing — and applies any pending migrations before returning.
 func Open(ctx context.Context, dsn string) (*DB, error) {
-	db := &DB{postgres: IsPostgresURL(dsn), dsn: dsn}
+	db := &DB{postgres: IsPostgresURL(dsn), dsn: dsn, feed: &commitFeed{}}
 	var err error
 	if db.postgres {
-		db.writer, db.reader, err = openPostgres(ctx, dsn)
+		db.writer, db.reader, err = openPostgres(ctx, dsn, db.feed)
 	} else {
 		if dir := filepath.Dir(dsn); dir != "" {
 			if err := os.MkdirAll(dir, 0o750); err != nil {
 				return nil, fmt.Errorf("store: create data directory: %w", err)
 			}
 		}
-		db.writer, db.reader, err = openSQLite(ctx, dsn)
+		db.writer, db.reader, err = openSQLite(ctx, dsn, db.feed)
 	}
 	if err != nil {
 		return nil, err
@@ -55,6 +56,12 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if !db.postgres {
+		if err := db.setUpChangeNotes(ctx); err != nil {
+			db.Close()
+			return nil, err
+		}
 	}
 	return db, nil
 }

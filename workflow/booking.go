@@ -14,7 +14,6 @@ func (s *Service) Book(ctx context.Context, buyerID int64, pieces []market.Reser
 	if err != nil {
 		return market.Reservation{}, err
 	}
-	s.holdCommitments(r)
 	s.log.Info("reservation held", "reservation_id", r.ID, "buyer_id", buyerID, "amount_cents", int64(r.AmountCents))
 	return r, nil
 }
@@ -28,7 +27,6 @@ func (s *Service) Cancel(ctx context.Context, buyerID, reservationID int64) (mar
 	if err != nil {
 		return market.Reservation{}, err
 	}
-	s.releaseCommitments(r)
 	s.wakeAgentsOf(r) // keys to remove at once
 	s.expireCheckout(ctx, r.ID)
 	s.log.Info("reservation cancelled", "reservation_id", r.ID, "fee_cents", int64(r.CancelFeeCents))

@@ -105,7 +105,6 @@ func (s *Service) Extend(ctx context.Context, buyerID, id int64, hours int, seen
 	if err != nil {
 		return market.Reservation{}, err
 	}
-	s.holdCommitments(r)
 	s.log.Info("reservation extension held", "reservation_id", r.ID, "extends_id", id, "buyer_id", buyerID, "amount_cents", int64(r.AmountCents))
 	return r, nil
 }

@@ -18,7 +18,9 @@ const DefaultFeedMaxLag = 5 * time.Second
 // wall clock (time.Now, monotonic), never the service's clock, which tests
 // and demos shift.
 type feedQueue struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// pending maps each changed offer to whether its listing changed (to
+	// be read again in full), else only its commitments.
 	pending map[int64]bool
 	// pendingSince and applyingSince are when the oldest change still
 	// pending, and the oldest of the batch being applied, arrived; zero when
@@ -36,13 +38,20 @@ func newFeedQueue() *feedQueue {
 	return &feedQueue{pending: map[int64]bool{}, downSince: time.Now(), wake: make(chan struct{}, 1)}
 }
 
-// add notes that offerID changed.
-func (q *feedQueue) add(offerID int64) {
+// add notes that offerID changed (the replicas' feed does not say how:
+// it is read again in full).
+func (q *feedQueue) add(offerID int64) { q.note(offerID, true) }
+
+// addCommitments notes that offerID's commitments changed, and nothing
+// else of it.
+func (q *feedQueue) addCommitments(offerID int64) { q.note(offerID, false) }
+
+func (q *feedQueue) note(offerID int64, listing bool) {
 	q.mu.Lock()
 	if len(q.pending) == 0 {
 		q.pendingSince = time.Now()
 	}
-	q.pending[offerID] = true
+	q.pending[offerID] = q.pending[offerID] || listing
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -50,24 +59,29 @@ func (q *feedQueue) add(offerID int64) {
 	}
 }
 
-// take returns every pending id, now being applied, until done.
-func (q *feedQueue) take() []int64 {
+// take returns every pending id, now being applied, until done: the
+// offers to read again in full, and those whose commitments alone changed.
+func (q *feedQueue) take() (listings, commitments []int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ids := make([]int64, 0, len(q.pending))
-	for id := range q.pending {
-		ids = append(ids, id)
+	for id, listing := range q.pending {
+		if listing {
+			listings = append(listings, id)
+		} else {
+			commitments = append(commitments, id)
+		}
 	}
-	if len(ids) > 0 {
+	if len(q.pending) > 0 {
 		q.applyingSince = q.pendingSince
 	}
 	clear(q.pending)
 	q.pendingSince = time.Time{}
-	return ids
+	return listings, commitments
 }
 
 // done marks the batch taken last applied; retry, when set, puts its ids
-// back as pending since they first arrived (a read that failed).
+// back as pending since they first arrived (a read that failed), to be
+// read again in full.
 func (q *feedQueue) done(retry []int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

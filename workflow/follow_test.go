@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -156,4 +157,75 @@ func followingReplica(t *testing.T, f *fixture, dsn string) *Service {
 	// The feed is joined (and the index reloaded) before the test changes anything.
 	time.Sleep(200 * time.Millisecond)
 	return b
+}
+
+// TestIndexFollowsEveryCommitWithoutACall writes through the store alone,
+// with methods no workflow step wraps (store's TestCommittedOfferChanges…
+// adds plain SQL statements), and finds the index in step as soon as each
+// write returns, with no call to the workflow: the store publishes what
+// each transaction committed (store.DB.OnOffersChanged). A write that
+// fails leaves the index as it was. On both engines.
+func TestIndexFollowsEveryCommitWithoutACall(t *testing.T) {
+	f := newFixture(t, nil)
+	start := t0.Add(48 * time.Hour)
+	req := market.Request{Workload: market.Workload{Kind: market.WorkTraining, Devices: 4, Hours: 10},
+		Constraints: market.Constraints{EarliestStart: start, Deadline: start.Add(10 * time.Hour)}}
+	quoted := func() []int64 {
+		t.Helper()
+		res, err := f.wf.Index().Match(req, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, q := range res.Quotes {
+			ids = append(ids, q.Pieces[0].OfferID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	want := func(what string, ids ...int64) {
+		t.Helper()
+		if got := quoted(); !slices.Equal(got, ids) {
+			t.Fatalf("after %s the index quotes offers %v, want %v", what, got, ids)
+		}
+	}
+	want("the start", f.offer.ID)
+
+	// A new offer, listed by the store alone.
+	o := f.offer
+	o.ID, o.Title, o.DevicesPerNode = 0, "4× H100", 4
+	second, err := f.db.CreateOffer(f.ctx, o, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("a new offer awaiting review", f.offer.ID)
+	if err := f.db.ReviewOffer(f.ctx, second.ID, market.ReviewApproved, "", t0); err != nil {
+		t.Fatal(err)
+	}
+	want("its approval", f.offer.ID, second.ID)
+
+	// A booking through the store, not Book: the second offer is full.
+	p := market.ReservationPiece{OfferID: second.ID, Devices: 4, Start: start, End: start.Add(10 * time.Hour), PriceCents: 249, AmountCents: 9960}
+	r, err := f.db.CreateReservation(f.ctx, f.buyer.ID, []market.ReservationPiece{p}, `{"version":1}`, t0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("a booking filling the second offer", f.offer.ID)
+	// A booking refused (more than the offer has) changes nothing.
+	big := market.ReservationPiece{OfferID: f.offer.ID, Devices: 9, Start: start, End: start.Add(10 * time.Hour), PriceCents: 249, AmountCents: 22410}
+	if _, err := f.db.CreateReservation(f.ctx, f.buyer.ID, []market.ReservationPiece{big}, `{"version":1}`, t0, time.Hour); err == nil {
+		t.Fatal("a 9-device booking of an 8-device offer was accepted")
+	}
+	want("a booking refused", f.offer.ID)
+	// The hold lapses in the store's own sweep.
+	if expired, err := f.db.ExpireHolds(f.ctx, t0.Add(2*time.Hour)); err != nil || len(expired) != 1 || expired[0].ID != r.ID {
+		t.Fatalf("ExpireHolds: %v, %v", expired, err)
+	}
+	want("the hold expired", f.offer.ID, second.ID)
+
+	// The provider pauses the first offer, through the store.
+	if err := f.db.SetOfferState(f.ctx, f.prov.ID, f.offer.ID, market.OfferPaused, t0); err != nil {
+		t.Fatal(err)
+	}
+	want("the first offer paused", second.ID)
 }

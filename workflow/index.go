@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
 )
 
 // Index returns the current matcher index.
@@ -115,95 +116,88 @@ func candidate(o market.Offer, rec market.ProviderRecord, interruptionPPM int, l
 	return market.Candidate{Offer: o, ReliabilityBP: market.ReliabilityBP(rec), InterruptionPPMPerHour: interruptionPPM}
 }
 
-// RefreshOffer makes the index follow a change to one offer (created,
-// edited, reviewed, paused, resumed, withdrawn, its provider suspended or
-// reinstated).
+// RefreshOffer reads one offer and its commitments again into the index.
+// No write needs it: the store publishes every committed change to the
+// offers (store.DB.OnOffersChanged), and the index has followed it before
+// the write returns (heardCommit).
 func (s *Service) RefreshOffer(ctx context.Context, offerID int64) {
-	s.follow.Lock()
-	defer s.follow.Unlock()
-	s.refreshOffer(ctx, offerID)
-}
-
-// refreshOffer is RefreshOffer; callers hold s.follow.
-func (s *Service) refreshOffer(ctx context.Context, offerID int64) {
-	if s.reloads > 0 {
-		s.replay = append(s.replay, offerID)
-	}
-	defer s.orders.note(offerID) // standing orders re-match on the change
-	l, err := s.db.FindOfferByID(ctx, offerID)
-	if err != nil {
+	if err := s.followOffers(ctx, []int64{offerID}); err != nil {
 		s.log.Warn("index: offer not refreshed", "offer_id", offerID, "err", err)
-		s.Index().Remove(offerID)
-		s.carbon.forget(offerID)
-		return
-	}
-	s.carbon.noteOffer(l.Offer)
-	if l.ProviderSuspended {
-		s.Index().Remove(offerID)
-		return
-	}
-	rec, err := s.db.ProviderRecord(ctx, l.Offer.ProviderID, s.now())
-	if err != nil {
-		s.log.Warn("index: provider record", "offer_id", offerID, "err", err)
-	}
-	ppm, err := s.db.SpotInterruptionRate(ctx, offerID, s.now())
-	if err != nil {
-		s.log.Warn("index: spot preemption rate", "offer_id", offerID, "err", err)
-	}
-	spot, err := s.db.SpotQuotePrices(ctx, s.now(), offerID)
-	if err != nil {
-		s.log.Warn("index: spot quote price", "offer_id", offerID, "err", err)
-	}
-	if err := s.Index().Upsert(candidate(l.Offer, rec, ppm, spot[offerID])); err != nil {
-		s.log.Warn("index: offer not indexed", "offer_id", offerID, "err", err)
 	}
 }
 
 // RemoveOffer takes an offer out of the index at once.
 func (s *Service) RemoveOffer(offerID int64) { s.Index().Remove(offerID) }
 
-// holdCommitments and releaseCommitments make the index follow a
-// reservation's pieces taking or giving back capacity: each of its offers'
-// commitments is read again from the database (followCommitments) rather
-// than added or removed in place, so a change also heard through the feed,
-// or read by a full reload under way, is never counted twice or lost.
-func (s *Service) holdCommitments(r market.Reservation)    { s.followCommitmentsOf(r) }
-func (s *Service) releaseCommitments(r market.Reservation) { s.followCommitmentsOf(r) }
-
-func (s *Service) followCommitmentsOf(r market.Reservation) {
+// heardCommit makes the index follow the offers a write transaction of
+// this process changed (store.DB.OnOffersChanged): they join the feed's
+// queue, as the other replicas' changes do, and are applied at once, on
+// the committing goroutine, so the write's caller — and anyone after it —
+// finds the index in step when the write returns. A batch whose read
+// fails stays queued for the next commit, or for Follow's applier.
+func (s *Service) heardCommit(ch store.OfferChanges) {
+	for _, id := range ch.Listings {
+		s.feed.add(id)
+	}
+	for _, id := range ch.Commitments {
+		s.feed.addCommitments(id)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	seen := map[int64]bool{}
-	for _, p := range r.Pieces {
-		if !seen[p.OfferID] {
-			seen[p.OfferID] = true
-			s.follow.Lock()
-			s.followCommitments(ctx, p.OfferID)
-			s.follow.Unlock()
-		}
+	if err := s.applyPending(ctx); err != nil {
+		s.log.Warn("index: committed changes not read; they stay queued", "offers", len(ch.Listings)+len(ch.Commitments), "err", err)
 	}
+}
+
+// applyPending applies every change pending in the feed as one batch:
+// the offers whose listing changed read again in full (followOffers), the
+// others' commitments alone (followCommitments). One batch is applied at
+// a time: a caller waits for the batch under way, which may hold its
+// changes, then applies what is left, so when it returns every change
+// queued before it was called is applied (or queued again, with the error
+// returned).
+func (s *Service) applyPending(ctx context.Context) error {
+	s.applying.Lock()
+	defer s.applying.Unlock()
+	listings, commitments := s.feed.take()
+	if len(listings) == 0 && len(commitments) == 0 {
+		return nil
+	}
+	err := s.followOffers(ctx, listings)
+	if err == nil {
+		err = s.followCommitments(ctx, commitments)
+	}
+	if err != nil {
+		s.feed.done(append(listings, commitments...))
+		return err
+	}
+	s.feed.done(nil)
+	return nil
 }
 
 // Follow keeps the index in step with changes committed by other
 // replicas until ctx ends: the store's offer change feed (PostgreSQL's
-// LISTEN/NOTIFY; nothing on SQLite, where this process is the only writer
-// and updates the index as it writes) names each changed offer. The feed
-// is coalesced (feedQueue): while one batch is applied the next gathers,
-// each offer once however often it changed, and a batch is read again in
-// one read transaction (followOffers). Each time the feed (re)connects the
-// index is reloaded in full, since changes made while it was down were not
-// heard; until that reload is done FeedLag reports the feed down. The full
-// reload in Run stays as a safety net.
+// LISTEN/NOTIFY) names each changed offer. This process's own commits are
+// heard sooner, in-process, on both engines (heardCommit); on SQLite,
+// where this process is the only writer, they are all there is, and
+// Follow only retries a batch whose read failed. The feed is coalesced
+// (feedQueue) — one queue for both: while one batch is applied the next
+// gathers, each offer once however often it changed, and a batch is read
+// again in one read transaction (followOffers). Each time the feed
+// (re)connects the index is reloaded in full, since changes made while it
+// was down were not heard; until that reload is done FeedLag reports the
+// feed down. The full reload in Run stays as a safety net.
 func (s *Service) Follow(ctx context.Context) {
-	if !s.db.Postgres() {
-		return
-	}
 	applied := make(chan struct{})
 	go func() {
 		defer close(applied)
 		s.applyFeed(ctx)
 	}()
 	defer func() { <-applied }()
+	if !s.db.Postgres() {
+		<-ctx.Done() // no other replica to hear: the applier only retries
+		return
+	}
 	s.db.FollowOffers(ctx, func(offerID int64) {
 		s.feed.add(offerID)
 		s.agent.hub.wake(offerID) // the agents' long-polls on this replica read their assignments again
@@ -251,24 +245,17 @@ func (s *Service) applyFeed(ctx context.Context) {
 			return
 		case <-s.feed.wake:
 		}
-		ids := s.feed.take()
-		if len(ids) == 0 {
-			continue
-		}
-		if err := s.followOffers(ctx, ids); err != nil {
+		if err := s.applyPending(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn("index: changed offers not read; retrying", "offers", len(ids), "err", err)
-			s.feed.done(ids)
+			s.log.Warn("index: changed offers not read; retrying", "err", err)
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(feedRetryAfter):
 			}
-			continue
 		}
-		s.feed.done(nil)
 	}
 }
 
@@ -279,6 +266,9 @@ func (s *Service) applyFeed(ctx context.Context) {
 // the updates of the index happen in the same order, so an older read
 // never overwrites a newer one.
 func (s *Service) followOffers(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
 	s.follow.Lock()
 	defer s.follow.Unlock()
 	if s.reloads > 0 {
@@ -327,17 +317,28 @@ func (s *Service) followOffers(ctx context.Context, ids []int64) error {
 	return nil
 }
 
-// followCommitments reads an offer's commitments again into the index.
-// Callers hold s.follow, so reads and updates happen in the same order.
-func (s *Service) followCommitments(ctx context.Context, offerID int64) {
+// followCommitments reads the commitments of the offers ids names again
+// into the index, in one read transaction: a booking, a cancellation, an
+// expiry changes nothing else of an offer (an interruptible piece's does,
+// and comes through followOffers). Like followOffers it runs under
+// s.follow, so reads and updates happen in the same order.
+func (s *Service) followCommitments(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	s.follow.Lock()
+	defer s.follow.Unlock()
 	if s.reloads > 0 {
-		s.replay = append(s.replay, offerID)
+		s.replay = append(s.replay, ids...)
 	}
-	cs, err := s.db.ListCommitmentsOfOffers(ctx, []int64{offerID}, s.now())
+	cs, err := s.db.ListCommitmentsOfOffers(ctx, ids, s.now())
 	if err != nil {
-		s.log.Warn("index: commitments not refreshed", "offer_id", offerID, "err", err)
-		return
+		return err
 	}
-	s.Index().SetCommitments(offerID, cs[offerID])
-	s.orders.note(offerID) // capacity freed (or taken): standing orders re-match
+	idx := s.Index()
+	for _, id := range ids {
+		idx.SetCommitments(id, cs[id])
+		s.orders.note(id) // capacity freed (or taken): standing orders re-match
+	}
+	return nil
 }

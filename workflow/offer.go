@@ -46,7 +46,6 @@ func (s *Service) UpdateOffer(ctx context.Context, providerID int64, o market.Of
 	if err != nil {
 		return market.Offer{}, EditInReview, err
 	}
-	s.RefreshOffer(ctx, updated.ID)
 	s.log.Info("offer updated", "offer_id", updated.ID, "provider_id", providerID, "review", updated.Review)
 	if updated.Review == market.ReviewApproved {
 		return updated, EditListed, nil
@@ -64,7 +63,6 @@ func (s *Service) SetOfferState(ctx context.Context, providerID, offerID int64, 
 	if err := s.db.SetOfferState(ctx, providerID, offerID, state, s.now()); err != nil {
 		return err
 	}
-	s.RefreshOffer(ctx, offerID)
 	return nil
 }
 
@@ -97,7 +95,6 @@ func (s *Service) moderate(ctx context.Context, o market.Offer) bool {
 		return false
 	}
 	if ok {
-		s.RefreshOffer(ctx, o.ID)
 		s.log.Info("offer auto-approved", "offer_id", o.ID, "provider_id", o.ProviderID)
 	}
 	return ok
@@ -157,7 +154,6 @@ func (s *Service) DecideOffer(ctx context.Context, adminID, offerID int64, decis
 	if err != nil {
 		return market.Offer{}, err
 	}
-	s.RefreshOffer(ctx, offerID)
 	return o, nil
 }
 
@@ -167,7 +163,6 @@ func (s *Service) VerifyFigure(ctx context.Context, adminID, offerID int64, kind
 	if err := s.db.VerifyFigure(ctx, adminID, offerID, kind, note, s.now()); err != nil {
 		return err
 	}
-	s.RefreshOffer(ctx, offerID)
 	return nil
 }
 
@@ -180,9 +175,6 @@ func (s *Service) SuspendProvider(ctx context.Context, adminID, providerID int64
 	if err != nil {
 		return store.Suspension{}, err
 	}
-	for _, offerID := range sp.OfferIDs {
-		s.RemoveOffer(offerID)
-	}
 	s.log.Info("provider suspended", "provider_id", providerID, "admin_id", adminID, "flagged", sp.Flagged)
 	return sp, nil
 }
@@ -190,12 +182,8 @@ func (s *Service) SuspendProvider(ctx context.Context, adminID, providerID int64
 // ReinstateProvider lifts a suspension: the provider's approved offers are
 // listed again.
 func (s *Service) ReinstateProvider(ctx context.Context, adminID, providerID int64, note string) error {
-	sp, err := s.db.ReinstateProvider(ctx, adminID, providerID, note, s.now())
-	if err != nil {
+	if _, err := s.db.ReinstateProvider(ctx, adminID, providerID, note, s.now()); err != nil {
 		return err
-	}
-	for _, offerID := range sp.OfferIDs {
-		s.RefreshOffer(ctx, offerID)
 	}
 	s.log.Info("provider reinstated", "provider_id", providerID, "admin_id", adminID)
 	return nil

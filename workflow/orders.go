@@ -13,7 +13,7 @@ import (
 // not on a timer: every change the matcher index follows (an offer
 // listed, edited, resumed; a reservation booked, cancelled or expired;
 // the same changes from other replicas, heard through Follow) names its
-// offer to the order queue (refreshOffer, followCommitments), which wakes
+// offer to the order queue (followOffers), which wakes
 // MatchOrders. A wake takes the open orders in priority order
 // (market.SortByPriority: the oldest first), keeps those the changed
 // offers may serve (market.MayServe), matches each on the index and fills
@@ -225,7 +225,6 @@ func (s *Service) fillOrder(ctx context.Context, o market.StandingOrder, q marke
 		}
 		return
 	}
-	s.holdCommitments(r)
 	s.log.Info("standing order filled", "order_id", o.ID, "reservation_id", r.ID, "amount_cents", int64(r.AmountCents))
 	if o.OnFill != market.FillPay {
 		return

@@ -146,14 +146,12 @@ func TestStandingOrderFillsWhenAnOfferIsListedAndExpiresAtItsFillBy(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.wf.RefreshOffer(f.ctx, created.ID) // as the provider's handler does; pending review: not listed
 	if got, _ := f.db.FindStandingOrder(f.ctx, f.buyer.ID, o.ID); got.State != market.OrderOpen {
 		t.Fatalf("filled from an offer awaiting review: %s", got.State)
 	}
 	if err := f.db.ReviewOffer(f.ctx, created.ID, market.ReviewApproved, "", f.now); err != nil {
 		t.Fatal(err)
 	}
-	f.wf.RefreshOffer(f.ctx, created.ID) // as the admin's handler does
 	got := f.waitOrder(f.buyer.ID, o.ID)
 	if got.State != market.OrderFilled {
 		t.Fatalf("order after the listing: %s", got.State)

@@ -18,7 +18,6 @@ func (s *Service) Reject(ctx context.Context, buyerID, reservationID int64, reas
 	if err != nil {
 		return market.Reservation{}, err
 	}
-	s.releaseCommitments(r)
 	s.log.Info("reservation rejected in its acceptance period", "reservation_id", r.ID, "amount_cents", int64(r.AmountCents))
 	if st, err := s.db.FindSettlement(ctx, r.ID); err == nil {
 		s.runSettlement(ctx, st, now)

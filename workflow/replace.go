@@ -97,9 +97,6 @@ func (s *Service) bookReplacement(ctx context.Context, rep store.Replacement, bu
 	if !booked {
 		return got, nil
 	}
-	if r, err := s.db.FindReservation(ctx, got.ReservationID); err == nil {
-		s.holdCommitments(r)
-	}
 	s.log.Info("replacement booked", "replacement_id", got.ID, "reservation_id", got.ReservationID, "tier", int(got.Tier),
 		"cost_cents", int64(split.Cost), "refund_cents", int64(split.Refund), "provider_share_cents", int64(split.ProviderShare))
 	return got, nil

@@ -160,7 +160,6 @@ func (s *Service) Tick(ctx context.Context, now time.Time) {
 		s.log.Error("background: expire holds", "err", err)
 	}
 	for _, r := range expired {
-		s.releaseCommitments(r)
 		s.expireCheckout(ctx, r.ID)
 		s.log.Info("hold expired", "reservation_id", r.ID)
 	}

@@ -66,14 +66,16 @@ func (s *Service) spotTick(ctx context.Context, now time.Time) {
 // card that declines cannot win or set the price. Then the hour is cleared
 // (store.ClearSpotHour: at most once, whoever calls it, with each won
 // hour's charge, a capture of its hold, recorded in the same transaction),
-// the losers' holds are released, the index follows each won hour's
-// reservation, and each charge is made at once (at the clearing price,
-// never above the bid's maximum). A crash after the clearing leaves
-// the charges pending for the retrier (chargeTick), so the won hours are
-// paid, not lost. A won hour that cannot be paid (declined, or no saved
-// card any more) stops its bid, with a notification; the hour stays held
-// for spotHold, payable on the payment page, then lapses and its devices
-// go back on the market.
+// the losers' holds are released, and each charge is made at once (at the
+// clearing price, never above the bid's maximum). A crash after the
+// clearing leaves the charges pending for the retrier (chargeTick), so the
+// won hours are paid, not lost. A won hour that cannot be paid (declined,
+// or no saved card any more) stops its bid, with a notification; the hour
+// stays held for spotHold, payable on the payment page, then lapses and
+// its devices go back on the market. The index follows through the store's
+// change feed: the won hours' pieces as they are stored, and the clearing
+// price for quotes once the last won hour's reservation turns paid
+// (market.SpotQuotePrice, store.SpotQuotePrices).
 func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.Time) (store.SpotResult, error) {
 	if err := s.authorizeSpotHour(ctx, offerID, hour); err != nil {
 		return store.SpotResult{}, err
@@ -86,9 +88,6 @@ func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.T
 	c := res.Clearing
 	s.log.Info("spot hour cleared", "offer_id", offerID, "hour", c.Hour, "price_cents", int64(c.PriceCents),
 		"capacity", c.Capacity, "devices_bid", c.DevicesBid, "devices_sold", c.DevicesSold, "preempted", len(res.Preempted))
-	for _, a := range res.Awards {
-		s.holdCommitments(a.Reservation)
-	}
 	for _, a := range res.Awards {
 		r := a.Reservation
 		var err error
@@ -113,11 +112,6 @@ func (s *Service) ClearSpot(ctx context.Context, offerID int64, hour, now time.T
 				s.log.Error("spot bid not stopped", "bid_id", a.BidID, "err", err)
 			}
 		}
-	}
-	if c.DevicesSold > 0 {
-		// Quotes price its interruptible capacity at this clearing once
-		// every won hour is paid (market.SpotQuotePrice, store.SpotQuotePrices).
-		s.RefreshOffer(ctx, offerID)
 	}
 	return res, nil
 }

@@ -74,7 +74,6 @@ func (s *Service) bookWithRuntime(ctx context.Context, buyerID int64, pieces []m
 	if err != nil {
 		return market.Reservation{}, err
 	}
-	s.holdCommitments(r)
 	// The image only: never the environment, which may hold secrets.
 	s.log.Info("reservation held", "reservation_id", r.ID, "buyer_id", buyerID, "amount_cents", int64(r.AmountCents), "image", rt.Image)
 	return r, nil

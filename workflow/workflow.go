@@ -105,8 +105,8 @@ type Service struct {
 	now   func() time.Time
 
 	// idx is the matcher's in-memory index, rebuilt from the database at
-	// start and periodically, and kept in step with every booking,
-	// cancellation, expiry and offer change made through the Service. It
+	// start and periodically, and kept in step with every offer change the
+	// store commits (heardCommit; other replicas' through Follow). It
 	// only speeds up search: the store re-checks capacity inside the booking
 	// transaction, so a stale index can cost a retry, never a double booking.
 	idx    atomic.Pointer[market.Index]
@@ -120,9 +120,11 @@ type Service struct {
 	follow  sync.Mutex
 	reloads int
 	replay  []int64
-	// feed coalesces the change feed that Follow applies, and measures its
-	// lag (FeedLag).
-	feed *feedQueue
+	// feed coalesces the committed changes heardCommit and Follow apply,
+	// and measures the lag of the replicas' feed (FeedLag); applying lets
+	// one batch of it be applied at a time (applyPending).
+	feed     *feedQueue
+	applying sync.Mutex
 
 	// holder is this process's name on the background lease; lease the
 	// lease as of its last renewal, nil when this replica does not hold it.
@@ -179,6 +181,11 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 		return nil, err
 	}
 	s.sessionKey = cfg.SessionKey
+	// Heard from before the first load, so no commit falls between the
+	// load's read and the subscription (one during the load is read
+	// again after it: ReloadIndex).
+	s.idx.Store(market.NewIndex())
+	db.OnOffersChanged(s.heardCommit)
 	if err := s.ReloadIndex(ctx); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,5 @@
+-- The store publishes the offers each write transaction changed to this
+-- process when it commits (store/feed.go). On SQLite the notes are TEMP
+-- triggers set up on the writer's connection (store/sqlite.go), not part
+-- of the file; this number carries the PostgreSQL half
+-- (migrations/postgres/0042_offer_feed.sql).
