@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -777,4 +778,128 @@ func openDisputes(ctx context.Context, q querier, reservationID int64) (int, err
 	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM disputes WHERE status = ? AND (reservation_id = ?
 		OR reservation_id IN (SELECT n.id FROM reservations n WHERE n.resale_of = ?))`, DisputeOpen, reservationID, reservationID).Scan(&n)
 	return n, err
+}
+
+// Dispute is a case for admins.
+type Dispute struct {
+	ID              int64
+	ReservationID   int64
+	Source          string // DisputeSourceStripe or DisputeSourceIncident
+	StripeDisputeID string
+	IncidentID      int64
+	Status          string // "open" until an admin decides
+	Statement       string
+	CreatedAt       time.Time
+	// AmountCents is what the buyer's bank took back (chargebacks only);
+	// BankOutcome is the bank's decision on it: "", won or lost.
+	AmountCents market.Cents
+	BankOutcome string
+}
+
+// Dispute sources and the open status.
+const (
+	DisputeSourceStripe   = "stripe"
+	DisputeSourceIncident = "incident"
+	DisputeOpen           = "open"
+)
+
+// OpenStripeDispute records a chargeback: an open dispute on the
+// reservation, and every provider payout of it not yet made frozen until an
+// admin decides. It reports false for a replay (by event or dispute id).
+//
+// When the event names no reservation, the payment intent or charge finds it.
+func (db *DB) OpenStripeDispute(ctx context.Context, eventID, eventType string, reservationID int64, paymentIntentID, chargeID, disputeID string, amount market.Cents, now time.Time) (bool, error) {
+	const op = "open stripe dispute"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return false, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	fresh, err := markEvent(ctx, tx, eventID, eventType, now)
+	if err != nil || !fresh {
+		return false, fail(op, err, "")
+	}
+	if reservationID == 0 {
+		err := tx.QueryRowContext(ctx, `SELECT reservation_id FROM payments WHERE (payment_intent_id = ? AND ? <> '')
+			OR (charge_id = ? AND ? <> '')`, paymentIntentID, paymentIntentID, chargeID, chargeID).Scan(&reservationID)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return false, fail(op, err, "")
+		}
+	}
+	if _, err := getReservation(ctx, tx, reservationID); err != nil {
+		if market.ErrorCode(err) == market.CodeNotFound {
+			return false, fail(op, tx.Commit(), "")
+		}
+		return false, fail(op, err, "")
+	}
+	statement := fmt.Sprintf("The buyer's bank disputed %s of the payment (processor dispute %s). Provider payouts are frozen until an admin decides.", amount, disputeID)
+	var id int64
+	err = tx.QueryRowContext(ctx, `INSERT INTO disputes (reservation_id, source, stripe_dispute_id, status, statement, created_at, amount_cents)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id`, reservationID, DisputeSourceStripe, disputeID, DisputeOpen, statement, unix(now), int64(amount)).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, fail(op, tx.Commit(), "")
+	}
+	if err != nil {
+		return false, fail(op, err, "")
+	}
+	var buyerID int64
+	if err := tx.QueryRowContext(ctx, `SELECT buyer_id FROM reservations WHERE id = ?`, reservationID).Scan(&buyerID); err != nil {
+		return false, fail(op, err, "")
+	}
+	// The bank takes the money back at once: the platform's cash goes to the
+	// buyer, recorded as a chargeback (not a refund the platform made).
+	if err := insertEntries(ctx, tx, market.ChargebackEntries(reservationID, id, buyerID, amount, disputeID, now)); err != nil {
+		return false, fail(op, err, "")
+	}
+	if err := freezePayouts(ctx, tx, reservationID); err != nil {
+		return false, fail(op, err, "")
+	}
+	return true, fail(op, tx.Commit(), "")
+}
+
+const disputeColumns = `id, reservation_id, source, COALESCE(stripe_dispute_id, ''), COALESCE(incident_id, 0), status, statement, created_at,
+	amount_cents, bank_outcome`
+
+func queryDisputes(ctx context.Context, q querier, where string, args ...any) ([]Dispute, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+disputeColumns+` FROM disputes `+where+` ORDER BY id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []Dispute
+	for rows.Next() {
+		var d Dispute
+		var created, amount int64
+		if err := rows.Scan(&d.ID, &d.ReservationID, &d.Source, &d.StripeDisputeID, &d.IncidentID, &d.Status, &d.Statement, &created,
+			&amount, &d.BankOutcome); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		d.CreatedAt, d.AmountCents = fromUnix(created), market.Cents(amount)
+		out = append(out, d)
+	}
+	return out, closeRows(rows)
+}
+
+// ListReservationDisputes returns a reservation's disputes, oldest first.
+func (db *DB) ListReservationDisputes(ctx context.Context, reservationID int64) ([]Dispute, error) {
+	const op = "list reservation disputes"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	ds, err := queryDisputes(ctx, tx, `WHERE reservation_id = ?`, reservationID)
+	return ds, fail(op, err, "")
+}
+
+// ListOpenDisputes returns every open dispute, oldest first.
+func (db *DB) ListOpenDisputes(ctx context.Context) ([]Dispute, error) {
+	const op = "list open disputes"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	ds, err := queryDisputes(ctx, tx, `WHERE status = ?`, DisputeOpen)
+	return ds, fail(op, err, "")
 }
