@@ -37,15 +37,15 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.POST("/reservations", h.handleAPIReserve, requireScope(scopeWrite), h.requireVerified)
 	api.POST("/reservations/:id/cancel", h.handleAPIReservationCancel, requireScope(scopeWrite))
 	api.POST("/reservations/:id/reject", h.handleAPIReservationReject, requireScope(scopeWrite))
-	api.POST("/reservations/:id/observations", h.handleAPIObservation, requireScope(scopeWrite)) // the buyer's machine (issue 23)
+	api.POST("/reservations/:id/observations", h.handleAPIObservation, requireScope(scopeWrite)) // the buyer's machine
 	api.GET("/provider/offers", h.handleAPIProviderOffers)
 	api.POST("/provider/offers", h.handleAPIOfferCreate, requireScope(scopeWrite), h.requireVerified)
 	api.PUT("/provider/offers/:id", h.handleAPIOfferUpdate, requireScope(scopeWrite))
 	api.POST("/provider/offers/:id/state", h.handleAPIOfferState, requireScope(scopeWrite))
-	api.GET("/orders", h.handleAPIOrders) // standing orders (issue 15)
+	api.GET("/orders", h.handleAPIOrders) // standing orders
 	api.POST("/orders", h.handleAPIOrderCreate, requireScope(scopeWrite), h.requireVerified)
 	api.POST("/orders/:id/cancel", h.handleAPIOrderCancel, requireScope(scopeWrite))
-	api.GET("/spot/bids", h.handleAPISpotBids) // spot market (issue 15)
+	api.GET("/spot/bids", h.handleAPISpotBids) // spot market
 	api.POST("/spot/bids", h.handleAPISpotBidCreate, requireScope(scopeWrite), h.requireVerified)
 	api.POST("/spot/bids/:id/cancel", h.handleAPISpotBidCancel, requireScope(scopeWrite))
 
@@ -62,7 +62,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	// Browser pages: size limit, session, then CSRF (its token is the session's).
 	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.loadSession, h.csrf())
 
-	// The command-line client's routes (issue 30, web/apiclient.go): pay
+	// The command-line client's routes: pay
 	// with the saved card, extend, resale, the provider's hosts. The API's
 	// contract (web/openapi.json, checked against this table by a test) is
 	// public, as is its reference page.
@@ -87,7 +87,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/login", h.handleLogin)
 	b.POST("/logout", h.handleLogout)
 
-	// Recovery and verification (issue 14): the links mailed to an address
+	// Recovery and verification: the links mailed to an address
 	// work without a session; each is single-use and short-lived. Booking,
 	// listing, payouts and whatever acts for the account (tokens, SSH keys,
 	// cards, bids, orders, resale) need a confirmed address
@@ -115,7 +115,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.GET("/market/index.csv", h.handleMarketCSV)
 	b.GET("/market/forward.json", h.handleForwardJSON)
 	b.GET("/market/forward.csv", h.handleForwardCSV)
-	b.GET("/market/spot.json", h.handleSpotJSON) // spot market (issue 15)
+	b.GET("/market/spot.json", h.handleSpotJSON) // spot market
 	b.GET("/market/spot.csv", h.handleSpotCSV)
 	b.GET("/market/methodology", h.handleMethodology)
 	b.POST("/reservations/:id/work", h.handleWorkReport, requireUser)
@@ -144,22 +144,22 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/reservations/:id/reject", h.handleReservationReject, requireUser)
 	b.GET("/reservations/:id/extend", h.handleExtendConfirm, requireUser)
 	b.POST("/reservations/:id/extend", h.handleExtend, requireUser)
-	// Replacement after a host failure (issue 26): the buyer confirms the
+	// Replacement after a host failure: the buyer confirms the
 	// one offered under the ask policy (the store checks whose).
 	b.GET("/replacements/:id", h.handleReplacementShow, requireUser)
 	b.POST("/replacements/:id/confirm", h.handleReplacementConfirm, requireUser)
 
-	// Standing orders (issue 15): a request left standing until a quote
+	// Standing orders: a request left standing until a quote
 	// within its limit appears; a buyer sees and cancels only their own.
 	b.POST("/orders", h.handleOrderCreate, requireUser, h.requireVerified)
 	b.GET("/orders", h.handleOrders, requireUser)
 	b.POST("/orders/:id/cancel", h.handleOrderCancel, requireUser)
-	// Spot market (issue 15): bids for interruptible capacity on an
+	// Spot market: bids for interruptible capacity on an
 	// offer's page; the buyer's own bids (the store checks whose).
 	b.POST("/offers/:id/spot-bids", h.handleSpotBid, requireUser, h.requireVerified)
 	b.GET("/spot", h.handleSpotBids, requireUser)
 	b.POST("/spot/bids/:id/cancel", h.handleSpotBidCancel, requireUser)
-	// Resale of reserved time (issue 15): listing and withdrawing need the
+	// Resale of reserved time: listing and withdrawing need the
 	// reservation's holder (the store checks whose it is); the list and a
 	// listing are public; buying needs a confirmed address and a saved card.
 	b.GET("/reservations/:id/resale", h.handleResaleForm, requireUser)
@@ -183,7 +183,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/account/two-factor/disable", h.handleTwoFactorDisable, requireUser)
 	b.GET("/notifications", h.handleNotifications, requireUser)
 	b.POST("/notifications/read", h.handleNotificationsRead, requireUser)
-	// E-mail (issue 14): preferences; in demo mode, the demo mailbox (the
+	// E-mail: preferences; in demo mode, the demo mailbox (the
 	// reader's own mail; an admin's, everyone's).
 	b.GET("/account/mail", h.handleMailPrefs, requireUser)
 	b.POST("/account/mail", h.handleMailPrefsSave, requireUser)
@@ -232,7 +232,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	a.GET("/mail/:id", h.handleAdminMailShow)
 	a.POST("/mail/:id/retry", h.handleAdminMailRetry)
 
-	// Billing (issue 5): payment, payouts, incidents, settlement and
+	// Billing: payment, payouts, incidents, settlement and
 	// reconciliation. The processor's webhook is outside CSRF and sessions,
 	// verified by its signature instead, with its own small body limit.
 	e.POST("/webhooks/stripe", h.handleStripeWebhook, middleware.BodyLimit(webhookBodyLimit))
@@ -255,7 +255,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	p.POST("/bookings/:id/incidents/:incident/notes", h.handleIncidentNote)
 	a.GET("/reconciliation", h.handleAdminReconciliation)
 	a.POST("/settlements/:id/retry", h.handleAdminSettlementRetry)
-	// Saved payment methods (issue 15): cards saved through the processor's
+	// Saved payment methods: cards saved through the processor's
 	// setup page, removed by their owner only; a held reservation paid at
 	// once with the default card; the local processor's card page.
 	b.POST("/account/payment-methods", h.handlePaymentMethodAdd, requireUser, h.requireVerified)
