@@ -276,7 +276,7 @@ func (s *Service) useTOTP(ctx context.Context, tf store.TwoFactor, code string) 
 	if err != nil {
 		return "", err
 	}
-	step, ok, used := account.MatchCode(secret, code, s.now(), tf.LastStep)
+	step, ok, used := account.MatchCode(secret, code, s.codeNow(), tf.LastStep)
 	switch {
 	case used:
 		return msgUsedCode, nil
@@ -337,7 +337,7 @@ func (s *Service) EnableTwoFactor(ctx context.Context, userID int64, input, netw
 	if err != nil {
 		return nil, err
 	}
-	step, ok, _ := account.MatchCode(secret, code, s.now(), tf.LastStep)
+	step, ok, _ := account.MatchCode(secret, code, s.codeNow(), tf.LastStep)
 	if !ok {
 		return nil, fieldProblem("code", msgWrongCode)
 	}

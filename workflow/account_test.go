@@ -327,3 +327,60 @@ func TestChangePasswordAndAddress(t *testing.T) {
 	err = wf.RequestPasswordReset(ctx, "nobody@example.com", "198.51.100.1")
 	wantCode(t, "one reset link too many", err, market.CodeRateLimited)
 }
+
+// Under a shifted market clock (a demo's -clock-offset), authenticator
+// codes are checked against the code clock, the real time the person's app
+// counts: a code for the real time signs in, one for the shifted time
+// does not.
+func TestTwoFactorCodesUseTheRealClock(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, pgtest.DSN(t, filepath.Join(t.TempDir(), "acct.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	real := t0
+	shifted := real.Add(72 * time.Hour)
+	wf, err := New(ctx, Config{Now: func() time.Time { return shifted }, CodeNow: func() time.Time { return real },
+		SessionKey: []byte(strings.Repeat("s", 32)), PasswordCost: bcrypt.MinCost}, db, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := signUp(t, wf, "ada@example.com", "a long password")
+	u, err := db.FindUserByID(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wf.BeginTwoFactor(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	tf, err := db.FindTwoFactor(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := wf.TwoFactorSecret(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := func(at time.Time) string {
+		c, err := totp.GenerateCode(secret, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if _, err := wf.EnableTwoFactor(ctx, id, code(shifted), "198.51.100.1"); market.FieldErrors(err)["code"] == "" {
+		t.Fatalf("a code for the shifted clock turned two-factor on: %v", err)
+	}
+	if _, err := wf.EnableTwoFactor(ctx, id, code(real), "198.51.100.1"); err != nil {
+		t.Fatalf("a code for the real time: %v", err)
+	}
+	half, err := wf.LogIn(ctx, LogIn{Email: "ada@example.com", Password: "a long password", Network: "198.51.100.1", Next: "/"})
+	if err != nil || half.Challenge == "" {
+		t.Fatalf("password: %+v, %v", half, err)
+	}
+	real = real.Add(market.TOTPPeriod)
+	if done, err := wf.LogInWithCode(ctx, CodeLogIn{Challenge: half.Challenge, Code: code(real), Network: "198.51.100.1"}); err != nil || done.Session.ID == "" {
+		t.Fatalf("the next real code: %+v, %v", done, err)
+	}
+}

@@ -65,6 +65,10 @@ type Config struct {
 	PlatformFeeBP int
 	// Now returns the current time; nil means time.Now in UTC.
 	Now func() time.Time
+	// CodeNow is the clock authenticator codes are checked against; nil
+	// means Now. A demo whose Now is shifted (-clock-offset) passes the
+	// real time: the person's authenticator app counts real time.
+	CodeNow func() time.Time
 	// Metrics counts settlement steps and failures; nil counts nothing.
 	Metrics *metrics.Metrics
 	// Replica names this process among the replicas sharing the database
@@ -103,6 +107,9 @@ type Service struct {
 	log   *slog.Logger
 	feeBP int
 	now   func() time.Time
+	// codeNow is the clock authenticator codes are checked against
+	// (Config.CodeNow).
+	codeNow func() time.Time
 
 	// idx is the matcher's in-memory index, rebuilt from the database at
 	// start and periodically, and kept in step with every offer change the
@@ -163,6 +170,9 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return time.Now().UTC() }
 	}
+	if cfg.CodeNow == nil {
+		cfg.CodeNow = cfg.Now
+	}
 	if cfg.Billing == nil {
 		cfg.Billing = billing.NewLocal(billing.LocalConfig{Store: db})
 	}
@@ -170,6 +180,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Serv
 		cfg.Replica = "replica"
 	}
 	s := &Service{db: db, pay: cfg.Billing, log: log, feeBP: cfg.PlatformFeeBP, now: func() time.Time { return cfg.Now().UTC() },
+		codeNow: func() time.Time { return cfg.CodeNow().UTC() },
 		metrics: cfg.Metrics, holder: fmt.Sprintf("%s/%d/%08x", cfg.Replica, os.Getpid(), rand.Uint32()),
 		mail: cfg.Mail, compose: mail.Composer{BaseURL: cfg.BaseURL}, orders: newOrderQueue(), feed: newFeedQueue(),
 		budget: cfg.QuoteBudget, broad: newFairShare(cfg.BroadSlots), carbon: newCarbonCache(), agent: newAgentState(cfg.WriteEveryHeartbeat)}

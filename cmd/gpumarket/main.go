@@ -230,7 +230,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	wf, err := workflow.New(ctx, workflow.Config{Billing: processor, PlatformFeeBP: *bf.feeBP, Now: now, Metrics: m, Replica: *replica,
+	wf, err := workflow.New(ctx, workflow.Config{Billing: processor, PlatformFeeBP: *bf.feeBP, Now: now,
+		CodeNow: func() time.Time { return time.Now().UTC() }, Metrics: m, Replica: *replica,
 		Mail: sender, BaseURL: *baseURL, SessionKey: key}, db, log)
 	if err != nil {
 		return err
