@@ -126,3 +126,46 @@ func DisputeKey(disputeID int64, kind string, providerID int64) string {
 	}
 	return k
 }
+
+// DisputeDecision is an admin's decision on a dispute, with what decides
+// whether it may be made: whether the dispute is still open, and for a
+// chargeback (one raised through the buyer's bank) whether the bank has
+// ruled against the marketplace.
+type DisputeDecision struct {
+	Reason     string // told to both parties
+	Credit     Cents  // 0 rejects the dispute
+	Open       bool
+	Chargeback bool
+	BankLost   bool
+}
+
+// CheckDisputeDecision checks a decision before any money is looked at: a
+// reason for both parties, a credit that is not negative, an open dispute,
+// and for a chargeback the bank's ruling against the marketplace (if it
+// rules for it, the money comes back and the case closes by itself).
+func CheckDisputeDecision(d DisputeDecision) error {
+	switch {
+	case strings.TrimSpace(d.Reason) == "":
+		return &Error{Code: CodeInvalid, Message: "Please correct the highlighted fields.",
+			Fields: map[string]string{"reason": "Give both parties the reason for the decision."}}
+	case d.Credit < 0:
+		return &Error{Code: CodeInvalid, Message: "Please correct the highlighted fields.",
+			Fields: map[string]string{"credit": "The credit cannot be negative."}}
+	case !d.Open:
+		return Errorf(CodeConflict, "This dispute has already been decided.")
+	case d.Chargeback && !d.BankLost:
+		return Errorf(CodeConflict, "The buyer's bank has not ruled on this chargeback yet. If it rules for the marketplace the money comes back and the case closes by itself; if against, decide here what the providers bear.")
+	}
+	return nil
+}
+
+// CheckDisputeCredit checks a credit against the most the dispute may
+// still credit (max: what was paid, less every refund made or owed on that
+// payment; MaxDisputeCredit).
+func CheckDisputeCredit(credit, max, paid, refunded Cents) error {
+	if credit > max {
+		return &Error{Code: CodeInvalid, Message: "Please correct the highlighted fields.",
+			Fields: map[string]string{"credit": "The credit can be at most " + max.String() + ": " + paid.String() + " paid, less " + refunded.String() + " refunded or credited already."}}
+	}
+	return nil
+}

@@ -54,3 +54,35 @@ func TestMaxDisputeCreditAndStatement(t *testing.T) {
 		t.Errorf("empty statement: %v", err)
 	}
 }
+
+// TestCheckDisputeDecision: which decisions may be made, row by row.
+func TestCheckDisputeDecision(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		d     DisputeDecision
+		code  Code
+		field string
+	}{
+		{"an open dispute, rejected with a reason", DisputeDecision{Reason: "as listed", Open: true}, "", ""},
+		{"a credit on an open dispute", DisputeDecision{Reason: "slow", Credit: 500, Open: true}, "", ""},
+		{"no reason", DisputeDecision{Reason: "  ", Credit: 500, Open: true}, CodeInvalid, "reason"},
+		{"a negative credit", DisputeDecision{Reason: "x", Credit: -1, Open: true}, CodeInvalid, "credit"},
+		{"decided already", DisputeDecision{Reason: "x", Open: false}, CodeConflict, ""},
+		{"a chargeback the bank has not ruled on", DisputeDecision{Reason: "x", Open: true, Chargeback: true}, CodeConflict, ""},
+		{"a chargeback the bank ruled against us", DisputeDecision{Reason: "x", Credit: 100, Open: true, Chargeback: true, BankLost: true}, "", ""},
+	} {
+		err := CheckDisputeDecision(tc.d)
+		if ErrorCode(err) != tc.code && !(tc.code == "" && err == nil) {
+			t.Errorf("%s: %v, want code %q", tc.name, err, tc.code)
+		}
+		if tc.field != "" && FieldErrors(err)[tc.field] == "" {
+			t.Errorf("%s: %v, want a message for %s", tc.name, err, tc.field)
+		}
+	}
+	if err := CheckDisputeCredit(7665, 2628, 10512, 7884); FieldErrors(err)["credit"] != "The credit can be at most $26.28: $105.12 paid, less $78.84 refunded or credited already." {
+		t.Errorf("a credit above the limit: %v", err)
+	}
+	if err := CheckDisputeCredit(2628, 2628, 10512, 7884); err != nil {
+		t.Errorf("the largest credit: %v", err)
+	}
+}

@@ -351,16 +351,12 @@ type DisputeDecision struct {
 func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credit market.Cents, reason string, now time.Time) (DisputeDecision, error) {
 	const op = "decide dispute"
 	reason = strings.TrimSpace(reason)
-	if reason == "" {
-		return DisputeDecision{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
-			Fields: map[string]string{"reason": "Give both parties the reason for the decision."}}
+	// Fields first, with the dispute taken as open: they need no reading.
+	if err := market.CheckDisputeDecision(market.DisputeDecision{Reason: reason, Credit: credit, Open: true}); err != nil {
+		return DisputeDecision{}, err
 	}
 	if err := badText("reason", reason, true); err != nil {
 		return DisputeDecision{}, err
-	}
-	if credit < 0 {
-		return DisputeDecision{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
-			Fields: map[string]string{"credit": "The credit cannot be negative."}}
 	}
 	tx, err := db.begin(ctx)
 	if err != nil {
@@ -371,11 +367,9 @@ func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credi
 	if err != nil {
 		return DisputeDecision{}, fail(op, err, "")
 	}
-	if d.Status != DisputeOpen {
-		return DisputeDecision{}, conflict("This dispute has already been decided.")
-	}
-	if d.Source == DisputeSourceStripe && d.BankOutcome != BankLost {
-		return DisputeDecision{}, conflict("The buyer's bank has not ruled on this chargeback yet. If it rules for the marketplace the money comes back and the case closes by itself; if against, decide here what the providers bear.")
+	if err := market.CheckDisputeDecision(market.DisputeDecision{Reason: reason, Credit: credit, Open: d.Status == DisputeOpen,
+		Chargeback: d.Source == DisputeSourceStripe, BankLost: d.BankOutcome == BankLost}); err != nil {
+		return DisputeDecision{}, err
 	}
 	out := DisputeDecision{}
 	status := DisputeRejected
@@ -395,9 +389,8 @@ func (db *DB) DecideDispute(ctx context.Context, adminID, disputeID int64, credi
 		if err != nil {
 			return DisputeDecision{}, fail(op, err, "")
 		}
-		if credit > lim.Max {
-			return DisputeDecision{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
-				Fields: map[string]string{"credit": fmt.Sprintf("The credit can be at most %s: %s paid, less %s refunded or credited already.", lim.Max, lim.Paid, lim.Refunds.Total())}}
+		if err := market.CheckDisputeCredit(credit, lim.Max, lim.Paid, lim.Refunds.Total()); err != nil {
+			return DisputeDecision{}, err
 		}
 		paidOut := map[int64]bool{}
 		for _, t := range s.Transfers {
