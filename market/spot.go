@@ -301,6 +301,28 @@ func SpotCapacity(o Offer, commitments []Commitment, hour time.Time) int {
 	return free
 }
 
+// SpotPreemptions are the previous hour's winning bids (prev, by bid id)
+// that still want this hour and did not win it: each is preempted at the
+// hour.
+func (c SpotClearing) SpotPreemptions(prev []int64) []int64 {
+	var out []int64
+	for _, id := range prev {
+		if !c.Won(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// SpotPreemption is the incident a preempted spot hour records on the
+// previous hour's piece: zero length at the hour (the hour before ran and
+// is charged in full), acknowledged, and earning no SLA credit (a
+// preemption is the interruptible contract, not a breach).
+func SpotPreemption(pieceID int64, devices int, hour time.Time, noticeMins int, price Cents) Incident {
+	return Incident{PieceID: pieceID, Kind: IncidentPreemption, Start: hour, End: hour, DevicesAffected: devices,
+		Note: SpotPreemptionNote(hour, noticeMins, price), Acknowledged: true}
+}
+
 // SpotPreemptionNote is the evidence note of the preemption incident
 // recorded when a bid that held hour-1h does not win hour.
 func SpotPreemptionNote(hour time.Time, noticeMins int, price Cents) string {

@@ -381,3 +381,23 @@ func TestSpotCardProblem(t *testing.T) {
 		}
 	}
 }
+
+// TestSpotPreemptions: of the previous hour's winners that still want the
+// hour, those that did not win it are preempted, with a zero-length,
+// acknowledged preemption incident at the hour.
+func TestSpotPreemptions(t *testing.T) {
+	// 4 devices at floor 100: bids 1 (2 at 300), 2 (2 at 150), 3 (2 at 120).
+	c := ClearSpot(100, 4, []SpotBid{{ID: 1, Devices: 2, MaxCents: 300}, {ID: 2, Devices: 2, MaxCents: 150}, {ID: 3, Devices: 2, MaxCents: 120}})
+	if got := c.SpotPreemptions([]int64{2, 3}); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("preempted %v, want [3]", got)
+	}
+	if got := c.SpotPreemptions(nil); len(got) != 0 {
+		t.Fatalf("preempted %v with no previous winners", got)
+	}
+	hour := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	inc := SpotPreemption(9, 2, hour, 30, 150)
+	if inc.PieceID != 9 || inc.Kind != IncidentPreemption || !inc.Start.Equal(hour) || !inc.End.Equal(hour) || inc.DevicesAffected != 2 ||
+		!inc.Acknowledged || inc.Note != SpotPreemptionNote(hour, 30, 150) {
+		t.Fatalf("preemption incident %+v", inc)
+	}
+}

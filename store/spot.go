@@ -627,12 +627,14 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 	if err := closeRows(rows); err != nil {
 		return SpotResult{}, fail(op, err, "")
 	}
-	for _, h := range prev {
-		if c.Won(h.bidID) {
-			continue
-		}
-		inc := Incident{Incident: market.Incident{PieceID: h.pieceID, Kind: market.IncidentPreemption, Start: hour, End: hour,
-			DevicesAffected: h.devices, Note: market.SpotPreemptionNote(hour, full.PreemptNoticeMins, c.PriceCents), Acknowledged: true},
+	prevBids := make([]int64, len(prev))
+	byBid := make(map[int64]held, len(prev))
+	for i, h := range prev {
+		prevBids[i], byBid[h.bidID] = h.bidID, h
+	}
+	for _, bidID := range c.SpotPreemptions(prevBids) {
+		h := byBid[bidID]
+		inc := Incident{Incident: market.SpotPreemption(h.pieceID, h.devices, hour, full.PreemptNoticeMins, c.PriceCents),
 			ReservationID: h.resID, ReportedBy: ReportedBySpot, ReporterID: h.providerID, AcknowledgedAt: truncate(now), CreatedAt: truncate(now)}
 		if err := tx.QueryRowContext(ctx, `INSERT INTO incidents (reservation_id, piece_id, kind, start_at, end_at, devices_affected,
 			degradation_bp, note, reported_by, reporter_id, acknowledged, acknowledged_at, created_at)
