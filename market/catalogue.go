@@ -19,6 +19,18 @@ type Accelerator struct {
 	ReleaseYear int
 }
 
+// noNVLink are the models whose devices cannot be joined by NVLink (or
+// an equivalent GPU-to-GPU fabric): they talk over PCIe only.
+var noNVLink = map[string]bool{
+	"nvidia-l40s-48gb-pcie": true, "nvidia-a10-24gb-pcie": true, "nvidia-l4-24gb-pcie": true,
+	"nvidia-rtx4090-24gb-pcie": true, "nvidia-v100-16gb-pcie": true, "nvidia-t4-16gb-pcie": true,
+	"nvidia-p100-16gb-pcie": true,
+}
+
+// NVLink reports whether the model's devices can be joined by NVLink (an
+// SXM board, an NVLink bridge on PCIe cards, or AMD's Infinity Fabric).
+func (a Accelerator) NVLink() bool { return !noNVLink[a.ID] }
+
 // ReferenceAcceleratorID is the accelerator whose device-hour is one
 // reference-device-hour: work stated in reference-device-hours needs
 // fewer hours on faster devices, in proportion to RelativeThroughputPermille.

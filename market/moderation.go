@@ -85,6 +85,8 @@ const (
 	// listing's (model, count per node, memory); kept until a heartbeat
 	// matches.
 	FlagHardwareDiffers RedFlagCode = "hardware_differs"
+	// FlagNoNVLink: the offer says NVLink on a model that has none.
+	FlagNoNVLink RedFlagCode = "no_nvlink"
 )
 
 // Label names the flag in words, for the admin's review page.
@@ -104,6 +106,8 @@ func (c RedFlagCode) Label() string {
 		return "Disputes upheld"
 	case FlagHardwareDiffers:
 		return "Hardware differs from listing"
+	case FlagNoNVLink:
+		return "NVLink on a model without it"
 	}
 	return "Warning"
 }
@@ -275,6 +279,9 @@ func RedFlags(o Offer, in ModerationInput) []RedFlag {
 	}
 	for _, m := range in.HardwareDiffers {
 		flags = append(flags, RedFlag{Code: FlagHardwareDiffers, Message: m})
+	}
+	if acc, ok := FindAccelerator(o.AcceleratorID); ok && o.Interconnect == InterconnectNVLink && !acc.NVLink() {
+		add(FlagNoNVLink, "Says NVLink between its devices, but the %s has no NVLink (PCIe only).", acc.Name)
 	}
 	return flags
 }

@@ -141,3 +141,31 @@ func TestMedianCents(t *testing.T) {
 		}
 	}
 }
+
+// TestNVLinkOnAModelWithoutIt: an RTX 4090 or L40S box that says NVLink is
+// flagged; PCIe on it, and NVLink on an H100 SXM or an A100 PCIe (bridged),
+// are not.
+func TestNVLinkOnAModelWithoutIt(t *testing.T) {
+	for _, tc := range []struct {
+		acc  string
+		ic   Interconnect
+		flag bool
+	}{
+		{"nvidia-rtx4090-24gb-pcie", InterconnectNVLink, true},
+		{"nvidia-l40s-48gb-pcie", InterconnectNVLink, true},
+		{"nvidia-rtx4090-24gb-pcie", InterconnectPCIe, false},
+		{"nvidia-h100-80gb-sxm", InterconnectNVLink, false},
+		{"nvidia-a100-40gb-pcie", InterconnectNVLink, false},
+	} {
+		o := Offer{AcceleratorID: tc.acc, Interconnect: tc.ic, DevicesPerNode: 4, Nodes: 1}
+		got := false
+		for _, f := range RedFlags(o, ModerationInput{}) {
+			if f.Code == FlagNoNVLink {
+				got = true
+			}
+		}
+		if got != tc.flag {
+			t.Errorf("%s with %s: flagged %v, want %v", tc.acc, tc.ic, got, tc.flag)
+		}
+	}
+}

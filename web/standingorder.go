@@ -126,8 +126,15 @@ func requestSummary(r market.Request) string {
 		models = c.Families
 	}
 	what := "any accelerator"
-	if len(models) > 0 {
+	switch {
+	case len(models) > 0:
 		what = strings.Join(models, " or ")
+	case len(c.OfferIDs) > 0:
+		ids := make([]string, len(c.OfferIDs))
+		for i, id := range c.OfferIDs {
+			ids[i] = "#" + strconv.FormatInt(id, 10)
+		}
+		what = "offer " + strings.Join(ids, " or ")
 	}
 	s := fmt.Sprintf("%d × %s, %s", w.Devices, what, w.Kind)
 	switch {
