@@ -95,7 +95,7 @@ func (h *Handler) spotPanel(ctx context.Context, o market.Offer, u *market.User,
 	}
 	if f == (spotBidForm{}) {
 		// The first hour still open for bidding, for three hours.
-		first := market.SpotClearsAt(now, -o.PreemptNoticeMins).Truncate(time.Hour).Add(time.Hour)
+		first := market.SpotNextHour(now, o.PreemptNoticeMins)
 		f = spotBidForm{Devices: "1", MaxPrice: o.InterruptibleCentsPerDH.Decimal(),
 			FirstHour: first.Format(spotHourLayout), LastHour: first.Add(2 * time.Hour).Format(spotHourLayout)}
 	}
