@@ -177,6 +177,12 @@ func SpotClearsAt(hour time.Time, noticeMins int) time.Time {
 	return hour.Add(-time.Duration(noticeMins) * time.Minute)
 }
 
+// SpotNextHour is the first hour of an offer with noticeMins of preemption
+// notice still open for bidding at now: the next one to be auctioned.
+func SpotNextHour(now time.Time, noticeMins int) time.Time {
+	return SpotClearsAt(now, -noticeMins).UTC().Truncate(time.Hour).Add(time.Hour)
+}
+
 // SpotWin is one winning bid of a clearing.
 type SpotWin struct {
 	BidID   int64

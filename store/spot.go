@@ -62,6 +62,19 @@ type SpotBookSummary struct {
 	Last        SpotClearingRow
 }
 
+// SpotIndicative is what an offer's next hour (market.SpotNextHour) would
+// clear at if it were auctioned now, with the live bids and the capacity
+// of now. It assumes every live bid's hold for the hour succeeds: at the
+// clearing, a bid whose hold fails sits the hour out.
+type SpotIndicative struct {
+	Hour        time.Time
+	FloorCents  market.Cents
+	PriceCents  market.Cents // the clearing price; the floor when nothing would sell
+	Capacity    int
+	DevicesBid  int
+	DevicesSold int
+}
+
 // SpotHourDue is an offer-hour whose clearing time has passed and which
 // has not cleared.
 type SpotHourDue struct {
@@ -350,6 +363,38 @@ func (db *DB) SpotBook(ctx context.Context, offerID int64) (SpotBookSummary, err
 	return s, nil
 }
 
+// SpotIndicative returns the indicative clearing of the offer's next hour
+// at now: market.ClearSpot of the inputs ClearSpotHour would take now, in
+// one read transaction.
+func (db *DB) SpotIndicative(ctx context.Context, offerID int64, now time.Time) (SpotIndicative, error) {
+	const op = "spot indicative"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return SpotIndicative{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	full, err := getOffer(ctx, tx, offerID)
+	if err != nil {
+		return SpotIndicative{}, fail(op, err, "")
+	}
+	o, suspended, err := scanBookableOffer(tx.QueryRowContext(ctx, bookableOfferQuery, offerID))
+	if err != nil {
+		return SpotIndicative{}, fail(op, err, "")
+	}
+	hour := market.SpotNextHour(now, full.PreemptNoticeMins)
+	capacity, bids, _, err := spotHourAuction(ctx, tx, full, o, suspended, hour, now)
+	if err != nil {
+		return SpotIndicative{}, fail(op, err, "")
+	}
+	floor := full.InterruptibleCentsPerDH
+	c := market.ClearSpot(floor, capacity, bids)
+	out := SpotIndicative{Hour: hour, FloorCents: floor, PriceCents: c.PriceCents, Capacity: c.Capacity, DevicesBid: c.DevicesBid, DevicesSold: c.DevicesSold}
+	if c.DevicesSold == 0 {
+		out.PriceCents = floor
+	}
+	return out, nil
+}
+
 // ListSpotClearings returns every clearing of an hour in [from, to), by
 // hour then offer: the published spot series.
 func (db *DB) ListSpotClearings(ctx context.Context, from, to time.Time) ([]SpotClearingRow, error) {
@@ -469,7 +514,6 @@ func (db *DB) FinishSpotBids(ctx context.Context, now time.Time) (int64, error) 
 func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.Time, hold time.Duration) (SpotResult, error) {
 	const op = "clear spot hour"
 	hour = hour.UTC().Truncate(time.Hour)
-	end := hour.Add(time.Hour)
 	tx, err := db.begin(ctx)
 	if err != nil {
 		return SpotResult{}, fail(op, err, "")
@@ -490,52 +534,9 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 	if err != nil {
 		return SpotResult{}, fail(op, err, "")
 	}
-	window, err := market.SpotHourDelivery(hour, now, 0, 0)
+	capacity, bids, auths, err := spotHourAuction(ctx, tx, full, o, suspended, hour, now)
 	if err != nil {
 		return SpotResult{}, fail(op, err, "")
-	}
-	capacity := 0
-	if window.Minutes > 0 && o.Listed() && !suspended && full.Interruptible && !hour.Before(o.AvailableFrom) && !end.After(o.AvailableUntil) {
-		existing, err := queryCommitments(ctx, tx, now, bookingCommitmentsWhere, offerID, unix(hour), unix(end))
-		if err != nil {
-			return SpotResult{}, fail(op, err, "")
-		}
-		capacity = market.SpotCapacity(o, existing, hour)
-	}
-	live, err := collect(ctx, tx, scanSpotBid, `SELECT `+spotBidColumns+` FROM spot_bids b
-		WHERE b.offer_id = ? AND b.state = ? AND b.first_hour <= ? AND b.last_hour >= ? ORDER BY b.id`,
-		offerID, string(market.SpotBidLive), unix(hour), unix(hour))
-	if err != nil {
-		return SpotResult{}, fail(op, err, "")
-	}
-	// A bid whose hold for the hour was declined or never answered sits
-	// the hour out (market.SpotAuthorization): it cannot win, nor set the
-	// price the others pay.
-	auths, err := spotAuthsForHour(ctx, tx, offerID, hour)
-	if err != nil {
-		return SpotResult{}, fail(op, err, "")
-	}
-	bids := make([]market.SpotBid, 0, len(live))
-	barred := map[int64]bool{}
-	for _, b := range live {
-		if b.Wash(full) {
-			continue
-		}
-		if a, held := auths[b.ID]; held && a.State != market.SpotAuthAuthorized {
-			continue
-		}
-		bar, seen := barred[b.BuyerID]
-		if !seen {
-			msg, err := spotBidderBar(ctx, tx, b.BuyerID, now)
-			if err != nil {
-				return SpotResult{}, fail(op, err, "")
-			}
-			bar = msg != ""
-			barred[b.BuyerID] = bar
-		}
-		if !bar {
-			bids = append(bids, b)
-		}
 	}
 	floor := full.InterruptibleCentsPerDH
 	c := market.ClearSpot(floor, capacity, bids)
@@ -661,6 +662,63 @@ func (db *DB) ClearSpotHour(ctx context.Context, offerID int64, hour, now time.T
 		return SpotResult{}, fail(op, err, "")
 	}
 	return res, nil
+}
+
+// spotHourAuction reads what market.ClearSpot takes for hour of the offer
+// full (o as bookableOfferQuery reads it, suspended its provider) at now,
+// as ClearSpotHour describes: the capacity on sale and the
+// live bids covering the hour that take part (no wash trades, no barred
+// buyers, none whose hold for the hour failed), with the holds for the
+// hour by bid.
+func spotHourAuction(ctx context.Context, tx querier, full, o market.Offer, suspended bool, hour, now time.Time) (capacity int, bids []market.SpotBid, auths map[int64]market.SpotAuthorization, err error) {
+	end := hour.Add(time.Hour)
+	window, err := market.SpotHourDelivery(hour, now, 0, 0)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if window.Minutes > 0 && o.Listed() && !suspended && full.Interruptible && !hour.Before(o.AvailableFrom) && !end.After(o.AvailableUntil) {
+		existing, err := queryCommitments(ctx, tx, now, bookingCommitmentsWhere, full.ID, unix(hour), unix(end))
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		capacity = market.SpotCapacity(o, existing, hour)
+	}
+	live, err := collect(ctx, tx, scanSpotBid, `SELECT `+spotBidColumns+` FROM spot_bids b
+		WHERE b.offer_id = ? AND b.state = ? AND b.first_hour <= ? AND b.last_hour >= ? ORDER BY b.id`,
+		full.ID, string(market.SpotBidLive), unix(hour), unix(hour))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	// A bid whose hold for the hour was declined or never answered sits
+	// the hour out (market.SpotAuthorization): it cannot win, nor set the
+	// price the others pay.
+	auths, err = spotAuthsForHour(ctx, tx, full.ID, hour)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	bids = make([]market.SpotBid, 0, len(live))
+	barred := map[int64]bool{}
+	for _, b := range live {
+		if b.Wash(full) {
+			continue
+		}
+		if a, held := auths[b.ID]; held && a.State != market.SpotAuthAuthorized {
+			continue
+		}
+		bar, seen := barred[b.BuyerID]
+		if !seen {
+			msg, err := spotBidderBar(ctx, tx, b.BuyerID, now)
+			if err != nil {
+				return 0, nil, nil, err
+			}
+			bar = msg != ""
+			barred[b.BuyerID] = bar
+		}
+		if !bar {
+			bids = append(bids, b)
+		}
+	}
+	return capacity, bids, auths, nil
 }
 
 // SpotInterruptionRates returns, for every offer with spot hours run in

@@ -472,3 +472,49 @@ func TestUnconfirmedAccountBidsAndPaysNothing(t *testing.T) {
 	_, err = db.CreateResaleCharge(ctx, id, 1, t0)
 	wantCode(t, err, market.CodeForbidden)
 }
+
+// TestSpotIndicative: the next hour's indicative price is the clearing of
+// the live bids covering it against the free capacity, the floor while
+// nothing would sell, and what the hour then clears at.
+func TestSpotIndicative(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(t)
+	prov := createUser(t, db, "prov@example.com", true)
+	b1 := createUser(t, db, "b1@example.com", false)
+	b2 := createUser(t, db, "b2@example.com", false)
+	b3 := createUser(t, db, "b3@example.com", false)
+	o := spotOffer(t, db, prov.ID, 4, 1) // 4 devices, floor 100¢, 30 minutes' notice
+	now := t0.Add(10 * time.Minute)
+	next := t0.Truncate(time.Hour).Add(time.Hour) // clears at 30 minutes past t0's hour
+
+	check := func(want SpotIndicative) {
+		t.Helper()
+		got, err := db.SpotIndicative(ctx, o.ID, now)
+		if err != nil {
+			t.Fatalf("SpotIndicative: %v", err)
+		}
+		if !got.Hour.Equal(want.Hour) || got.FloorCents != want.FloorCents || got.PriceCents != want.PriceCents ||
+			got.Capacity != want.Capacity || got.DevicesBid != want.DevicesBid || got.DevicesSold != want.DevicesSold {
+			t.Fatalf("indicative = %+v, want %+v", got, want)
+		}
+	}
+	check(SpotIndicative{Hour: next, FloorCents: 100, PriceCents: 100, Capacity: 4})
+	placeBid(t, db, b1.ID, o.ID, 2, 150, next, next.Add(time.Hour), now)
+	placeBid(t, db, b2.ID, o.ID, 2, 120, next, next, now)
+	// 4 devices asked for, 4 on sale: everyone wins at the floor.
+	check(SpotIndicative{Hour: next, FloorCents: 100, PriceCents: 100, Capacity: 4, DevicesBid: 4, DevicesSold: 4})
+	placeBid(t, db, b3.ID, o.ID, 2, 300, next, next, now)
+	// 6 asked for: 300 and 150 win, 120 loses; the marginal winner pays its own 150.
+	check(SpotIndicative{Hour: next, FloorCents: 100, PriceCents: 150, Capacity: 4, DevicesBid: 6, DevicesSold: 4})
+
+	res, err := db.ClearSpotHour(ctx, o.ID, next, next.Add(-30*time.Minute), time.Hour)
+	if err != nil {
+		t.Fatalf("ClearSpotHour: %v", err)
+	}
+	if res.Clearing.PriceCents != 150 {
+		t.Fatalf("cleared at %d, indicative said 150", res.Clearing.PriceCents)
+	}
+	// Once it has cleared the next hour is the one after, with b1's bid alone.
+	now = next.Add(-30 * time.Minute)
+	check(SpotIndicative{Hour: next.Add(time.Hour), FloorCents: 100, PriceCents: 100, Capacity: 4, DevicesBid: 2, DevicesSold: 2})
+}

@@ -48,6 +48,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.GET("/spot/bids", h.handleAPISpotBids) // spot market
 	api.POST("/spot/bids", h.handleAPISpotBidCreate, requireScope(scopeWrite), h.requireVerified)
 	api.POST("/spot/bids/:id/cancel", h.handleAPISpotBidCancel, requireScope(scopeWrite))
+	api.GET("/offers/:id/spot/indicative", h.handleAPISpotIndicative)
 
 	// The provider agent (docs/agent.md): host tokens per node, no cookies,
 	// so no CSRF; rate limited per token.

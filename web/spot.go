@@ -74,6 +74,12 @@ func (h *Handler) spotPanel(ctx context.Context, o market.Offer, u *market.User,
 		LoginURL: "/login?next=" + url.QueryEscape(fmt.Sprintf("/offers/%d#spot", o.ID)),
 		Action:   fmt.Sprintf("/offers/%d/spot-bids", o.ID), FormError: formErr, MaxDevices: strconv.Itoa(o.Devices()),
 	}
+	ind, err := h.db.SpotIndicative(ctx, o.ID, now)
+	if err != nil {
+		return views.SpotPanelView{}, err
+	}
+	v.IndicativePrice, v.IndicativeHour = ind.PriceCents.String(), formatSpan(ind.Hour, ind.Hour.Add(time.Hour))
+	v.IndicativeBasis, v.IndicativeNote = spotIndicativeBasis(ind), spotIndicativeNote
 	if !book.Last.Hour.IsZero() {
 		v.LastHour = formatSpan(book.Last.Hour, book.Last.Hour.Add(time.Hour))
 		if book.Last.DevicesSold > 0 {
@@ -95,7 +101,7 @@ func (h *Handler) spotPanel(ctx context.Context, o market.Offer, u *market.User,
 	}
 	if f == (spotBidForm{}) {
 		// The first hour still open for bidding, for three hours.
-		first := market.SpotClearsAt(now, -o.PreemptNoticeMins).Truncate(time.Hour).Add(time.Hour)
+		first := market.SpotNextHour(now, o.PreemptNoticeMins)
 		f = spotBidForm{Devices: "1", MaxPrice: o.InterruptibleCentsPerDH.Decimal(),
 			FirstHour: first.Format(spotHourLayout), LastHour: first.Add(2 * time.Hour).Format(spotHourLayout)}
 	}
@@ -115,6 +121,18 @@ func (h *Handler) spotPanel(ctx context.Context, o market.Offer, u *market.User,
 	v.LastHourF = views.Field{Name: "last_hour", Label: "Last hour (UTC), included", Type: "datetime-local", Value: f.LastHour, Error: errs["last_hour"],
 		Help: "At most 7 days after the first.", Attrs: map[string]any{"step": "3600"}}
 	return v, nil
+}
+
+// spotIndicativeBasis says how an indicative clearing stands.
+func spotIndicativeBasis(ind store.SpotIndicative) string {
+	switch {
+	case ind.DevicesBid == 0:
+		return "the floor: no bids at or above it yet"
+	case ind.DevicesSold == 0:
+		return fmt.Sprintf("the floor: %s bid, none fits the %s on sale", plural(ind.DevicesBid, "device"), plural(ind.Capacity, "device"))
+	default:
+		return fmt.Sprintf("%s bid for %s on sale", plural(ind.DevicesBid, "device"), plural(ind.Capacity, "device"))
+	}
 }
 
 // handleSpotBid places the signed-in buyer's bid on the offer. Bad input

@@ -142,3 +142,40 @@ func (h *Handler) handleAPISpotBidCancel(c echo.Context) error {
 	}
 	return writeJSON(c, http.StatusOK, out)
 }
+
+// apiSpotIndicative is GET /api/v1/offers/:id/spot/indicative: the next
+// hour's indicative clearing (store.SpotIndicative).
+type apiSpotIndicative struct {
+	OfferID     int64     `json:"offer_id"`
+	Hour        time.Time `json:"hour"`
+	PriceCents  int64     `json:"price_cents"`
+	FloorCents  int64     `json:"floor_cents"`
+	Capacity    int       `json:"capacity"`
+	DevicesBid  int       `json:"devices_bid"`
+	DevicesSold int       `json:"devices_sold"`
+	Note        string    `json:"note"`
+}
+
+// spotIndicativeNote is what the indicative price assumes.
+const spotIndicativeNote = "Indicative: changes as bids arrive, until the hour is auctioned. It assumes every live bid's card hold succeeds; a bid whose hold fails sits the hour out."
+
+func (h *Handler) handleAPISpotIndicative(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	l, err := h.db.FindOfferByID(ctx, id)
+	if err != nil {
+		return err
+	}
+	if o := l.Offer; !o.Listed() || l.ProviderSuspended || !o.Interruptible || o.InterruptibleCentsPerDH < 1 {
+		return market.Errorf(market.CodeNotFound, "Offer %d sells no spot capacity.", id)
+	}
+	ind, err := h.db.SpotIndicative(ctx, id, h.now())
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, http.StatusOK, apiSpotIndicative{OfferID: id, Hour: ind.Hour, PriceCents: int64(ind.PriceCents), FloorCents: int64(ind.FloorCents),
+		Capacity: ind.Capacity, DevicesBid: ind.DevicesBid, DevicesSold: ind.DevicesSold, Note: spotIndicativeNote})
+}
