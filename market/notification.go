@@ -108,6 +108,7 @@ const (
 	RefundForTerms            RefundFor = ""                  // SLA credits, time not charged, or a cancellation
 	RefundForDispute          RefundFor = "dispute"           // a dispute credit
 	RefundForPaymentException RefundFor = "payment_exception" // a payment that did not match its checkout
+	RefundForResale           RefundFor = "resale"            // the seller's credit for time resold
 )
 
 // Text is what the refund is for, as a person reads it.
@@ -117,6 +118,8 @@ func (f RefundFor) Text() string {
 		return "a dispute credit"
 	case RefundForPaymentException:
 		return "a payment that did not match the checkout"
+	case RefundForResale:
+		return "the time you resold"
 	}
 	return "SLA credits, time not charged, or a cancellation"
 }

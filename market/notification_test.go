@@ -73,6 +73,8 @@ func noticeWords() []struct {
 			"A refund of $15.00 for reservation #7 is on its way to your card (a dispute credit)."},
 		{NoticeRefundSent, NoticeParams{Reservation: 7, Amount: 1_500, RefundFor: RefundForPaymentException},
 			"A refund of $15.00 for reservation #7 is on its way to your card (a payment that did not match the checkout)."},
+		{NoticeRefundSent, NoticeParams{Reservation: 7, Amount: 1_500, RefundFor: RefundForResale},
+			"A refund of $15.00 for reservation #7 is on its way to your card (the time you resold)."},
 		{NoticePayoutSent, NoticeParams{Reservation: 7, Amount: 8_100}, "Payout of $81.00 for booking #7 sent to your connected account."},
 		{NoticePayoutHeld, NoticeParams{Reservation: 7, Payout: 8_100},
 			"Your payout of $81.00 for booking #7 is held until you finish connecting your payout account; it is sent as soon as you do."},

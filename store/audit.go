@@ -313,6 +313,8 @@ func refundFor(key string) market.RefundFor {
 		return market.RefundForDispute
 	case strings.HasPrefix(key, "payment_exception_"):
 		return market.RefundForPaymentException
+	case strings.HasPrefix(key, "resale_") && strings.HasSuffix(key, "_credit"): // market.ResaleCreditEntry
+		return market.RefundForResale
 	}
 	return market.RefundForTerms
 }
