@@ -118,6 +118,8 @@ func noticeWords() []struct {
 			"Standing order #3 filled: reservation #7, 8 devices, 3 Dec 2026 14:00 UTC – 3 Dec 2026 16:00 UTC, for $123.45. It is held until 3 Dec 2026 12:30 UTC: pay for it before then to confirm it."},
 		{NoticeOrderFilledCharging, NoticeParams{Order: 3, Reservation: 7, Devices: 8, Start: start, End: end, Amount: 12_345},
 			"Standing order #3 filled: reservation #7, 8 devices, 3 Dec 2026 14:00 UTC – 3 Dec 2026 16:00 UTC, for $123.45. Your saved payment method is being charged for it."},
+		{NoticeOrderFilledPaid, NoticeParams{Order: 3, Reservation: 7, Amount: 12_345, Start: start},
+			"Standing order #3 filled and paid: reservation #7 is booked and your payment of $123.45 arrived. It starts at 3 Dec 2026 14:00 UTC; its connection details will be on the reservation's page."},
 		{NoticeOrderExpired, NoticeParams{Order: 3, Limit: 250, LimitKind: LimitPerRefDeviceHour, Until: until},
 			"Standing order #3 (limit $2.50 per reference device-hour) reached its fill-by date, 3 Dec 2026 12:30 UTC, without a quote within its limit. Nothing was booked."},
 		{NoticeOrderCancelled, NoticeParams{Order: 3, Limit: 100_000, LimitKind: LimitTotalBudget},
