@@ -91,7 +91,8 @@ const (
 // Notice kinds of standing orders and the spot market, to the buyer.
 const (
 	NoticeOrderFilledHeld     NoticeKind = "order_filled_held"     // Order, Reservation, Devices, Start, End, Amount, Until
-	NoticeOrderFilledCharging NoticeKind = "order_filled_charging" // Order, Reservation, Devices, Start, End, Amount
+	NoticeOrderFilledCharging NoticeKind = "order_filled_charging" // Order, Reservation, Devices, Start, End, Amount (rows before order_filled_paid)
+	NoticeOrderFilledPaid     NoticeKind = "order_filled_paid"     // Order, Reservation, Amount, Start
 	NoticeOrderExpired        NoticeKind = "order_expired"         // Order, Limit, LimitKind, Until: the fill-by date
 	NoticeOrderCancelled      NoticeKind = "order_cancelled"       // Order, Limit, LimitKind
 	NoticeOrderNote           NoticeKind = "order_note"            // Order, Text: the order's note
@@ -108,6 +109,7 @@ const (
 	RefundForTerms            RefundFor = ""                  // SLA credits, time not charged, or a cancellation
 	RefundForDispute          RefundFor = "dispute"           // a dispute credit
 	RefundForPaymentException RefundFor = "payment_exception" // a payment that did not match its checkout
+	RefundForResale           RefundFor = "resale"            // the seller's credit for time resold
 )
 
 // Text is what the refund is for, as a person reads it.
@@ -117,6 +119,8 @@ func (f RefundFor) Text() string {
 		return "a dispute credit"
 	case RefundForPaymentException:
 		return "a payment that did not match the checkout"
+	case RefundForResale:
+		return "the time you resold"
 	}
 	return "SLA credits, time not charged, or a cancellation"
 }
@@ -278,6 +282,9 @@ func (n Notice) Text() string {
 		return p.orderFilled() + fmt.Sprintf("It is held until %s: pay for it before then to confirm it.", FormatTime(p.Until))
 	case NoticeOrderFilledCharging:
 		return p.orderFilled() + "Your saved payment method is being charged for it."
+	case NoticeOrderFilledPaid:
+		return fmt.Sprintf("Standing order #%d filled and paid: reservation #%d is booked and your payment of %s arrived. It starts at %s; its connection details will be on the reservation's page.",
+			p.Order, r, p.Amount, FormatTime(p.Start))
 	case NoticeOrderExpired:
 		return fmt.Sprintf("Standing order #%d (limit %s) reached its fill-by date, %s, without a quote within its limit. Nothing was booked.",
 			p.Order, p.limit(), FormatTime(p.Until))

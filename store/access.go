@@ -20,6 +20,9 @@ type PieceAccess struct {
 	Connection  market.Connection
 	InstalledAt time.Time
 	RemovedAt   time.Time
+	// Repeated, on RecordInstalled's answer, reports that the keys were
+	// already recorded in place: the agent's report came again.
+	Repeated bool
 }
 
 // Installed reports whether the agent reported the keys in place.
@@ -180,9 +183,9 @@ func nodePiece(ctx context.Context, tx *sql.Tx, t HostToken, pieceID int64) (mar
 // keys are in place on the token's node for a piece, with the connection
 // the buyer is to use (checked by market.ValidateConnection). It may come
 // again while the rental runs (the agent repeats it while asked to
-// install): the first installation time is kept and the connection
-// updated. A piece not on the token's node is not found; one whose rental
-// is not running is a conflict.
+// install): the first installation time is kept, the connection updated
+// and the answer marked Repeated. A piece not on the token's node is not
+// found; one whose rental is not running is a conflict.
 func (db *DB) RecordInstalled(ctx context.Context, tokenID, pieceID int64, conn market.Connection, now time.Time) (PieceAccess, error) {
 	const op = "record installed"
 	if err := market.ValidateConnection(&conn); err != nil {
@@ -215,9 +218,11 @@ func (db *DB) RecordInstalled(ctx context.Context, tokenID, pieceID int64, conn 
 			removed_at = NULL`, p.ID, t.Node, conn.Host, conn.Port, conn.User, unix(now)); err != nil {
 		return PieceAccess{}, fail(op, err, "")
 	}
+	repeated := a.Installed() && !a.Removed()
 	if a, err = getPieceAccess(ctx, tx, p.ID, t.Node); err != nil {
 		return PieceAccess{}, fail(op, err, "")
 	}
+	a.Repeated = repeated
 	return a, fail(op, tx.Commit(), "")
 }
 

@@ -134,11 +134,11 @@ func TestAssignmentsInstallRemoveAndScope(t *testing.T) {
 
 	// Installed (and reported again later: the first time is kept).
 	a, err := db.RecordInstalled(ctx, tok.ID, p.ID, conn, start.Add(time.Minute))
-	if err != nil || !a.InstalledAt.Equal(start.Add(time.Minute)) || a.Connection != conn || a.Removed() || a.Node != node {
+	if err != nil || !a.InstalledAt.Equal(start.Add(time.Minute)) || a.Connection != conn || a.Removed() || a.Node != node || a.Repeated {
 		t.Fatalf("installed %+v %v", a, err)
 	}
 	conn2 := market.Connection{Host: "node1.example.com", Port: 2222, User: "gpu"}
-	if a, err = db.RecordInstalled(ctx, tok.ID, p.ID, conn2, start.Add(2*time.Minute)); err != nil || !a.InstalledAt.Equal(start.Add(time.Minute)) || a.Connection != conn2 {
+	if a, err = db.RecordInstalled(ctx, tok.ID, p.ID, conn2, start.Add(2*time.Minute)); err != nil || !a.InstalledAt.Equal(start.Add(time.Minute)) || a.Connection != conn2 || !a.Repeated {
 		t.Fatalf("installed again %+v %v", a, err)
 	}
 	// The buyer sees it; nobody else's reservation lookup does.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -289,9 +290,20 @@ func moneyMoved(ctx context.Context, tx querier, e market.LedgerEntry) error {
 		default:
 			return nil
 		}
+		// A standing order's fill says it was booked and paid in one
+		// notification (its fill said nothing while being charged).
+		var order int64
+		err := tx.QueryRowContext(ctx, `SELECT id FROM standing_orders WHERE reservation_id = ?`, e.ReservationID).Scan(&order)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		kind := market.NoticePaymentArrived
+		if order != 0 {
+			kind = market.NoticeOrderFilledPaid
+		}
 		if err := insertNotification(ctx, tx, Notification{UserID: buyer, Kind: NotifyBookingConfirmed, CreatedAt: e.At,
 			URL: fmt.Sprintf("/reservations/%d", e.ReservationID),
-			Notice: market.Notice{Kind: market.NoticePaymentArrived, Params: market.NoticeParams{Reservation: e.ReservationID, Amount: e.Amount,
+			Notice: market.Notice{Kind: kind, Params: market.NoticeParams{Order: order, Reservation: e.ReservationID, Amount: e.Amount,
 				Start: fromUnix(starts)}}}); err != nil {
 			return err
 		}
@@ -313,6 +325,8 @@ func refundFor(key string) market.RefundFor {
 		return market.RefundForDispute
 	case strings.HasPrefix(key, "payment_exception_"):
 		return market.RefundForPaymentException
+	case strings.HasPrefix(key, "resale_") && strings.HasSuffix(key, "_credit"): // market.ResaleCreditEntry
+		return market.RefundForResale
 	}
 	return market.RefundForTerms
 }

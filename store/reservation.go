@@ -289,7 +289,13 @@ func (db *DB) CreateReservation(ctx context.Context, buyerID int64, pieces []mar
 	// inside its own savepoint (see groupcommit.go); it returns after the
 	// commit, so r is stored when err is nil.
 	err := db.book(ctx, func(ctx context.Context, tx preparedTx) error {
-		return holdReservation(ctx, tx, &r, offerIDs, byOffer, now)
+		if err := holdReservation(ctx, tx, &r, offerIDs, byOffer, now); err != nil {
+			return err
+		}
+		return insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyBookingHeld, CreatedAt: now,
+			URL: fmt.Sprintf("/reservations/%d", r.ID),
+			Notice: market.Notice{Kind: market.NoticeBookingHeld, Params: market.NoticeParams{Reservation: r.ID, Start: r.Start(), End: r.End(),
+				Until: r.HoldExpiresAt}}})
 	})
 	if err != nil {
 		return market.Reservation{}, fail(op, err, "")
@@ -300,8 +306,9 @@ func (db *DB) CreateReservation(ctx context.Context, buyerID int64, pieces []mar
 // holdReservation is the booking inside the caller's booking transaction
 // (db.book): the buyer's unpaid holds are counted, each offer's pieces are
 // checked and placed (reserveOnOffer), the reservation r (from newHold) is
-// inserted, its id set, and the buyer notified. CreateReservation and a
-// standing order's fill (FillStandingOrder) both book through it.
+// inserted and its id set. CreateReservation and a standing order's fill
+// (FillStandingOrder) both book through it, and each tells the buyer in
+// its own words.
 func holdReservation(ctx context.Context, tx querier, r *market.Reservation, offerIDs []int64, byOffer map[int64][]int, now time.Time) error {
 	held, err := countHeld(ctx, tx, r.BuyerID, now)
 	if err != nil {
@@ -316,13 +323,8 @@ func holdReservation(ctx context.Context, tx querier, r *market.Reservation, off
 			return err
 		}
 	}
-	if r.ID, err = insertReservation(ctx, tx, *r); err != nil {
-		return err
-	}
-	return insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyBookingHeld, CreatedAt: now,
-		URL: fmt.Sprintf("/reservations/%d", r.ID),
-		Notice: market.Notice{Kind: market.NoticeBookingHeld, Params: market.NoticeParams{Reservation: r.ID, Start: r.Start(), End: r.End(),
-			Until: r.HoldExpiresAt}}})
+	r.ID, err = insertReservation(ctx, tx, *r)
+	return err
 }
 
 // reserveOnOffer checks, inside the booking transaction, that the pieces

@@ -322,23 +322,25 @@ func (db *DB) FillStandingOrder(ctx context.Context, orderID int64, pieces []mar
 			return err
 		}
 		o.State, o.ReservationID, o.UpdatedAt = market.OrderFilled, r.ID, truncate(now)
-		next := market.NoticeOrderFilledHeld
 		if o.OnFill == market.FillPay {
 			// The charge is recorded with the hold it pays (a crash before
 			// it is made leaves it for the retrier); without a saved card
-			// left the fill stays held for the buyer to pay by hand.
+			// left the fill stays held for the buyer to pay by hand. A
+			// fill being charged says nothing yet: its payment's arrival
+			// tells the buyer it was booked and paid (moneyMoved), a
+			// decline that it is held (the order's note).
 			_, err := insertChargeIntent(ctx, tx.Tx, market.ChargeIntent{Purpose: market.PurposeReservation, BuyerID: o.BuyerID,
 				ReservationID: r.ID, Amount: r.AmountCents}, now)
 			switch {
 			case err == nil:
-				next = market.NoticeOrderFilledCharging
+				return nil
 			case market.ErrorCode(err) != market.CodeNotFound:
 				return err
 			}
 		}
 		return insertNotification(ctx, tx, Notification{UserID: o.BuyerID, Kind: NotifyOrderFilled, CreatedAt: now,
 			URL: fmt.Sprintf("/reservations/%d", r.ID),
-			Notice: market.Notice{Kind: next, Params: market.NoticeParams{Order: o.ID, Reservation: r.ID, Devices: r.Devices(), Start: r.Start(), End: r.End(),
+			Notice: market.Notice{Kind: market.NoticeOrderFilledHeld, Params: market.NoticeParams{Order: o.ID, Reservation: r.ID, Devices: r.Devices(), Start: r.Start(), End: r.End(),
 				Amount: r.AmountCents, Until: r.HoldExpiresAt}}})
 	})
 	if err != nil {

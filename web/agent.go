@@ -1,6 +1,7 @@
 package web
 
 import (
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -174,7 +175,13 @@ func (h *Handler) handleAgentInstalled(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	logger(c).Info("keys installed", "piece_id", id, "node", a.Node, "offer_id", hostToken(c).OfferID)
+	// The agent repeats its report while asked to install: the first is
+	// news, the rest are heard at DEBUG.
+	level := slog.LevelInfo
+	if a.Repeated {
+		level = slog.LevelDebug
+	}
+	logger(c).Log(c.Request().Context(), level, "keys installed", "piece_id", id, "node", a.Node, "offer_id", hostToken(c).OfferID)
 	return writeJSON(c, http.StatusOK, accessReply(a))
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -404,6 +405,35 @@ func TestStandingOrderPaysAtOnceWithTheSavedCard(t *testing.T) {
 		t.Error("the decline was not notified")
 	}
 	f.waitIdle()
+	// The paid fill sends one notification, that it was booked and paid;
+	// the declined one says it is held (the order's note and the decline),
+	// with no "held for you" of the booking and no "being charged" beside.
+	about := func(userID, reservationID int64) []market.Notice {
+		ns, err := f.db.ListNotifications(f.ctx, userID, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []market.Notice
+		for _, n := range ns {
+			if n.URL == fmt.Sprintf("/reservations/%d", reservationID) {
+				out = append(out, n.Notice)
+			}
+		}
+		return out
+	}
+	want := fmt.Sprintf("Standing order #%d filled and paid: reservation #%d is booked and your payment of $199.20 arrived.", o.ID, r.ID)
+	if ns := about(f.buyer.ID, r.ID); len(ns) != 1 || !strings.HasPrefix(ns[0].Text(), want) {
+		t.Errorf("the paid fill's notifications: %+v, want one that begins %q", ns, want)
+	}
+	declined := about(decliner.ID, dd.ReservationID)
+	for _, n := range declined {
+		if n.Kind == market.NoticeBookingHeld || n.Kind == market.NoticeOrderFilledCharging {
+			t.Errorf("the declined fill also says %q", n.Text())
+		}
+	}
+	if len(declined) != 2 || declined[0].Kind != market.NoticeOrderNote || !strings.Contains(declined[0].Text(), "is held until") {
+		t.Errorf("the declined fill's notifications: %+v, want the order's note and the decline", declined)
+	}
 	f.requireReconciled()
 }
 

@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -89,6 +90,11 @@ func TestResaleMoneyAndSettlement(t *testing.T) {
 	}
 	if !f.notified(f.buyer.ID, "sold for $99.99") || !f.notified(second.ID, "You bought reservation") {
 		t.Fatal("seller and buyer not both told")
+	}
+	// The credit's refund says what it is for: the time resold.
+	if !f.notified(f.buyer.ID, fmt.Sprintf("A refund of $89.99 for reservation #%d is on its way to your card (the time you resold).", r.ID)) ||
+		f.notified(f.buyer.ID, "time not charged, or a cancellation") {
+		t.Fatal("the seller's credit is not described as the time resold")
 	}
 
 	f.tick(start.Add(10 * time.Hour))
