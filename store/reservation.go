@@ -292,15 +292,20 @@ func (db *DB) CreateReservation(ctx context.Context, buyerID int64, pieces []mar
 		if err := holdReservation(ctx, tx, &r, offerIDs, byOffer, now); err != nil {
 			return err
 		}
-		return insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyBookingHeld, CreatedAt: now,
-			URL: fmt.Sprintf("/reservations/%d", r.ID),
-			Notice: market.Notice{Kind: market.NoticeBookingHeld, Params: market.NoticeParams{Reservation: r.ID, Start: r.Start(), End: r.End(),
-				Until: r.HoldExpiresAt}}})
+		return notifyHeld(ctx, tx, r, now)
 	})
 	if err != nil {
 		return market.Reservation{}, fail(op, err, "")
 	}
 	return r, nil
+}
+
+// notifyHeld tells the buyer a booking is held for them until it is paid.
+func notifyHeld(ctx context.Context, tx querier, r market.Reservation, now time.Time) error {
+	return insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyBookingHeld, CreatedAt: now,
+		URL: fmt.Sprintf("/reservations/%d", r.ID),
+		Notice: market.Notice{Kind: market.NoticeBookingHeld, Params: market.NoticeParams{Reservation: r.ID, Start: r.Start(), End: r.End(),
+			Until: r.HoldExpiresAt}}})
 }
 
 // holdReservation is the booking inside the caller's booking transaction

@@ -41,6 +41,9 @@ func (db *DB) CreateReservationWithRuntime(ctx context.Context, buyerID int64, p
 		if err := holdReservation(ctx, tx, &r, offerIDs, byOffer, now); err != nil {
 			return err
 		}
+		if err := notifyHeld(ctx, tx, r, now); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO reservation_runtimes (reservation_id, runtime_json) VALUES (?, ?)`, r.ID, string(doc)); err != nil {
 			return err
 		}
