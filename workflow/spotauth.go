@@ -21,8 +21,7 @@ func (s *Service) authorizeSpotHour(ctx context.Context, offerID int64, hour tim
 	}
 	for _, a := range pending {
 		log := s.log.With("spot_authorization_id", a.ID, "bid_id", a.BidID, "offer_id", offerID)
-		pay, err := s.pay.ChargeSaved(ctx, billing.ChargeInput{Customer: a.Customer, PaymentMethodID: a.ProcessorMethodID,
-			Amount: a.Amount, Description: "Spot bid hold", IdempotencyKey: a.Key(), Metadata: a.Metadata(), Authorize: true})
+		pay, err := s.placeHold(ctx, a)
 		now := s.now()
 		if _, ok := billing.AsDecline(err); ok || refused(err) || (err == nil && pay.Status != "requires_capture") {
 			log.Info("spot hold declined; bid sits the hour out and stops", "err", err, "status", pay.Status)
@@ -57,8 +56,7 @@ func (s *Service) releaseSpotHolds(ctx context.Context) {
 		log := s.log.With("spot_authorization_id", a.ID, "bid_id", a.BidID)
 		pi := a.PaymentIntentID
 		if a.State == market.SpotAuthPending {
-			pay, err := s.pay.ChargeSaved(ctx, billing.ChargeInput{Customer: a.Customer, PaymentMethodID: a.ProcessorMethodID,
-				Amount: a.Amount, Description: "Spot bid hold", IdempotencyKey: a.Key(), Metadata: a.Metadata(), Authorize: true})
+			pay, err := s.placeHold(ctx, a)
 			if _, ok := billing.AsDecline(err); ok || refused(err) {
 				now := s.now()
 				if _, err := s.db.RecordSpotAuthorization(ctx, a.ID, a.State, market.SpotAuthDeclined, pay.ID, now); err != nil {
@@ -90,4 +88,12 @@ func (s *Service) stopDeclinedBid(ctx context.Context, a market.SpotAuthorizatio
 		market.ErrorCode(err) != market.CodeConflict {
 		s.log.Error("spot bid not stopped", "bid_id", a.BidID, "err", err)
 	}
+}
+
+// placeHold asks the processor for a spot hold (an authorisation of its
+// amount on its card) under the hold's own key: asked again, the
+// processor answers with the same authorisation.
+func (s *Service) placeHold(ctx context.Context, a market.SpotAuthorization) (billing.Payment, error) {
+	return s.pay.ChargeSaved(ctx, billing.ChargeInput{Customer: a.Customer, PaymentMethodID: a.ProcessorMethodID,
+		Amount: a.Amount, Description: "Spot bid hold", IdempotencyKey: a.Key(), Metadata: a.Metadata(), Authorize: true})
 }
