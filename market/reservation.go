@@ -61,6 +61,16 @@ func (s ReservationState) Label() string {
 	return string(s)
 }
 
+// StateLabel is what a person reads as the reservation's state: its
+// state's label, except that a cancelled rental the buyer rejected reads
+// "rejected".
+func (r Reservation) StateLabel() string {
+	if r.State == ReservationCancelled && !r.RejectedAt.IsZero() {
+		return "rejected"
+	}
+	return r.State.Label()
+}
+
 // LabelWithArticle names the state for the start of a sentence about a
 // reservation, with the right article: "An active", "A held".
 func (s ReservationState) LabelWithArticle() string {

@@ -259,7 +259,7 @@ func (h *Handler) providerBookingView(c echo.Context, r market.Reservation, mine
 	if err != nil {
 		return views.ProviderBookingView{}, err
 	}
-	v := views.ProviderBookingView{ReservationID: strconv.FormatInt(r.ID, 10), State: string(r.State), StateLabel: r.State.Label(), Buyer: buyer.DisplayName}
+	v := views.ProviderBookingView{ReservationID: strconv.FormatInt(r.ID, 10), State: string(r.State), StateLabel: r.StateLabel(), Buyer: buyer.DisplayName}
 	cache := map[int64]pieceInfo{}
 	for _, p := range mine {
 		info, err := h.pieceInfo(ctx, p.OfferID, cache)

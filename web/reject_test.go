@@ -94,6 +94,13 @@ func TestRejectRentalInAcceptancePeriod(t *testing.T) {
 	mustContain(t, page, "Rental rejected. "+refund.String()+" of the "+r.AmountCents.String()+" you paid is refunded to you",
 		`data-testid="reject-closed"`, "You rejected this rental on "+formatTime(start.Add(5*time.Minute)))
 	mustNotContain(t, page, `data-testid="reject-reservation"`)
+	// Its badge says rejected, on its page and in the buyer's list.
+	if got := testidValue(t, page, "reservation-state"); got != "rejected" {
+		t.Fatalf("the rejected rental's badge %q, want rejected", got)
+	}
+	if got := testidValue(t, buyer.get("/reservations").body, "reservation-state"); got != "rejected" {
+		t.Fatalf("the list's badge %q, want rejected", got)
+	}
 	es := app.ledger(r.ID)
 	if sumKind(es, market.EntryRefund) != refund || sumKind(es, market.EntryTransfer)+sumKind(es, market.EntryFee) != charge {
 		t.Fatalf("ledger after the rejection %+v", es)

@@ -62,7 +62,7 @@ func (h *Handler) handleReservations(c echo.Context) error {
 func reservationRow(r market.Reservation, now time.Time) views.ReservationRow {
 	return views.ReservationRow{
 		ID: strconv.FormatInt(r.ID, 10), URL: fmt.Sprintf("/reservations/%d", r.ID),
-		State: string(r.State), StateLabel: r.State.Label(),
+		State: string(r.State), StateLabel: r.StateLabel(),
 		Devices: strconv.Itoa(r.Devices()), Window: formatTime(r.Start()) + " – " + formatTime(r.End()),
 		Amount: r.AmountCents.String(), Pieces: strconv.Itoa(len(r.Pieces)),
 	}
