@@ -84,7 +84,7 @@ func (h *Handler) handleStripeWebhook(c echo.Context) error {
 	}
 	switch err := h.wf.ApplyWebhook(c.Request().Context(), logger(c), body, c.Request().Header.Get("Stripe-Signature")); {
 	case market.ErrorCode(err) == market.CodeInvalid:
-		logger(c).Warn("webhook refused", "remote", c.RealIP())
+		logger(c).Warn("webhook refused", "reason", market.ErrorMessage(err), "remote", c.RealIP())
 		return c.JSON(http.StatusBadRequest, webhookReply{Error: market.ErrorMessage(err)})
 	case err != nil:
 		return c.JSON(http.StatusInternalServerError, webhookReply{Error: "not processed; retry later"})

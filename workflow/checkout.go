@@ -63,7 +63,6 @@ func (s *Service) StartCheckout(ctx context.Context, buyer market.User, reservat
 func (s *Service) ApplyWebhook(ctx context.Context, log *slog.Logger, body []byte, signature string) error {
 	ev, err := s.pay.ParseWebhook(body, signature)
 	if err != nil {
-		log.Warn("webhook refused", "err", err)
 		return market.Errorf(market.CodeInvalid, "%s", market.ErrorMessage(err))
 	}
 	if err := s.ApplyEvent(ctx, log, ev); err != nil {

@@ -126,9 +126,6 @@ func (s *Service) RefreshOffer(ctx context.Context, offerID int64) {
 	}
 }
 
-// RemoveOffer takes an offer out of the index at once.
-func (s *Service) RemoveOffer(offerID int64) { s.Index().Remove(offerID) }
-
 // heardCommit makes the index follow the offers a write transaction of
 // this process changed (store.DB.OnOffersChanged): they join the feed's
 // queue, as the other replicas' changes do, and are applied at once, on
