@@ -53,6 +53,10 @@ type ChargePurpose string
 const (
 	PurposeReservation ChargePurpose = "reservation"
 	PurposeResale      ChargePurpose = "resale"
+	// PurposeReplacement is the buyer's share of a dearer replacement
+	// after a host failure (ReplacementSplit.BuyerShare); ReservationID is
+	// the replaced rental.
+	PurposeReplacement ChargePurpose = "replacement"
 )
 
 // ChargeState is where a charge intent is.
@@ -78,6 +82,9 @@ const (
 	ChargeOutcomeSold       = "sold"
 	ChargeOutcomeUnsold     = "unsold"
 	ChargeOutcomeDeclined   = "declined"
+	// ChargeOutcomeUnbooked: a replacement's share was paid but the
+	// replacement could not be booked any more; it is refunded in full.
+	ChargeOutcomeUnbooked = "unbooked"
 )
 
 // ChargeRetryGrace is how long after its creation a pending intent is left

@@ -444,3 +444,33 @@ func ReplacementRefundEntry(id int64, r Reservation, amount Cents, refundID stri
 	return LedgerEntry{ReservationID: r.ID, Kind: EntryRefund, Debit: BuyerAccount(r.BuyerID), Credit: AccountPlatformCash,
 		Amount: amount, StripeRef: refundID, IdempotencyKey: ReplacementKey(id, "refund"), At: at}
 }
+
+// ReplacementChargeEntries record the buyer's share of a dearer
+// replacement id, paid with the processor's payment paymentIntentID: what
+// ReplacementEntries leaves unpaid of each replacement piece — the cost
+// less the buyer's share is spread in piece order — is charged to the
+// buyer and owed to that piece's provider (charge: Dr cash, Cr the
+// provider), one entry per piece under "repl_<id>_charge_<piece>". They
+// sum to s.BuyerShare when s.Cost is the pieces' amount.
+func ReplacementChargeEntries(id int64, r Reservation, pieces []ReservationPiece, s ReplacementSplit, paymentIntentID string, at time.Time) []LedgerEntry {
+	var out []LedgerEntry
+	left := s.Cost - s.BuyerShare
+	for _, p := range pieces {
+		covered := min(left, p.AmountCents)
+		left -= covered
+		if rest := p.AmountCents - covered; rest > 0 {
+			out = append(out, LedgerEntry{ReservationID: r.ID, Kind: EntryCharge, Debit: AccountPlatformCash, Credit: ProviderAccount(p.ProviderID),
+				Amount: rest, StripeRef: paymentIntentID, IdempotencyKey: ReplacementKey(id, "charge_"+strconv.FormatInt(p.ID, 10)), At: at})
+		}
+	}
+	return out
+}
+
+// ReplacementUnbookedCharge records a buyer's share that was paid when
+// the replacement could no longer be booked (capacity taken, the rental
+// moved on meanwhile): the payment is the buyer's (charge: Dr cash, Cr the
+// buyer) until ReplacementRefundEntry gives it back.
+func ReplacementUnbookedCharge(id int64, r Reservation, amount Cents, paymentIntentID string, at time.Time) LedgerEntry {
+	return LedgerEntry{ReservationID: r.ID, Kind: EntryCharge, Debit: AccountPlatformCash, Credit: BuyerAccount(r.BuyerID),
+		Amount: amount, StripeRef: paymentIntentID, IdempotencyKey: ReplacementKey(id, "charge"), At: at}
+}

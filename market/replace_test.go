@@ -432,3 +432,34 @@ func TestRematchAgainstReference(t *testing.T) {
 		t.Fatalf("coverage too thin")
 	}
 }
+
+// The buyer's share of a dearer replacement is charged to them and owed
+// to the pieces ReplacementEntries leaves unpaid, last pieces first to
+// lack: two pieces of 1,000¢ (provider 8) and 500¢ (provider 9), the
+// failing provider 7 passing 1,200¢, the buyer 300¢ — all on piece 2.
+// With everything balanced, each provider ends owed its piece's amount.
+func TestReplacementChargeEntries(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := Reservation{ID: 5, BuyerID: 3}
+	pieces := []ReservationPiece{{ID: 41, ProviderID: 8, AmountCents: 1000}, {ID: 42, ProviderID: 9, AmountCents: 500}}
+	s := ReplacementSplit{Remaining: 900, Cost: 1500, ProviderShare: 300, BuyerShare: 300}
+	got := ReplacementChargeEntries(2, r, pieces, s, "pi_share", at)
+	want := []LedgerEntry{{ReservationID: 5, Kind: EntryCharge, Debit: AccountPlatformCash, Credit: "provider:9", Amount: 300,
+		StripeRef: "pi_share", IdempotencyKey: "repl_2_charge_42", At: at}}
+	if len(got) != 1 || got[0] != want[0] {
+		t.Fatalf("charge entries %+v, want %+v", got, want)
+	}
+	owed := map[string]Cents{}
+	for _, e := range append(ReplacementEntries(2, r, 7, pieces, s, at), got...) {
+		owed[e.Credit] += e.Amount
+		owed[e.Debit] -= e.Amount
+	}
+	if owed["provider:8"] != 1000 || owed["provider:9"] != 500 || owed["provider:7"] != -1200 || owed[AccountPlatformCash] != -300 {
+		t.Fatalf("balances %v", owed)
+	}
+	// Paid but not booked: the share is the buyer's until refunded.
+	e := ReplacementUnbookedCharge(2, r, 300, "pi_share", at)
+	if e.Credit != "buyer:3" || e.Debit != AccountPlatformCash || e.Amount != 300 || e.IdempotencyKey != "repl_2_charge" || e.Kind != EntryCharge {
+		t.Fatalf("unbooked charge %+v", e)
+	}
+}

@@ -241,7 +241,8 @@ func (db *DB) RecordChargeAttempt(ctx context.Context, id int64, paymentIntentID
 // a pending charge (nothing was charged): the intent declined and, for a
 // reservation's payment, the failed payment with message for the buyer
 // (as RecordPaymentFailed), the reservation staying held until its hold
-// ends. It reports whether the intent was still pending.
+// ends; for a replacement's share, the replacement unfilled and the buyer
+// told. It reports whether the intent was still pending.
 func (db *DB) RecordChargeDeclined(ctx context.Context, id int64, paymentIntentID, message string, now time.Time) (bool, error) {
 	const op = "record charge declined"
 	tx, err := db.begin(ctx)
@@ -260,8 +261,13 @@ func (db *DB) RecordChargeDeclined(ctx context.Context, id int64, paymentIntentI
 		WHERE id = ?`, string(market.ChargeDeclined), market.ChargeOutcomeDeclined, paymentIntentID, message, unix(now), id); err != nil {
 		return false, fail(op, err, "")
 	}
-	if ci.Purpose == market.PurposeReservation {
+	switch ci.Purpose {
+	case market.PurposeReservation:
 		if err := recordPaymentFailed(ctx, tx, ci.ReservationID, paymentIntentID, message, now); err != nil {
+			return false, fail(op, err, "")
+		}
+	case market.PurposeReplacement:
+		if err := declineReplacementCharge(ctx, tx, ci.ID, message, now); err != nil {
 			return false, fail(op, err, "")
 		}
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -24,6 +25,10 @@ const (
 	ReplacementLapsed    = "lapsed"
 	ReplacementUnfilled  = "unfilled"
 	ReplacementNotWanted = "not_wanted"
+	// ReplacementCharging: the buyer's share of a dearer replacement is
+	// being charged to their saved card; the planned pieces are booked in
+	// the transaction that records the paid charge.
+	ReplacementCharging = "charging"
 )
 
 // Notification kinds of replacement, to the buyer.
@@ -56,6 +61,10 @@ type Replacement struct {
 	Attempts       int
 	NextAttemptAt  time.Time
 	LastError      string
+	// ChargeIntentID is the charge of the buyer's share, if any
+	// (market.PurposeReplacement); PremiumRef the processor's payment of it.
+	ChargeIntentID int64
+	PremiumRef     string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 }
@@ -67,7 +76,7 @@ func (r Replacement) OfferLive(now time.Time) bool {
 
 const replacementColumns = `id, outage_id, reservation_id, piece_id, failed_node, kind, policy, state, reason, tier, piece_ids,
 	from_at, until_at, offer_expires_at, remaining_cents, delivered_cents, cost_cents, refund_cents, provider_share_cents,
-	buyer_share_cents, refund_done, refund_ref, attempts, next_attempt_at, last_error, created_at, updated_at`
+	buyer_share_cents, refund_done, refund_ref, attempts, next_attempt_at, last_error, charge_intent_id, premium_ref, created_at, updated_at`
 
 func scanReplacement(s scanner) (Replacement, error) {
 	var r Replacement
@@ -76,7 +85,7 @@ func scanReplacement(s scanner) (Replacement, error) {
 	var rem, del, cost, refund, ps, bs int64
 	if err := s.Scan(&r.ID, &r.OutageID, &r.ReservationID, &r.PieceID, &r.FailedNode, &kind, &policy, &r.State, &r.Reason, &r.Tier, &ids,
 		&from, &until, &expires, &rem, &del, &cost, &refund, &ps, &bs, &r.RefundDone, &r.RefundRef, &r.Attempts, &next, &r.LastError,
-		&created, &updated); err != nil {
+		&r.ChargeIntentID, &r.PremiumRef, &created, &updated); err != nil {
 		return Replacement{}, err
 	}
 	r.Kind, r.Policy = market.IncidentKind(kind), market.ReplacementPolicy(policy)
@@ -226,14 +235,15 @@ func (db *DB) RecordReplacementDecision(ctx context.Context, rep Replacement, no
 // (market.ReplacementEntries); a refund, if any, is left to the retrier;
 // the buyer is told what failed, where the rental is now and how to
 // connect, and the providers are told. A buyer's share above zero is
-// refused: no off-session charge is made for it yet.
+// refused here: it is charged first (RecordReplacementCharge) and booked
+// with the payment (BookChargedReplacement).
 func (db *DB) BookReplacement(ctx context.Context, rep Replacement, buyerID int64, pieces []market.ReservationPiece, split market.ReplacementSplit, tier market.ReplacementTier, now time.Time) (_ Replacement, booked bool, _ error) {
 	const op = "book replacement"
 	if len(pieces) == 0 {
 		return Replacement{}, false, invalid("A replacement needs at least one piece.")
 	}
 	if split.BuyerShare > 0 {
-		return Replacement{}, false, conflict("This replacement costs more than the failing provider bears, and charging the buyer's card for the difference is not available yet.")
+		return Replacement{}, false, conflict("This replacement costs the buyer more than they paid; their share is charged first (RecordReplacementCharge).")
 	}
 	tx, err := db.begin(ctx)
 	if err != nil {
@@ -253,21 +263,33 @@ func (db *DB) BookReplacement(ctx context.Context, rep Replacement, buyerID int6
 			return Replacement{}, false, conflict("This offer of a replacement has lapsed; the SLA credit for the outage applies.")
 		}
 	}
-	r, err := getReservation(ctx, tx, got.ReservationID)
-	if err != nil {
+	if got, err = bookReplacementTx(ctx, tx, got, buyerID, truncate(rep.From), pieces, split, tier, "", now); err != nil {
 		return Replacement{}, false, fail(op, err, "")
 	}
+	return got, true, fail(op, tx.Commit(), "")
+}
+
+// bookReplacementTx books replacement row got (recorded for its outage)
+// from `from` with pieces, inside tx: the checks, the original piece's
+// end, the new pieces on their offers, the reservation's amount, the
+// row's money, the ledger (with the buyer's share paid by premiumRef, if
+// any) and the notifications. It returns the row as booked.
+func bookReplacementTx(ctx context.Context, tx *sql.Tx, got Replacement, buyerID int64, from time.Time, pieces []market.ReservationPiece,
+	split market.ReplacementSplit, tier market.ReplacementTier, premiumRef string, now time.Time) (Replacement, error) {
+	r, err := getReservation(ctx, tx, got.ReservationID)
+	if err != nil {
+		return Replacement{}, err
+	}
 	if buyerID != 0 && r.BuyerID != buyerID {
-		return Replacement{}, false, notFound(msgReplacementNotFound)
+		return Replacement{}, notFound(msgReplacementNotFound)
 	}
 	orig := pieceOfReservation(r, got.PieceID)
-	from := truncate(rep.From)
 	if r.State != market.ReservationActive || orig.ID == 0 || !orig.End.Equal(got.Until) || !from.Before(orig.End) {
-		return Replacement{}, false, conflict("This rental has moved on since the failure was measured; no replacement was booked.")
+		return Replacement{}, conflict("This rental has moved on since the failure was measured; no replacement was booked.")
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE reservation_pieces SET end_at = ?, amount_cents = ? WHERE id = ?`,
 		unix(from), int64(split.OriginalAmount()), orig.ID); err != nil {
-		return Replacement{}, false, fail(op, err, "")
+		return Replacement{}, err
 	}
 	add := make([]market.ReservationPiece, len(pieces))
 	var offerIDs []int64
@@ -282,7 +304,7 @@ func (db *DB) BookReplacement(ctx context.Context, rep Replacement, buyerID int6
 	}
 	for _, id := range offerIDs {
 		if err := reserveOnOffer(ctx, tx, id, add, byOffer[id], now); err != nil {
-			return Replacement{}, false, fail(op, err, "")
+			return Replacement{}, err
 		}
 	}
 	position := len(r.Pieces)
@@ -294,7 +316,7 @@ func (db *DB) BookReplacement(ctx context.Context, rep Replacement, buyerID int6
 			boolInt(p.Interruptible), int64(p.PriceCents), int64(p.AmountCents), p.FreeCancelHours, p.CancelFeeBP,
 			boolInt(p.Gang), formatNodes(p.Nodes), p.OfferID,
 		).Scan(&p.ID, &basis, &p.Terms.UptimeBP, &p.Terms.CreditCapBP, &schedule, &p.RejectMinutes); err != nil {
-			return Replacement{}, false, fail(op, err, "")
+			return Replacement{}, err
 		}
 		ids[i] = strconv.FormatInt(p.ID, 10)
 	}
@@ -309,27 +331,225 @@ func (db *DB) BookReplacement(ctx context.Context, rep Replacement, buyerID int6
 		total += p.AmountCents
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE reservations SET amount_cents = ?, updated_at = ? WHERE id = ?`, int64(total), unix(now), r.ID); err != nil {
-		return Replacement{}, false, fail(op, err, "")
+		return Replacement{}, err
 	}
 	refundDone := boolInt(split.Refund == 0)
 	if _, err := tx.ExecContext(ctx, `UPDATE replacements SET state = ?, tier = ?, piece_ids = ?, from_at = ?, remaining_cents = ?,
 		delivered_cents = ?, cost_cents = ?, refund_cents = ?, provider_share_cents = ?, buyer_share_cents = ?, refund_done = ?,
-		next_attempt_at = ?, updated_at = ? WHERE id = ?`,
+		next_attempt_at = ?, premium_ref = ?, updated_at = ? WHERE id = ?`,
 		ReplacementBooked, int(tier), strings.Join(ids, ","), unix(from), int64(split.Remaining), int64(split.Delivered), int64(split.Cost),
-		int64(split.Refund), int64(split.ProviderShare), int64(split.BuyerShare), refundDone, unix(now), unix(now), got.ID); err != nil {
-		return Replacement{}, false, fail(op, err, "")
+		int64(split.Refund), int64(split.ProviderShare), int64(split.BuyerShare), refundDone, unix(now), premiumRef, unix(now), got.ID); err != nil {
+		return Replacement{}, err
 	}
-	if err := insertEntries(ctx, tx, market.ReplacementEntries(got.ID, r, orig.ProviderID, add, split, now)); err != nil {
-		return Replacement{}, false, fail(op, err, "")
+	entries := market.ReplacementEntries(got.ID, r, orig.ProviderID, add, split, now)
+	if split.BuyerShare > 0 {
+		entries = append(entries, market.ReplacementChargeEntries(got.ID, r, add, split, premiumRef, now)...)
 	}
+	if err := insertEntries(ctx, tx, entries); err != nil {
+		return Replacement{}, err
+	}
+	got.From = from
 	if err := notifyReplaced(ctx, tx, r, orig, got, add, split, tier, now); err != nil {
-		return Replacement{}, false, fail(op, err, "")
+		return Replacement{}, err
+	}
+	return scanReplacement(tx.QueryRowContext(ctx, `SELECT `+replacementColumns+` FROM replacements WHERE id = ?`, got.ID))
+}
+
+// RecordReplacementCharge records, in one transaction, the decision to
+// book a dearer replacement whose buyer's share (split.BuyerShare > 0) is
+// charged to the buyer's default saved card: the outage's row in state
+// charging with the planned pieces, the split and the tier, and the
+// pending charge of the share (market.PurposeReplacement) that
+// BookChargedReplacement finishes. The buyer buyerID (non-zero) takes up
+// an offer they confirm while it is live; otherwise a row already
+// recorded for the outage is returned as it is with no charge (ci.ID 0).
+// No saved card is a market CodeNotFound error and records nothing.
+func (db *DB) RecordReplacementCharge(ctx context.Context, rep Replacement, buyerID int64, pieces []market.ReservationPiece, split market.ReplacementSplit,
+	tier market.ReplacementTier, now time.Time) (Replacement, market.ChargeIntent, error) {
+	const op = "record replacement charge"
+	if len(pieces) == 0 || split.BuyerShare <= 0 {
+		return Replacement{}, market.ChargeIntent{}, invalid("Only a replacement with a buyer's share is charged.")
+	}
+	plan, err := json.Marshal(pieces)
+	if err != nil {
+		return Replacement{}, market.ChargeIntent{}, fail(op, err, "")
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return Replacement{}, market.ChargeIntent{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	rep.State = ReplacementCharging
+	got, inserted, err := insertReplacementRow(ctx, tx, rep, now)
+	if err != nil {
+		return Replacement{}, market.ChargeIntent{}, fail(op, err, "")
+	}
+	if !inserted {
+		if buyerID == 0 || got.State != ReplacementOffered {
+			return got, market.ChargeIntent{}, nil
+		}
+		if !got.OfferLive(now) {
+			return Replacement{}, market.ChargeIntent{}, conflict("This offer of a replacement has lapsed; the SLA credit for the outage applies.")
+		}
+	}
+	r, err := getReservation(ctx, tx, got.ReservationID)
+	if err != nil {
+		return Replacement{}, market.ChargeIntent{}, fail(op, err, "")
+	}
+	if buyerID != 0 && r.BuyerID != buyerID {
+		return Replacement{}, market.ChargeIntent{}, notFound(msgReplacementNotFound)
+	}
+	ci, err := insertChargeIntent(ctx, tx, market.ChargeIntent{Purpose: market.PurposeReplacement, BuyerID: r.BuyerID,
+		ReservationID: r.ID, Amount: split.BuyerShare}, now)
+	if err != nil {
+		return Replacement{}, market.ChargeIntent{}, fail(op, err, "")
+	}
+	var taken int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM replacements WHERE charge_intent_id = ?`, ci.ID).Scan(&taken); err != nil {
+		return Replacement{}, market.ChargeIntent{}, fail(op, err, "")
+	}
+	if taken > 0 {
+		// Another outage of the same rental is being charged right now.
+		return Replacement{}, market.ChargeIntent{}, conflict("Another replacement of this rental is being paid; this one is planned again shortly.")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE replacements SET state = ?, tier = ?, from_at = ?, remaining_cents = ?, delivered_cents = ?,
+		cost_cents = ?, refund_cents = ?, provider_share_cents = ?, buyer_share_cents = ?, charge_intent_id = ?, planned_pieces = ?,
+		updated_at = ? WHERE id = ?`,
+		ReplacementCharging, int(tier), unix(truncate(rep.From)), int64(split.Remaining), int64(split.Delivered), int64(split.Cost),
+		int64(split.Refund), int64(split.ProviderShare), int64(split.BuyerShare), ci.ID, string(plan), unix(now), got.ID); err != nil {
+		return Replacement{}, market.ChargeIntent{}, fail(op, err, "")
 	}
 	got, err = scanReplacement(tx.QueryRowContext(ctx, `SELECT `+replacementColumns+` FROM replacements WHERE id = ?`, got.ID))
 	if err != nil {
-		return Replacement{}, false, fail(op, err, "")
+		return Replacement{}, market.ChargeIntent{}, fail(op, err, "")
 	}
-	return got, true, fail(op, tx.Commit(), "")
+	return got, ci, fail(op, tx.Commit(), "")
+}
+
+// chargingReplacement returns the replacement row a replacement charge
+// intent pays for, with its planned pieces.
+func chargingReplacement(ctx context.Context, tx *sql.Tx, chargeIntentID int64) (Replacement, []market.ReservationPiece, error) {
+	var plan string
+	if err := tx.QueryRowContext(ctx, `SELECT planned_pieces FROM replacements WHERE charge_intent_id = ?`, chargeIntentID).Scan(&plan); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return Replacement{}, nil, notFound(msgReplacementNotFound)
+		}
+		return Replacement{}, nil, err
+	}
+	rep, err := scanReplacement(tx.QueryRowContext(ctx, `SELECT `+replacementColumns+` FROM replacements WHERE charge_intent_id = ?`, chargeIntentID))
+	if err != nil {
+		return Replacement{}, nil, err
+	}
+	var pieces []market.ReservationPiece
+	if err := json.Unmarshal([]byte(plan), &pieces); err != nil {
+		return Replacement{}, nil, fmt.Errorf("replacement %d: planned pieces: %w", rep.ID, err)
+	}
+	return rep, pieces, nil
+}
+
+// BookChargedReplacement books, in one transaction, the replacement whose
+// buyer's share the charge intent chargeIntentID paid with the
+// processor's payment paymentIntentID: the planned pieces from the
+// replacement's start (as BookReplacement books them), the ledger with the
+// share's charge entries (market.ReplacementChargeEntries), and the intent
+// finished. A replacement booked already with this payment is returned as
+// it is (a retry); one that can no longer be booked is a conflict, and
+// nothing is recorded (RecordUnbookedReplacementCharge records it).
+func (db *DB) BookChargedReplacement(ctx context.Context, chargeIntentID int64, paymentIntentID string, now time.Time) (Replacement, error) {
+	const op = "book charged replacement"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return Replacement{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	rep, pieces, err := chargingReplacement(ctx, tx, chargeIntentID)
+	if err != nil {
+		return Replacement{}, fail(op, err, "")
+	}
+	if rep.State == ReplacementBooked && rep.PremiumRef == paymentIntentID {
+		return rep, nil
+	}
+	if rep.State != ReplacementCharging {
+		return Replacement{}, conflict("This replacement is no longer being paid for.")
+	}
+	got, err := bookReplacementTx(ctx, tx, rep, 0, rep.From, pieces, rep.Split, rep.Tier, paymentIntentID, now)
+	if err != nil {
+		return Replacement{}, fail(op, err, "")
+	}
+	if err := finishChargeIntent(ctx, tx, chargeIntentID, paymentIntentID, market.ChargeOutcomePaid, now); err != nil {
+		return Replacement{}, fail(op, err, "")
+	}
+	return got, fail(op, tx.Commit(), "")
+}
+
+// RecordUnbookedReplacementCharge records, in one transaction, a buyer's
+// share that was paid (paymentIntentID) for a replacement that could not be
+// booked any more, reason saying why: the replacement unfilled, the payment
+// in the ledger as the buyer's (market.ReplacementUnbookedCharge), its full
+// refund due to the retrier (refund_cents, on premium_ref), the intent
+// finished as unbooked, and the buyer told. A row no longer charging is
+// left as it is.
+func (db *DB) RecordUnbookedReplacementCharge(ctx context.Context, chargeIntentID int64, paymentIntentID, reason string, now time.Time) error {
+	const op = "record unbooked replacement charge"
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	rep, _, err := chargingReplacement(ctx, tx, chargeIntentID)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if rep.State != ReplacementCharging {
+		return nil
+	}
+	r, err := getReservation(ctx, tx, rep.ReservationID)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	share := rep.Split.BuyerShare
+	if _, err := tx.ExecContext(ctx, `UPDATE replacements SET state = ?, reason = ?, refund_cents = ?, refund_done = 0, next_attempt_at = ?,
+		premium_ref = ?, updated_at = ? WHERE id = ?`, ReplacementUnfilled, reason, int64(share), unix(now), paymentIntentID, unix(now), rep.ID); err != nil {
+		return fail(op, err, "")
+	}
+	if err := insertEntries(ctx, tx, []market.LedgerEntry{market.ReplacementUnbookedCharge(rep.ID, r, share, paymentIntentID, now)}); err != nil {
+		return fail(op, err, "")
+	}
+	if err := finishChargeIntent(ctx, tx, chargeIntentID, paymentIntentID, market.ChargeOutcomeUnbooked, now); err != nil {
+		return fail(op, err, "")
+	}
+	if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyReplacementUnfilled, CreatedAt: now, URL: fmt.Sprintf("/reservations/%d", r.ID),
+		Message: fmt.Sprintf("%s No replacement could be booked: %s The %s charged for it is refunded to your card, and the SLA credit for the outage stands.",
+			failureSentence(rep), reason, share)}); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// declineReplacementCharge records, inside tx, that the buyer's card
+// refused the share of replacement charge chargeIntentID: the replacement
+// is unfilled with the bank's message, and the buyer told.
+func declineReplacementCharge(ctx context.Context, tx *sql.Tx, chargeIntentID int64, message string, now time.Time) error {
+	rep, _, err := chargingReplacement(ctx, tx, chargeIntentID)
+	if err != nil || rep.State != ReplacementCharging {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE replacements SET state = ?, reason = ?, updated_at = ? WHERE id = ?`,
+		ReplacementUnfilled, message, unix(now), rep.ID); err != nil {
+		return err
+	}
+	var buyer int64
+	if err := tx.QueryRowContext(ctx, `SELECT buyer_id FROM reservations WHERE id = ?`, rep.ReservationID).Scan(&buyer); err != nil {
+		return err
+	}
+	return insertNotification(ctx, tx, Notification{UserID: buyer, Kind: NotifyReplacementUnfilled, CreatedAt: now, URL: fmt.Sprintf("/reservations/%d", rep.ReservationID),
+		Message: fmt.Sprintf("%s A replacement costing you %s more was found, but your saved card was not charged: %s No replacement was booked, and the SLA credit for the outage stands.",
+			failureSentence(rep), rep.Split.BuyerShare, message)})
+}
+
+// failureSentence says what the agent measured, for the buyer.
+func failureSentence(rep Replacement) string {
+	return fmt.Sprintf("The provider's agent measured a %s on node %d of reservation #%d.", strings.ToLower(rep.Kind.Label()), rep.FailedNode+1, rep.ReservationID)
 }
 
 // notifyReplaced tells the buyer what failed, where the rental is now and
@@ -352,6 +572,9 @@ func notifyReplaced(ctx context.Context, tx *sql.Tx, r market.Reservation, orig 
 	switch {
 	case split.Refund > 0:
 		money = split.Refund.String() + " cheaper; the difference is refunded to your card"
+	case split.BuyerShare > 0:
+		money = fmt.Sprintf("dearer by %s: the failing provider bears %s and %s was charged to your saved card",
+			split.ProviderShare+split.BuyerShare, split.ProviderShare, split.BuyerShare)
 	case split.ProviderShare > 0:
 		money = "dearer by " + split.ProviderShare.String() + ", borne by the failing provider"
 	}
@@ -496,9 +719,13 @@ func (db *DB) ListDueReplacementRefunds(ctx context.Context, now time.Time) ([]R
 		if err != nil {
 			return nil, fail(op, err, "")
 		}
-		var pi string
-		if err := tx.QueryRowContext(ctx, `SELECT payment_intent_id FROM payments WHERE reservation_id = ?`, r.ID).Scan(&pi); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return nil, fail(op, err, "")
+		pi := rep.PremiumRef
+		if rep.State != ReplacementUnfilled || pi == "" {
+			// A cheaper replacement's difference comes back out of the
+			// rental's own payment; an unbooked share out of its own.
+			if err := tx.QueryRowContext(ctx, `SELECT payment_intent_id FROM payments WHERE reservation_id = ?`, r.ID).Scan(&pi); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return nil, fail(op, err, "")
+			}
 		}
 		out = append(out, ReplacementRefund{Replacement: rep, Reservation: r, PaymentIntentID: pi})
 	}
@@ -533,7 +760,7 @@ func (db *DB) RecordReplacementRefund(ctx context.Context, id int64, refundID st
 		return fail(op, err, "")
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyRefundSent, CreatedAt: now, URL: fmt.Sprintf("/reservations/%d", r.ID),
-		Message: fmt.Sprintf("%s was refunded to your card: the replacement on reservation #%d cost less than the time it replaced.", rep.Split.Refund, r.ID)}); err != nil {
+		Message: refundMessage(rep, r.ID)}); err != nil {
 		return fail(op, err, "")
 	}
 	return fail(op, tx.Commit(), "")
@@ -553,4 +780,12 @@ func (db *DB) RecordReplacementRefundFailure(ctx context.Context, id int64, msg 
 		return fail(op, err, "")
 	}
 	return fail(op, tx.Commit(), "")
+}
+
+// refundMessage tells the buyer what a replacement's refund was for.
+func refundMessage(rep Replacement, reservationID int64) string {
+	if rep.State == ReplacementUnfilled {
+		return fmt.Sprintf("%s was refunded to your card: the replacement on reservation #%d it paid for could not be booked.", rep.Split.Refund, reservationID)
+	}
+	return fmt.Sprintf("%s was refunded to your card: the replacement on reservation #%d cost less than the time it replaced.", rep.Split.Refund, reservationID)
 }

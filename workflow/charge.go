@@ -15,7 +15,7 @@ import (
 // Charges of saved cards, recorded before they are made
 // (market.ChargeIntent). The transaction that decides a charge — a spot
 // clearing, a standing order's fill, a buyer's "pay with saved card", a
-// resale purchase — records it as a pending intent; makeCharge makes it
+// resale purchase, a dearer replacement's buyer share — records it as a pending intent; makeCharge makes it
 // after that commit, under the intent's own idempotency key and with
 // metadata naming the intent, and records the outcome in one transaction
 // that also finishes the intent. After a crash anywhere in between,
@@ -114,6 +114,8 @@ func (s *Service) makeCharge(ctx context.Context, ci market.ChargeIntent) (charg
 	case market.PurposeResale:
 		n, err := s.sellResale(ctx, log, ci, pay, now)
 		return chargeResult{Payment: pay, Sold: n}, err
+	case market.PurposeReplacement:
+		return chargeResult{Payment: pay}, s.bookChargedReplacement(ctx, ci, pay.ID, now)
 	}
 	return chargeResult{}, fmt.Errorf("workflow: charge intent %d has unknown purpose %q", ci.ID, ci.Purpose)
 }
@@ -209,8 +211,11 @@ func refused(err error) bool {
 // chargeDescription is the line the buyer sees on the statement; it
 // depends only on the intent, so a repeated call sends the same arguments.
 func chargeDescription(ci market.ChargeIntent) string {
-	if ci.Purpose == market.PurposeResale {
+	switch ci.Purpose {
+	case market.PurposeResale:
 		return fmt.Sprintf("Resold time of reservation #%d (listing #%d)", ci.ReservationID, ci.ListingID)
+	case market.PurposeReplacement:
+		return fmt.Sprintf("Replacement after a host failure, reservation #%d", ci.ReservationID)
 	}
 	return fmt.Sprintf("Reservation #%d", ci.ReservationID)
 }

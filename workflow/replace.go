@@ -70,9 +70,58 @@ func (s *Service) decideReplacement(ctx context.Context, t store.ReplacementTrig
 		rep.State, rep.OfferExpiresAt = store.ReplacementOffered, now.Add(market.ReplacementOfferTTL)
 		rep.Reason = describeOption(opt, split)
 		s.recordDecision(ctx, rep, now)
+	case split.BuyerShare > 0:
+		if _, err := s.chargeReplacement(ctx, rep, 0, opt, split); market.ErrorCode(err) == market.CodeNotFound {
+			rep.State, rep.Reason = store.ReplacementUnfilled, fmt.Sprintf("A replacement costs you %s more than the remaining time paid for, within your maximum premium, but you have no saved card to charge it to.", split.BuyerShare)
+			s.recordDecision(ctx, rep, now)
+		}
 	default:
 		s.bookReplacement(ctx, rep, 0, opt, split)
 	}
+}
+
+// chargeReplacement books a dearer replacement whose buyer's share is
+// charged to the buyer's saved card: the decision and the pending charge
+// in one transaction (store.RecordReplacementCharge), then the charge,
+// whose paid outcome books the replacement in the transaction that
+// finishes the charge (makeCharge). A crash in between leaves the charge
+// pending for the retrier, which makes the same call under the same key.
+// No saved card is a market CodeNotFound error, with nothing recorded.
+func (s *Service) chargeReplacement(ctx context.Context, rep store.Replacement, buyerID int64, opt market.ReplacementOption, split market.ReplacementSplit) (store.Replacement, error) {
+	got, ci, err := s.db.RecordReplacementCharge(ctx, rep, buyerID, opt.Pieces, split, opt.Tier, s.now())
+	if err != nil {
+		if market.ErrorCode(err) != market.CodeNotFound {
+			s.log.Warn("replacement charge not recorded; planned again at the next tick", "reservation_id", rep.ReservationID, "outage_id", rep.OutageID, "err", err)
+		}
+		return store.Replacement{}, err
+	}
+	if ci.ID == 0 {
+		return got, nil // decided before
+	}
+	if _, err := s.makeCharge(ctx, ci); err != nil {
+		return store.Replacement{}, err
+	}
+	return s.db.FindReplacement(ctx, 0, got.ID)
+}
+
+// bookChargedReplacement books the replacement a paid charge of its
+// buyer's share stands for; one that can no longer be booked is recorded
+// as unfilled with the payment, which is refunded in full.
+func (s *Service) bookChargedReplacement(ctx context.Context, ci market.ChargeIntent, paymentIntentID string, now time.Time) error {
+	got, err := s.db.BookChargedReplacement(ctx, ci.ID, paymentIntentID, now)
+	if err == nil {
+		s.log.Info("replacement booked", "replacement_id", got.ID, "reservation_id", got.ReservationID, "tier", int(got.Tier),
+			"cost_cents", int64(got.Split.Cost), "provider_share_cents", int64(got.Split.ProviderShare), "buyer_share_cents", int64(got.Split.BuyerShare))
+		return nil
+	}
+	if market.ErrorCode(err) != market.CodeConflict {
+		return err // the intent stays pending: the retrier books it
+	}
+	if rerr := s.db.RecordUnbookedReplacementCharge(ctx, ci.ID, paymentIntentID, market.ErrorMessage(err), now); rerr != nil {
+		return rerr
+	}
+	s.replacementRefunds(ctx, now)
+	return err
 }
 
 // recordDecision records a decision that books nothing, logging failures
@@ -106,9 +155,7 @@ func (s *Service) bookReplacement(ctx context.Context, rep store.Replacement, bu
 // node left out, over every listed offer and the capacity held now, and
 // picks the first option the money rule accepts. why says, when none is
 // chosen, what the buyer is told: the matcher's explanation, or the money
-// rule's refusal. The buyer's maximum premium is not offered yet: a
-// replacement costs them nothing more (no off-session charge is made for
-// a premium; docs/replacement.md).
+// rule's refusal, under the buyer's maximum premium.
 func (s *Service) planReplacement(ctx context.Context, req market.Request, piece market.ReservationPiece, node int, from time.Time) (market.ReplacementOption, market.ReplacementSplit, string, error) {
 	listings, err := s.db.ListAllListedOffers(ctx, from)
 	if err != nil {
@@ -131,7 +178,7 @@ func (s *Service) planReplacement(ctx context.Context, req market.Request, piece
 	if err != nil {
 		return market.ReplacementOption{}, market.ReplacementSplit{}, "", err
 	}
-	opt, split, why, ok := market.ChooseReplacement(piece, from, res.Options, 0)
+	opt, split, why, ok := market.ChooseReplacement(piece, from, res.Options, req.Replacement.MaxPremium)
 	if ok {
 		return opt, split, "", nil
 	}
@@ -151,6 +198,9 @@ func describeOption(o market.ReplacementOption, s market.ReplacementSplit) strin
 	switch {
 	case s.Refund > 0:
 		money = s.Refund.String() + " cheaper, refunded to your card"
+	case s.BuyerShare > 0:
+		money = fmt.Sprintf("dearer by %s: the failing provider bears %s and %s is charged to your saved card when you confirm",
+			s.ProviderShare+s.BuyerShare, s.ProviderShare, s.BuyerShare)
 	case s.ProviderShare > 0:
 		money = "dearer by " + s.ProviderShare.String() + ", borne by the failing provider"
 	}
@@ -193,6 +243,13 @@ func (s *Service) ConfirmReplacement(ctx context.Context, buyerID, replacementID
 		return store.Replacement{}, market.Errorf(market.CodeConflict, "%s", why)
 	}
 	rep.From = now
+	if split.BuyerShare > 0 {
+		got, err := s.chargeReplacement(ctx, rep, buyerID, opt, split)
+		if market.ErrorCode(err) == market.CodeNotFound {
+			return store.Replacement{}, market.Errorf(market.CodeConflict, "This replacement costs you %s more than the remaining time paid for; save a card on your account to pay for it.", split.BuyerShare)
+		}
+		return got, err
+	}
 	return s.bookReplacement(ctx, rep, buyerID, opt, split)
 }
 
@@ -235,8 +292,8 @@ func (s *Service) reconcileReplacements(ctx context.Context, entries []market.Le
 	var order []int64
 	var out []Difference
 	for _, rep := range reps {
-		if rep.State != store.ReplacementBooked {
-			continue
+		if rep.State != store.ReplacementBooked && (rep.State != store.ReplacementUnfilled || rep.PremiumRef == "") {
+			continue // nothing moved (an unfilled one with a paid share refunds it)
 		}
 		if _, seen := refunds[rep.ReservationID]; !seen {
 			order = append(order, rep.ReservationID)

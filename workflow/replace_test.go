@@ -26,13 +26,21 @@ func replacementFixture(t *testing.T, policy market.ReplacementPolicy, start tim
 
 // replacementFixtureAt is replacementFixture on the database dsn names.
 func replacementFixtureAt(t *testing.T, dsn string, policy market.ReplacementPolicy, start time.Time) (*fixture, market.User, market.Offer, market.Reservation) {
-	f := newFixtureAt(t, dsn, nil)
+	return replacementFixtureWith(t, dsn, nil, market.Replacement{Policy: policy}, 199, start)
+}
+
+// replacementFixtureWith is replacementFixture on the database dsn names,
+// through the processor wrap makes (nil: the local one), with the
+// replacement terms repl and the second provider's price.
+func replacementFixtureWith(t *testing.T, dsn string, wrap func(*billing.Local) billing.Processor, repl market.Replacement, price market.Cents,
+	start time.Time) (*fixture, market.User, market.Offer, market.Reservation) {
+	f := newFixtureAt(t, dsn, wrap)
 	prov2, err := f.db.CreateUser(f.ctx, market.User{Email: "prov2@example.com", DisplayName: "prov2", IsProvider: true}, []byte("x"), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := f.offer
-	o.ID, o.ProviderID, o.Title, o.PriceCentsPerDeviceHour = 0, prov2.ID, "8× H100 SXM, the other provider", 199
+	o.ID, o.ProviderID, o.Title, o.PriceCentsPerDeviceHour = 0, prov2.ID, "8× H100 SXM, the other provider", price
 	o2, err := f.db.CreateOffer(f.ctx, o, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +52,7 @@ func replacementFixtureAt(t *testing.T, dsn string, policy market.ReplacementPol
 		t.Fatal(err)
 	}
 	req := market.Request{Workload: market.Workload{Kind: market.WorkTraining, Devices: 8, Hours: 10},
-		Constraints: market.Constraints{Countries: []string{"US"}}, Replacement: market.Replacement{Policy: policy}}
+		Constraints: market.Constraints{Countries: []string{"US"}}, Replacement: repl}
 	js, err := market.EncodeRequestJSON(req)
 	if err != nil {
 		t.Fatal(err)
