@@ -108,6 +108,16 @@ func (r Replacement) Sentence() string {
 	return "If a host fails, the rental stays where it is and the SLA credit applies."
 }
 
+// ReplacementOfferSentence says in one sentence, for an offer's page,
+// what happens when one of its hosts fails: the SLA credit up to the
+// offer's cap, unless the buyer's request asks for a replacement — then
+// the market moves the rental, and this provider bears a dearer one up to
+// the same cap (ReplacementMoney).
+func ReplacementOfferSentence(o Offer) string {
+	return "If a host fails, the rental stays where it is and the SLA credit applies (at most " + FormatPercentBP(o.CreditCapBP) +
+		"% of the piece's amount), unless your request asks for a replacement: then the market moves it to another machine that meets the request, and this provider bears a dearer one up to the same cap."
+}
+
 // TriggersReplacement reports whether a measured outage of kind on a piece
 // at now calls for a replacement: a host failure (opened only past the
 // grace period) or fewer healthy devices than the piece holds, measured

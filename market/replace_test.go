@@ -463,3 +463,10 @@ func TestReplacementChargeEntries(t *testing.T) {
 		t.Fatalf("unbooked charge %+v", e)
 	}
 }
+
+func TestReplacementOfferSentence(t *testing.T) {
+	got := ReplacementOfferSentence(Offer{CreditCapBP: 2500})
+	if !strings.Contains(got, "(at most 25% of the piece's amount)") || !strings.HasPrefix(got, "If a host fails") || strings.Count(got, ".") != 1 {
+		t.Fatalf("sentence %q", got)
+	}
+}

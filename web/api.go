@@ -284,6 +284,9 @@ type apiQuotes struct {
 	Total       int            `json:"total"`
 	Explanation apiExplanation `json:"explanation"`
 	Search      apiSearch      `json:"search"`
+	// OnFailure says in one sentence what happens if a host fails under
+	// the request's replacement terms (market.Replacement.Sentence).
+	OnFailure string `json:"on_failure"`
 }
 
 // apiSearch says whether the matcher examined every offer the request
@@ -346,7 +349,7 @@ func (h *Handler) apiQuotes(c echo.Context, req market.Request) (apiQuotes, erro
 		return apiQuotes{}, err
 	}
 	h.cfg.Metrics.Quoted("api", len(res.Quotes) > 0)
-	out := apiQuotes{Quotes: []apiQuote{}, Total: res.Total, Explanation: apiExplanation{
+	out := apiQuotes{Quotes: []apiQuote{}, Total: res.Total, OnFailure: req.Replacement.Sentence(), Explanation: apiExplanation{
 		Summary: res.Explanation.Summary(), Considered: res.Explanation.Considered, Fit: res.Explanation.Fit,
 		Eliminated: map[string]int{}, Shortfall: res.Explanation.Shortfall,
 	}}

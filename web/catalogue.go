@@ -297,6 +297,7 @@ func (h *Handler) renderOfferShow(c echo.Context, id int64, status int, spot spo
 		return market.Errorf(market.CodeNotFound, "There is no such offer.")
 	}
 	v := offerDetail(l)
+	v.OnFailure = market.ReplacementOfferSentence(o)
 	v.Reliability, v.ReliabilitySource, v.ReliabilityMeasured = reliabilityText(h.wf.Reliability(o.ProviderID))
 	if l.ProviderSuspended {
 		v.Status = "Not listed in the catalogue: the provider is suspended."

@@ -85,6 +85,12 @@ func (h *Handler) replacementPanel(ctx context.Context, r market.Reservation, no
 	for _, p := range r.Pieces {
 		pieces[p.ID] = p
 	}
+	var incs []store.Incident
+	if len(reps) > 0 {
+		if incs, err = h.db.ListIncidents(ctx, r.ID); err != nil {
+			return views.ReplacementPanelView{}, err
+		}
+	}
 	var v views.ReplacementPanelView
 	for _, rep := range reps {
 		row := views.ReplacementRow{
@@ -104,6 +110,15 @@ func (h *Handler) replacementPanel(ctx context.Context, r market.Reservation, no
 			row.Status, row.Reason = "not replaced", "Your request's replacement policy is never; the SLA credit for the outage applies."
 		case store.ReplacementUnfilled:
 			row.Status, row.Reason = "not replaced", rep.Reason+" The SLA credit for the outage applies."
+			if rep.PremiumRef != "" {
+				state := "being refunded"
+				if rep.RefundDone {
+					state = "refunded"
+				}
+				row.Reason += fmt.Sprintf(" The %s charged for the replacement is %s to your card.", rep.Split.Refund, state)
+			}
+		case store.ReplacementCharging:
+			row.Status, row.Reason = "being paid", fmt.Sprintf("A replacement is found; %s of it is being charged to your saved card, and it is booked as soon as the payment goes through.", rep.Split.BuyerShare)
 		default:
 			row.Status = strings.ReplaceAll(rep.State, "_", " ")
 		}
@@ -117,7 +132,17 @@ func (h *Handler) replacementPanel(ctx context.Context, r market.Reservation, no
 				parts = append(parts, fmt.Sprintf("Offer #%d, %d device(s), %s, %s", p.OfferID, p.Devices, market.FormatSpan(p.Start, p.End), p.AmountCents))
 			}
 			row.Replacement = strings.Join(parts, "; ")
+			row.Incident = "The outage is an incident of the original piece once it ends; its SLA credit is on the original piece's statement."
+			for _, inc := range incs {
+				if inc.PieceID == rep.PieceID && inc.Kind == rep.Kind && inc.End.Equal(rep.From) {
+					row.Incident = fmt.Sprintf("Incident #%d: %s, %s (%d min down); its SLA credit is on the original piece's statement.",
+						inc.ID, inc.Kind.Label(), market.FormatSpan(inc.Start, inc.End), int(inc.End.Sub(inc.Start).Round(time.Minute)/time.Minute))
+				}
+			}
 			switch {
+			case rep.Split.BuyerShare > 0:
+				row.Difference = fmt.Sprintf("%s dearer: %s borne by the failing provider, %s charged to your saved card",
+					rep.Split.ProviderShare+rep.Split.BuyerShare, rep.Split.ProviderShare, rep.Split.BuyerShare)
 			case rep.Split.Refund > 0:
 				state := "being refunded"
 				if rep.RefundDone {

@@ -2,12 +2,15 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
 
@@ -102,5 +105,48 @@ func TestAskReplacementConfirmedOnItsPage(t *testing.T) {
 	app.connectPayouts(prov2)
 	app.tick(p.End.Add(time.Minute))
 	app.tick(p.End.Add(2 * time.Hour))
+	// The statement shows them side by side too, with the incident: the
+	// outage that ends at the replacement's start, 10 minutes after the
+	// last heartbeat (beats 10 minutes apart are outages of their own).
+	incs, err := app.db.ListIncidents(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inc store.Incident
+	for _, i := range incs {
+		if i.End.Equal(s.Add(time.Hour)) {
+			inc = i
+		}
+	}
+	if inc.ID == 0 || !inc.Start.Equal(s.Add(50*time.Minute)) {
+		t.Fatalf("no incident up to the replacement: %+v", incs)
+	}
+	st := buyer.get(fmt.Sprintf("/reservations/%d/statement", r.ID))
+	mustContain(t, st.body, `data-testid="replacements"`, `data-testid="replacement-incident">Incident #`+fmt.Sprint(inc.ID)+": Host failure", "(10 min down)",
+		fmt.Sprintf("Offer #%d, 8 device(s)", o2.ID), "settles for $17.52 of the $70.08 paid for it", `data-testid="replacement-difference">none<`)
 	requireReconciled(t, app.testApp)
+}
+
+// TestOfferPageAndQuoteSayWhatHappensOnFailure: the offer page says in
+// one sentence what a host failure does under its cap, and the API's
+// quote says it under the request's replacement terms.
+func TestOfferPageAndQuoteSayWhatHappensOnFailure(t *testing.T) {
+	app := newTestApp(t)
+	o := app.listedOffer("nvidia-h100-80gb-sxm", 8, 1, "us-east-va", 219)
+	page := app.client().get(fmt.Sprintf("/offers/%d", o.ID))
+	mustContain(t, page.body, `data-testid="offer-on-failure">If a host fails, the rental stays where it is and the SLA credit applies (at most `+
+		market.FormatPercentBP(o.CreditCapBP)+"% of the piece")
+	c := app.client()
+	c.signUp("quote-bot@example.com", false)
+	tok := c.createToken("ci", "read")
+	for body, want := range map[string]string{
+		apiTrainingRequest: "the rental stays where it is",
+		strings.Replace(apiTrainingRequest, `"version":1,`, `"version":1,"replacement":{"policy":"auto","max_premium_cents":50},`, 1): "paying at most $0.50 more per reference device-hour",
+	} {
+		r := app.apiCall("POST", "/api/v1/quotes", tok, body)
+		var q apiQuotes
+		if err := json.Unmarshal([]byte(r.body), &q); r.status != http.StatusOK || err != nil || !strings.Contains(q.OnFailure, want) {
+			t.Fatalf("quote: %d %v on_failure %q, want %q", r.status, err, q.OnFailure, want)
+		}
+	}
 }

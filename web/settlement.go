@@ -152,6 +152,11 @@ func (h *Handler) renderStatement(c echo.Context, r market.Reservation, provider
 		return err
 	}
 	v.BackURL = back
+	if providerID == 0 {
+		if v.Replace, err = h.replacementPanel(ctx, r, h.now()); err != nil {
+			return err
+		}
+	}
 	return render(c, http.StatusOK, views.Statement(h.page(c, title), v))
 }
 
