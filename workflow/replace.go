@@ -43,6 +43,9 @@ func (s *Service) replaceTick(ctx context.Context, now time.Time) {
 // A booking that meets a conflict (capacity taken meanwhile) records
 // nothing, so the next tick plans again while the piece runs.
 func (s *Service) decideReplacement(ctx context.Context, t store.ReplacementTrigger, now time.Time) {
+	// The replacement starts on a whole second, as pieces are stored, so
+	// the money is split over the very seconds booked.
+	now = now.Truncate(time.Second)
 	rep := store.Replacement{OutageID: t.OutageID, ReservationID: t.Reservation.ID, PieceID: t.Piece.ID, FailedNode: t.Node,
 		Kind: t.Kind, From: now, Until: t.Piece.End}
 	req, err := market.DecodeRequestJSON([]byte(t.Reservation.RequestJSON))
@@ -182,7 +185,10 @@ func (s *Service) planReplacement(ctx context.Context, req market.Request, piece
 	if ok {
 		return opt, split, "", nil
 	}
-	if len(res.Options) == 0 {
+	switch {
+	case len(res.Options) == 0 && res.Explanation.Fit > 0:
+		why = "No offer can take the remaining time (" + res.Explanation.Summary() + ", but none rents for as short a time as is left)."
+	case len(res.Options) == 0:
 		why = "No offer meets the request for the remaining time (" + res.Explanation.Summary() + ")."
 	}
 	return market.ReplacementOption{}, market.ReplacementSplit{}, why, nil
@@ -213,7 +219,7 @@ func describeOption(o market.ReplacementOption, s market.ReplacementSplit) strin
 // automatic one. When nothing fits any more it is a conflict saying so;
 // the offer stays until it lapses.
 func (s *Service) ConfirmReplacement(ctx context.Context, buyerID, replacementID int64) (store.Replacement, error) {
-	now := s.now()
+	now := s.now().Truncate(time.Second) // a whole second, as in decideReplacement
 	rep, err := s.db.FindReplacement(ctx, buyerID, replacementID)
 	if err != nil {
 		return store.Replacement{}, err
