@@ -219,6 +219,11 @@ func (db *DB) RecordInstalled(ctx context.Context, tokenID, pieceID int64, conn 
 		return PieceAccess{}, fail(op, err, "")
 	}
 	repeated := a.Installed() && !a.Removed()
+	if !a.Installed() {
+		if err := notifyReplacementReady(ctx, tx, r, p, t.Node, conn, now); err != nil {
+			return PieceAccess{}, fail(op, err, "")
+		}
+	}
 	if a, err = getPieceAccess(ctx, tx, p.ID, t.Node); err != nil {
 		return PieceAccess{}, fail(op, err, "")
 	}

@@ -789,3 +789,26 @@ func refundMessage(rep Replacement, reservationID int64) string {
 	}
 	return fmt.Sprintf("%s was refunded to your card: the replacement on reservation #%d cost less than the time it replaced.", rep.Split.Refund, reservationID)
 }
+
+// notifyReplacementReady tells the buyer, inside tx, how to connect once
+// the agent of a replacement piece's node first hands over access: the
+// piece p of r is a booked replacement's, and conn is where it now runs.
+// Any other piece tells nothing.
+func notifyReplacementReady(ctx context.Context, tx *sql.Tx, r market.Reservation, p market.ReservationPiece, node int, conn market.Connection, now time.Time) error {
+	reps, err := collect(ctx, tx, scanReplacement, `SELECT `+replacementColumns+` FROM replacements WHERE reservation_id = ? AND state = ? ORDER BY id`,
+		r.ID, ReplacementBooked)
+	if err != nil {
+		return err
+	}
+	for _, rep := range reps {
+		for _, id := range rep.PieceIDs {
+			if id != p.ID {
+				continue
+			}
+			return insertNotification(ctx, tx, Notification{UserID: r.BuyerID, Kind: NotifyRentalReplaced, CreatedAt: now, URL: fmt.Sprintf("/reservations/%d", r.ID),
+				Message: fmt.Sprintf("The replacement of reservation #%d after the %s on node %d is ready on node %d of offer #%d: connect with %s (your SSH keys are installed there).",
+					r.ID, strings.ToLower(rep.Kind.Label()), rep.FailedNode+1, node+1, p.OfferID, conn.SSHCommand())})
+		}
+	}
+	return nil
+}

@@ -204,7 +204,9 @@ func TestReplacementAgainstServer(t *testing.T) {
 		t.Error("the reservation page does not show the new endpoint")
 	}
 	told := fmt.Sprintf("The provider's agent measured a host failure on node %d of reservation #%d.", failed+1, booked.ID)
-	if n := html.UnescapeString(buyer.get("/notifications").body); !strings.Contains(n, told) || !strings.Contains(n, fmt.Sprintf("node(s) %d", other+1)) {
+	ready2 := fmt.Sprintf("is ready on node %d of offer #%s: connect with ssh -p 2222 gpu@%s", other+1, offerID, hosts[other].addr)
+	if n := html.UnescapeString(buyer.get("/notifications").body); !strings.Contains(n, told) || !strings.Contains(n, fmt.Sprintf("node(s) %d", other+1)) ||
+		!strings.Contains(n, ready2) {
 		t.Errorf("the buyer is not told what failed and where the rental runs now:\n%s", n)
 	}
 
