@@ -82,7 +82,7 @@ test-unit:
 ## test-postgres: the store's and the workflow's tests, and the web tests that book, pay, settle,
 ## dispute and sign in (PG_WEB_TESTS), again on PostgreSQL (a throwaway server from Debian's
 ## postgresql, or GPUMARKET_TEST_POSTGRES_URL)
-PG_WEB_TESTS = TestAPI|TestPay|TestHostFailure|TestSettlement|TestBuyerIncident|TestProcessorEvents|TestChargeRefunded|TestCancel|TestDispute|TestMoney|TestExtend|TestMeasuredOutages|TestAdminRetries|TestBackgroundLoop|TestReserve|TestUnpaidHold|TestStatements|TestStripeFlow|TestReject|TestSignUp|TestLogin|TestSuspension|TestOfferLifecycle|TestCatalogueShowsFree|TestHealthz|TestAccessHandover|TestHostToken|TestModeration|TestQuotes|TestStandingOrder|TestSpot|TestResale|TestObservation|TestSimultaneousWrongCodes|TestOwnerTakesTheAccountBack|TestTemplates|TestFrozenDatabase|TestTooManyClients|TestAdminProvidersOrder|TestAskReplacement
+PG_WEB_TESTS = TestAPI|TestPay|TestHostFailure|TestSettlement|TestBuyerIncident|TestProcessorEvents|TestChargeRefunded|TestCancel|TestDispute|TestMoney|TestExtend|TestMeasuredOutages|TestAdminRetries|TestBackgroundLoop|TestReserve|TestUnpaidHold|TestStatements|TestStripeFlow|TestReject|TestSignUp|TestLogin|TestSuspension|TestOfferLifecycle|TestCatalogueShowsFree|TestHealthz|TestAccessHandover|TestHostToken|TestModeration|TestQuotes|TestStandingOrder|TestSpot|TestResale|TestObservation|TestSimultaneousWrongCodes|TestOwnerTakesTheAccountBack|TestTemplates|TestFrozenDatabase|TestTooManyClients|TestAdminProvidersOrder|TestAskReplacement|TestAdminTriggersReplacement
 test-postgres:
 	GPUMARKET_TEST_DB=postgres $(GO) test -count=1 -timeout 20m ./store/ ./workflow/
 	GPUMARKET_TEST_DB=postgres $(GO) test -count=1 -timeout 20m -run '$(PG_WEB_TESTS)' ./web/

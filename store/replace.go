@@ -42,8 +42,11 @@ const msgReplacementNotFound = "That replacement could not be found."
 
 // Replacement is what was done about one measured outage.
 type Replacement struct {
-	ID             int64
-	OutageID       int64
+	ID       int64
+	OutageID int64 // the measured outage that triggered it; 0 when an admin did (IncidentID)
+	// IncidentID is the incident an admin triggered it from (0: the agent's
+	// measured outage did).
+	IncidentID     int64
 	ReservationID  int64
 	PieceID        int64 // the original piece
 	FailedNode     int
@@ -74,9 +77,9 @@ func (r Replacement) OfferLive(now time.Time) bool {
 	return r.State == ReplacementOffered && now.Before(r.OfferExpiresAt)
 }
 
-const replacementColumns = `id, outage_id, reservation_id, piece_id, failed_node, kind, policy, state, reason, tier, piece_ids,
+const replacementColumns = `id, COALESCE(outage_id, 0), reservation_id, piece_id, failed_node, kind, policy, state, reason, tier, piece_ids,
 	from_at, until_at, offer_expires_at, remaining_cents, delivered_cents, cost_cents, refund_cents, provider_share_cents,
-	buyer_share_cents, refund_done, refund_ref, attempts, next_attempt_at, last_error, charge_intent_id, premium_ref, created_at, updated_at`
+	buyer_share_cents, refund_done, refund_ref, attempts, next_attempt_at, last_error, charge_intent_id, premium_ref, created_at, updated_at, COALESCE(incident_id, 0)`
 
 func scanReplacement(s scanner) (Replacement, error) {
 	var r Replacement
@@ -85,7 +88,7 @@ func scanReplacement(s scanner) (Replacement, error) {
 	var rem, del, cost, refund, ps, bs int64
 	if err := s.Scan(&r.ID, &r.OutageID, &r.ReservationID, &r.PieceID, &r.FailedNode, &kind, &policy, &r.State, &r.Reason, &r.Tier, &ids,
 		&from, &until, &expires, &rem, &del, &cost, &refund, &ps, &bs, &r.RefundDone, &r.RefundRef, &r.Attempts, &next, &r.LastError,
-		&r.ChargeIntentID, &r.PremiumRef, &created, &updated); err != nil {
+		&r.ChargeIntentID, &r.PremiumRef, &created, &updated, &r.IncidentID); err != nil {
 		return Replacement{}, err
 	}
 	r.Kind, r.Policy = market.IncidentKind(kind), market.ReplacementPolicy(policy)
@@ -111,6 +114,7 @@ func scanReplacement(s scanner) (Replacement, error) {
 // reservation and piece as they stand.
 type ReplacementTrigger struct {
 	OutageID    int64
+	IncidentID  int64 // an admin's trigger from an incident, when OutageID is 0
 	Node        int
 	Kind        market.IncidentKind
 	Reservation market.Reservation
@@ -162,10 +166,21 @@ func insertReplacementRow(ctx context.Context, tx *sql.Tx, rep Replacement, now 
 	if !rep.OfferExpiresAt.IsZero() {
 		expires = unix(rep.OfferExpiresAt)
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO replacements (outage_id, reservation_id, piece_id, failed_node, kind, policy, state, reason,
-		from_at, until_at, offer_expires_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (outage_id) DO NOTHING`,
-		rep.OutageID, rep.ReservationID, rep.PieceID, rep.FailedNode, string(rep.Kind), string(rep.Policy), rep.State, rep.Reason,
+	if rep.OutageID == 0 && rep.IncidentID == 0 {
+		return Replacement{}, false, errors.New("a replacement needs a measured outage or an incident")
+	}
+	// The key: the measured outage, or the incident an admin triggered it from.
+	var outage, incident any
+	keyCol, key := "outage_id", rep.OutageID
+	if rep.OutageID != 0 {
+		outage = rep.OutageID
+	} else {
+		incident, keyCol, key = rep.IncidentID, "incident_id", rep.IncidentID
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO replacements (outage_id, incident_id, reservation_id, piece_id, failed_node, kind, policy, state, reason,
+		from_at, until_at, offer_expires_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (`+keyCol+`) DO NOTHING`,
+		outage, incident, rep.ReservationID, rep.PieceID, rep.FailedNode, string(rep.Kind), string(rep.Policy), rep.State, rep.Reason,
 		unix(rep.From), unix(rep.Until), expires, unix(now), unix(now))
 	if err != nil {
 		return Replacement{}, false, err
@@ -174,7 +189,7 @@ func insertReplacementRow(ctx context.Context, tx *sql.Tx, rep Replacement, now 
 	if err != nil {
 		return Replacement{}, false, err
 	}
-	got, err := scanReplacement(tx.QueryRowContext(ctx, `SELECT `+replacementColumns+` FROM replacements WHERE outage_id = ?`, rep.OutageID))
+	got, err := scanReplacement(tx.QueryRowContext(ctx, `SELECT `+replacementColumns+` FROM replacements WHERE `+keyCol+` = ?`, key))
 	return got, n == 1, err
 }
 

@@ -216,8 +216,12 @@ func (h *Handler) handleAdminReservation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	replaceable, err := h.adminReplaceable(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
 	return render(c, http.StatusOK, views.AdminReservation(h.page(c, fmt.Sprintf("Reservation %d", id)),
-		views.AdminReservationView{ID: strconv.FormatInt(id, 10), Timeline: rows, Observations: observationRows(obs)}))
+		views.AdminReservationView{ID: strconv.FormatInt(id, 10), Timeline: rows, Observations: observationRows(obs), Replaceable: replaceable}))
 }
 
 func (h *Handler) adminDisputePage(c echo.Context, status int, id int64, credit, reason string, errs map[string]string) error {

@@ -159,3 +159,81 @@ func (h *Handler) replacementPanel(ctx context.Context, r market.Reservation, no
 	}
 	return v, nil
 }
+
+// adminReplaceable lists the incidents of reservation id an admin may
+// trigger a replacement from: host failures and fewer devices on a piece
+// that runs now with time enough left, not decided yet. The workflow
+// checks all of it again.
+func (h *Handler) adminReplaceable(ctx context.Context, id int64) ([]views.AdminReplaceRow, error) {
+	r, err := h.db.FindReservation(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	incs, err := h.db.ListIncidents(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	reps, err := h.db.ListReplacements(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	decided := map[int64]bool{}
+	for _, rep := range reps {
+		decided[rep.IncidentID] = true
+	}
+	now := h.now()
+	var out []views.AdminReplaceRow
+	for _, inc := range incs {
+		var piece market.ReservationPiece
+		for _, p := range r.Pieces {
+			if p.ID == inc.PieceID {
+				piece = p
+			}
+		}
+		if decided[inc.ID] || r.State != market.ReservationActive || piece.ID == 0 || !market.TriggersReplacement(inc.Kind, true, piece, now) {
+			continue
+		}
+		row := views.AdminReplaceRow{ID: strconv.FormatInt(inc.ID, 10),
+			What: fmt.Sprintf("Incident #%d: %s, %d device(s), reported by the %s %s.", inc.ID, inc.Kind.Label(), inc.DevicesAffected,
+				inc.ReportedBy, formatTime(inc.CreatedAt)),
+			Action: fmt.Sprintf("/admin/reservations/%d/incidents/%d/replace", id, inc.ID)}
+		for _, n := range piece.Nodes {
+			row.Nodes = append(row.Nodes, views.Option{Value: strconv.Itoa(n.Node), Label: fmt.Sprintf("Node %d of offer #%d", n.Node+1, piece.OfferID)})
+		}
+		out = append(out, row)
+	}
+	return out, nil
+}
+
+// handleAdminReplace triggers a replacement from an incident (workflow
+// TriggerReplacement) and says what was decided.
+func (h *Handler) handleAdminReplace(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	incidentID, err := strconv.ParseInt(c.Param("incident"), 10, 64)
+	if err != nil {
+		return market.Errorf(market.CodeNotFound, "That incident could not be found.")
+	}
+	node, err := strconv.Atoi(c.FormValue("node"))
+	if err != nil {
+		node = -1
+	}
+	back := fmt.Sprintf("/admin/reservations/%d", id)
+	rep, err := h.wf.TriggerReplacement(c.Request().Context(), currentUser(c).ID, id, incidentID, node)
+	switch code := market.ErrorCode(err); {
+	case err == nil:
+	case code == market.CodeConflict || code == market.CodeInvalid:
+		h.setFlash(c, "error", market.ErrorMessage(err))
+		return c.Redirect(http.StatusSeeOther, back)
+	default:
+		return err
+	}
+	msg := "Replacement decided: " + strings.ReplaceAll(rep.State, "_", " ") + "."
+	if rep.Reason != "" {
+		msg += " " + rep.Reason
+	}
+	h.setFlash(c, "ok", msg)
+	return c.Redirect(http.StatusSeeOther, back)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -149,4 +150,82 @@ func TestOfferPageAndQuoteSayWhatHappensOnFailure(t *testing.T) {
 			t.Fatalf("quote: %d %v on_failure %q, want %q", r.status, err, q.OnFailure, want)
 		}
 	}
+}
+
+// TestAdminTriggersReplacementFromBuyersReport: a buyer's report of a host
+// failure never moves the rental by itself; an admin triggers the
+// replacement from the incident on the admin reservation page (a form
+// with CSRF, through the workflow), the auto policy books it once, a
+// second trigger is refused, and everything reconciles.
+func TestAdminTriggersReplacementFromBuyersReport(t *testing.T) {
+	app := newBillingApp(t)
+	prov := app.client()
+	prov.signUp("adm-repl-prov@example.com", true)
+	o := app.ownOffer(prov.userID())
+	buyer := app.client()
+	buyer.signUp("adm-repl-buyer@example.com", false)
+	q := trainingQuery()
+	q.Set("workload.hours", "4")
+	q.Set("replacement.policy", "auto")
+	r := app.bookAndPayQuery(buyer, q)
+	p := r.Pieces[0]
+	if p.OfferID != o.ID {
+		t.Fatalf("booked %+v", p)
+	}
+	prov2 := app.client()
+	prov2.signUp("adm-repl-prov2@example.com", true)
+	o2 := app.ownOffer(prov2.userID())
+
+	now := p.Start.Add(time.Hour)
+	app.tick(now)
+	resPath := fmt.Sprintf("/reservations/%d", r.ID)
+	form := url.Values{"piece": {strconv.FormatInt(p.ID, 10)}, "kind": {"host_failure"},
+		"start": {p.Start.Add(50 * time.Minute).Format(formTimeLayout)}, "end": {now.Format(formTimeLayout)},
+		"devices_affected": {"8"}, "note": {"the machine does not answer ssh since 10:50"}}
+	if res := buyer.post(resPath+"/incidents/new", resPath+"/incidents", form); res.status != http.StatusSeeOther {
+		t.Fatalf("buyer incident: %d\n%s", res.status, res.body)
+	}
+	app.tick(now.Add(time.Minute))
+	ctx := context.Background()
+	if reps, _ := app.db.ListReplacements(ctx, r.ID); len(reps) != 0 {
+		t.Fatalf("a buyer's report alone triggered %+v", reps)
+	}
+	incs, err := app.db.ListIncidents(ctx, r.ID)
+	if err != nil || len(incs) != 1 {
+		t.Fatalf("incidents %+v %v", incs, err)
+	}
+	admin := app.adminClient("adm-repl-ops@example.com")
+	adminPath := fmt.Sprintf("/admin/reservations/%d", r.ID)
+	page := admin.get(adminPath)
+	action := fmt.Sprintf("%s/incidents/%d/replace", adminPath, incs[0].ID)
+	mustContain(t, page.body, `data-testid="admin-replaceable"`, `action="`+action+`"`, "Node 1 of offer #")
+	if res := buyer.post(resPath, action, url.Values{"node": {"0"}}); res.status != http.StatusForbidden && res.status != http.StatusNotFound {
+		t.Fatalf("a buyer triggered it: %d", res.status)
+	}
+	res := admin.post(adminPath, action, url.Values{"node": {"0"}})
+	if res.status != http.StatusSeeOther || res.location != adminPath {
+		t.Fatalf("trigger: %d → %q\n%s", res.status, res.location, res.body)
+	}
+	mustContain(t, admin.get(adminPath).body, "Replacement decided: booked.")
+	reps, err := app.db.ListReplacements(ctx, r.ID)
+	if err != nil || len(reps) != 1 || reps[0].State != store.ReplacementBooked || reps[0].IncidentID != incs[0].ID || reps[0].OutageID != 0 {
+		t.Fatalf("replacements %+v %v", reps, err)
+	}
+	got, err := app.db.FindReservation(ctx, r.ID)
+	if err != nil || len(got.Pieces) != 2 || got.Pieces[1].OfferID != o2.ID || !got.Pieces[0].End.Equal(app.clock.now()) {
+		t.Fatalf("pieces %+v %v", got.Pieces, err)
+	}
+	again := admin.post(adminPath, action, url.Values{"node": {"0"}})
+	if again.status != http.StatusSeeOther {
+		t.Fatalf("second trigger: %d", again.status)
+	}
+	if reps, _ := app.db.ListReplacements(ctx, r.ID); len(reps) != 1 {
+		t.Fatalf("%d replacements after a second trigger", len(reps))
+	}
+	mustContain(t, buyer.get("/notifications").body, "your rental runs on 8 device(s) on offer #")
+	app.connectPayouts(prov)
+	app.connectPayouts(prov2)
+	app.tick(p.End.Add(time.Minute))
+	app.tick(p.End.Add(2 * time.Hour))
+	requireReconciled(t, app.testApp)
 }

@@ -228,6 +228,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	a.POST("/disputes/:id/decide", h.handleAdminDisputeDecide)
 	a.POST("/disputes/:id/refund", h.handleAdminDisputeRefund)
 	a.GET("/reservations/:id", h.handleAdminReservation)
+	a.POST("/reservations/:id/incidents/:incident/replace", h.handleAdminReplace)
 	a.GET("/hosts", h.handleAdminHosts)
 	a.GET("/mail", h.handleAdminMail)
 	a.GET("/mail/:id", h.handleAdminMailShow)

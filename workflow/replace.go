@@ -46,7 +46,7 @@ func (s *Service) decideReplacement(ctx context.Context, t store.ReplacementTrig
 	// The replacement starts on a whole second, as pieces are stored, so
 	// the money is split over the very seconds booked.
 	now = now.Truncate(time.Second)
-	rep := store.Replacement{OutageID: t.OutageID, ReservationID: t.Reservation.ID, PieceID: t.Piece.ID, FailedNode: t.Node,
+	rep := store.Replacement{OutageID: t.OutageID, IncidentID: t.IncidentID, ReservationID: t.Reservation.ID, PieceID: t.Piece.ID, FailedNode: t.Node,
 		Kind: t.Kind, From: now, Until: t.Piece.End}
 	req, err := market.DecodeRequestJSON([]byte(t.Reservation.RequestJSON))
 	if err != nil {
@@ -125,6 +125,79 @@ func (s *Service) bookChargedReplacement(ctx context.Context, ci market.ChargeIn
 	}
 	s.replacementRefunds(ctx, now)
 	return err
+}
+
+// TriggerReplacement is an admin's trigger of a replacement from incident
+// incidentID of reservation reservationID (a buyer's report, which alone
+// never triggers one), for node of the piece (-1: the piece's first node):
+// the incident must be a host failure or fewer devices, on a piece that
+// runs now with at least market.MinReplacementWindow left. It is decided
+// as a measured outage is — under the buyer's policy, once per incident —
+// and the decision is returned. A decision already made is a conflict
+// saying what it was.
+func (s *Service) TriggerReplacement(ctx context.Context, adminID, reservationID, incidentID int64, node int) (store.Replacement, error) {
+	now := s.now().Truncate(time.Second)
+	incs, err := s.db.ListIncidents(ctx, reservationID)
+	if err != nil {
+		return store.Replacement{}, err
+	}
+	var inc store.Incident
+	for _, i := range incs {
+		if i.ID == incidentID {
+			inc = i
+		}
+	}
+	if inc.ID == 0 {
+		return store.Replacement{}, market.Errorf(market.CodeNotFound, "That incident could not be found.")
+	}
+	if inc.Kind != market.IncidentHostFailure && inc.Kind != market.IncidentFewerDevices {
+		return store.Replacement{}, market.Errorf(market.CodeInvalid, "Only a host failure or fewer devices than booked calls for a replacement.")
+	}
+	reps, err := s.db.ListReplacements(ctx, reservationID)
+	if err != nil {
+		return store.Replacement{}, err
+	}
+	for _, rep := range reps {
+		if rep.IncidentID == inc.ID {
+			return store.Replacement{}, market.Errorf(market.CodeConflict, "A replacement was already decided for this incident (%s).", strings.ReplaceAll(rep.State, "_", " "))
+		}
+	}
+	r, err := s.db.FindReservation(ctx, reservationID)
+	if err != nil {
+		return store.Replacement{}, err
+	}
+	var piece market.ReservationPiece
+	for _, p := range r.Pieces {
+		if p.ID == inc.PieceID {
+			piece = p
+		}
+	}
+	// The admin vouches for the failure: it counts as measured.
+	if r.State != market.ReservationActive || piece.ID == 0 || !market.TriggersReplacement(inc.Kind, true, piece, now) {
+		return store.Replacement{}, market.Errorf(market.CodeConflict, "The incident's piece is not running with at least %d minutes left; the SLA credit is the remedy.",
+			int(market.MinReplacementWindow/time.Minute))
+	}
+	if node < 0 && len(piece.Nodes) > 0 {
+		node = piece.Nodes[0].Node
+	}
+	onPiece := false
+	for _, n := range piece.Nodes {
+		onPiece = onPiece || n.Node == node
+	}
+	if !onPiece {
+		return store.Replacement{}, market.Errorf(market.CodeInvalid, "Choose a node the piece runs on.")
+	}
+	s.log.Info("replacement triggered by an admin", "admin_id", adminID, "reservation_id", r.ID, "incident_id", inc.ID, "node", node)
+	s.decideReplacement(ctx, store.ReplacementTrigger{IncidentID: inc.ID, Node: node, Kind: inc.Kind, Reservation: r, Piece: piece}, now)
+	if reps, err = s.db.ListReplacements(ctx, reservationID); err != nil {
+		return store.Replacement{}, err
+	}
+	for _, rep := range reps {
+		if rep.IncidentID == inc.ID {
+			return rep, nil
+		}
+	}
+	return store.Replacement{}, market.Errorf(market.CodeConflict, "No replacement could be booked just now (the capacity moved); try again.")
 }
 
 // recordDecision records a decision that books nothing, logging failures
