@@ -216,6 +216,11 @@ type offerJSON struct {
 	Figures []figureJSON `json:"figures,omitempty"`
 
 	Containers *containersJSON `json:"containers,omitempty"`
+
+	// Access is "agent" (absent: the hosts run the provider agent) or
+	// "manual", with AccessInstructions.
+	Access             AccessMode `json:"access,omitempty"`
+	AccessInstructions string     `json:"access_instructions,omitempty"`
 }
 
 type figureJSON struct {
@@ -252,6 +257,7 @@ func EncodeOfferJSON(o Offer) ([]byte, error) {
 		CreditSchedule: o.CreditSchedule, CreditCapBP: o.CreditCapBP, FreeCancelHours: o.FreeCancelHours,
 		CancelFeeBP: o.CancelFeeBP, RejectMinutes: &o.RejectMinutes,
 		Containers: encodeContainersJSON(o.Containers),
+		Access:     o.Access, AccessInstructions: o.AccessInstructions,
 	}
 	for _, f := range o.Figures {
 		basis := f.Basis
@@ -301,6 +307,7 @@ func DecodeOfferJSON(data []byte, now time.Time) (Offer, error) {
 		CreditSchedule: doc.CreditSchedule, CreditCapBP: doc.CreditCapBP, FreeCancelHours: doc.FreeCancelHours,
 		CancelFeeBP: doc.CancelFeeBP, RejectMinutes: DefaultRejectMinutes, Review: ReviewPending, State: OfferActive,
 		Containers: decodeContainersJSON(doc.Containers),
+		Access:     doc.Access, AccessInstructions: doc.AccessInstructions,
 	}
 	if doc.RejectMinutes != nil {
 		o.RejectMinutes = *doc.RejectMinutes
