@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -168,4 +169,67 @@ func (h *Handler) handleAdminMessages(c echo.Context) error {
 		BackURL: fmt.Sprintf("/admin/reservations/%d", id), BackText: "Back to the reservation"}
 	v.Contact.Thread = threadView(t, currentUser(c).ID, "")
 	return render(c, http.StatusOK, views.MessagesPage(h.page(c, v.Heading), v))
+}
+
+// apiMessage is one message of a reservation's thread in the API.
+type apiMessage struct {
+	ID        int64     `json:"id"`
+	AuthorID  int64     `json:"author_id"`
+	Author    string    `json:"author"`
+	Role      string    `json:"role"`
+	Body      string    `json:"body"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// apiThread is a reservation's thread in the API, with the reader's part
+// in it.
+type apiThread struct {
+	ReservationID int64        `json:"reservation_id"`
+	Role          string       `json:"role"`
+	Messages      []apiMessage `json:"messages"`
+}
+
+// apiMessageBody is what the API posts.
+type apiMessageBody struct {
+	Body string `json:"body"`
+}
+
+func toAPIMessage(m store.ReservationMessage) apiMessage {
+	return apiMessage{ID: m.ID, AuthorID: m.AuthorID, Author: m.AuthorName, Role: string(m.AuthorRole), Body: m.Body, CreatedAt: m.CreatedAt}
+}
+
+// handleAPIMessages is a reservation's messages for its buyer or one of
+// its providers (anyone else: 404).
+func (h *Handler) handleAPIMessages(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	t, err := h.db.ReservationThread(c.Request().Context(), currentUser(c).ID, id)
+	if err != nil {
+		return err
+	}
+	out := apiThread{ReservationID: t.Reservation.ID, Role: string(t.Role), Messages: []apiMessage{}}
+	for _, m := range t.Messages {
+		out.Messages = append(out.Messages, toAPIMessage(m))
+	}
+	return writeJSON(c, http.StatusOK, out)
+}
+
+// handleAPIMessagePost adds a message of the reservation's buyer or one
+// of its providers (workflow.PostMessage).
+func (h *Handler) handleAPIMessagePost(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	var body apiMessageBody
+	if err := decodeBody(c, &body); err != nil {
+		return err
+	}
+	m, err := h.wf.PostMessage(c.Request().Context(), currentUser(c).ID, id, body.Body)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, http.StatusCreated, toAPIMessage(m))
 }

@@ -307,3 +307,49 @@ func TestReservationMessages(t *testing.T) {
 		t.Fatalf("the admin on the parties' page: %d", got.status)
 	}
 }
+
+// TestAPIReservationMessages: the buyer and the provider read and write a
+// reservation's messages through the API (answers checked against the
+// contract); an empty message is 400, a read token cannot write (403),
+// and a third person's token is 404 both ways.
+func TestAPIReservationMessages(t *testing.T) {
+	app := newBillingApp(t)
+	prov := app.client()
+	prov.signUp("api-msg-prov@example.com", true)
+	app.manualOffer(prov.userID(), testInstructions)
+	app.connectPayouts(prov)
+	buyer := app.client()
+	buyer.signUp("api-msg-buyer@example.com", false)
+	r := app.bookAndPay(buyer)
+	path := fmt.Sprintf("/api/v1/reservations/%d/messages", r.ID)
+	bw, br, pw := buyer.createToken("w", "write"), buyer.createToken("r", "read"), prov.createToken("pw", "write")
+
+	if got := app.apiCall(http.MethodGet, path, br, ""); got.status != http.StatusOK || !strings.Contains(got.body, `"role":"buyer","messages":[]`) {
+		t.Fatalf("empty thread: %d %s", got.status, got.body)
+	}
+	if got := app.apiCall(http.MethodPost, path, br, `{"body":"hi"}`); got.status != http.StatusForbidden {
+		t.Fatalf("read token writes: %d", got.status)
+	}
+	if got := app.apiCall(http.MethodPost, path, bw, `{"body":"   "}`); got.status != http.StatusBadRequest || !strings.Contains(got.body, "Write the message.") {
+		t.Fatalf("empty message: %d %s", got.status, got.body)
+	}
+	if got := app.apiCall(http.MethodPost, path, bw, `{"body":"Key is on my account."}`); got.status != http.StatusCreated || !strings.Contains(got.body, `"role":"buyer"`) {
+		t.Fatalf("buyer writes: %d %s", got.status, got.body)
+	}
+	if got := app.apiCall(http.MethodPost, path, pw, `{"body":"Added: ssh -p 2222 ubuntu@203.0.113.7"}`); got.status != http.StatusCreated || !strings.Contains(got.body, `"role":"provider"`) {
+		t.Fatalf("provider writes: %d %s", got.status, got.body)
+	}
+	got := app.apiCall(http.MethodGet, path, br, "")
+	if got.status != http.StatusOK || strings.Count(got.body, `"author_id"`) != 2 || strings.Index(got.body, "Key is on my account.") > strings.Index(got.body, "ssh -p 2222") {
+		t.Fatalf("thread: %d %s", got.status, got.body)
+	}
+	other := app.client()
+	other.signUp("api-msg-other@example.com", false)
+	ow := other.createToken("ow", "write")
+	if got := app.apiCall(http.MethodGet, path, ow, ""); got.status != http.StatusNotFound {
+		t.Fatalf("third person reads: %d", got.status)
+	}
+	if got := app.apiCall(http.MethodPost, path, ow, `{"body":"let me in"}`); got.status != http.StatusNotFound {
+		t.Fatalf("third person writes: %d", got.status)
+	}
+}
