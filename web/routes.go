@@ -38,7 +38,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.POST("/reservations/:id/cancel", h.handleAPIReservationCancel, requireScope(scopeWrite))
 	api.POST("/reservations/:id/reject", h.handleAPIReservationReject, requireScope(scopeWrite))
 	api.POST("/reservations/:id/observations", h.handleAPIObservation, requireScope(scopeWrite)) // the buyer's machine
-	api.GET("/reservations/:id/messages", h.handleAPIMessages) // buyer and providers
+	api.GET("/reservations/:id/messages", h.handleAPIMessages)                                   // buyer and providers
 	api.POST("/reservations/:id/messages", h.handleAPIMessagePost, requireScope(scopeWrite))
 	api.GET("/provider/offers", h.handleAPIProviderOffers)
 	api.POST("/provider/offers", h.handleAPIOfferCreate, requireScope(scopeWrite), h.requireVerified)
