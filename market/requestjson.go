@@ -66,6 +66,7 @@ type constraintsJSON struct {
 	MinDriverVersion      string       `json:"min_driver_version,omitempty"`
 	MinCUDAVersion        string       `json:"min_cuda_version,omitempty"`
 	RequireVerified       bool         `json:"require_verified,omitempty"`
+	RequireAgent          bool         `json:"require_agent,omitempty"`
 	OfferIDs              []int64      `json:"offers,omitempty"`
 }
 
@@ -102,7 +103,7 @@ func EncodeRequestJSON(r Request) ([]byte, error) {
 			AllowInterruption: c.AllowInterruption, MaxPricePerDeviceHour: c.MaxPricePerDeviceHour,
 			BudgetCents: c.BudgetCents, MinReliabilityBP: c.MinReliabilityBP, MaxCarbonGPerKWh: c.MaxCarbonGPerKWh,
 			MinDriverVersion: c.MinDriverVersion, MinCUDAVersion: c.MinCUDAVersion, RequireVerified: c.RequireVerified,
-			OfferIDs: c.OfferIDs,
+			RequireAgent: c.RequireAgent, OfferIDs: c.OfferIDs,
 		},
 		Preferences: preferencesJSON(p),
 		Limit:       r.Limit,
@@ -154,7 +155,7 @@ func DecodeRequestJSON(data []byte) (Request, error) {
 			AllowInterruption: c.AllowInterruption, MaxPricePerDeviceHour: c.MaxPricePerDeviceHour,
 			BudgetCents: c.BudgetCents, MinReliabilityBP: c.MinReliabilityBP, MaxCarbonGPerKWh: c.MaxCarbonGPerKWh,
 			MinDriverVersion: c.MinDriverVersion, MinCUDAVersion: c.MinCUDAVersion, RequireVerified: c.RequireVerified,
-			OfferIDs: c.OfferIDs,
+			RequireAgent: c.RequireAgent, OfferIDs: c.OfferIDs,
 		},
 		Preferences: Preferences(doc.Preferences),
 		Limit:       doc.Limit,

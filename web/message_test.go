@@ -353,3 +353,25 @@ func TestAPIReservationMessages(t *testing.T) {
 		t.Fatalf("third person writes: %d", got.status)
 	}
 }
+
+// TestRequestRequiresTheAgent: the request builder's "only hosts that run
+// the provider agent" leaves out an offer without it, says so, and offers
+// to drop the constraint when nothing else fits.
+func TestRequestRequiresTheAgent(t *testing.T) {
+	app := newBillingApp(t)
+	prov := app.client()
+	prov.signUp("req-byhand@example.com", true)
+	manual := app.manualOffer(prov.userID(), testInstructions)
+	buyer := app.client()
+	buyer.signUp("req-agent@example.com", false)
+	q := trainingQuery()
+	mustContain(t, buyer.get("/requests?"+q.Encode()).body, `data-testid="quote-piece-access" data-agent="no"`)
+	q.Set("constraints.require_agent", "1")
+	page := buyer.get("/requests?" + q.Encode()).body
+	mustContain(t, page, `name="constraints.require_agent" value="1" checked`, "1 run no agent", "accept hosts without the agent")
+	mustNotContain(t, page, fmt.Sprintf(`href="/offers/%d"`, manual.ID), `data-testid="quote-piece-access"`)
+	agentOffer := app.listedOffer("nvidia-h100-80gb-sxm", 8, 1, "us-west-or", 250)
+	page = buyer.get("/requests?" + q.Encode()).body
+	mustContain(t, page, fmt.Sprintf(`href="/offers/%d"`, agentOffer.ID), `data-testid="quote-piece-access" data-agent="yes"`)
+	mustNotContain(t, page, `data-agent="no"`)
+}
