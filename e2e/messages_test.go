@@ -47,6 +47,18 @@ func TestMessagesWithoutAgent(t *testing.T) {
 	if n, err := buyer.GetByTestId("offer-card").Count(); err != nil || n != 1 {
 		t.Errorf("the access filter shows %d offers, want only the hand-run one (%v)", n, err)
 	}
+	if err := buyer.SetViewportSize(narrow.Width, narrow.Height); err != nil {
+		t.Fatal(err)
+	}
+	noHorizontalOverflow(t, buyer, "the filtered catalogue at 390 px")
+	if dir := os.Getenv("E2E_MESSAGES_SHOTS"); dir != "" {
+		if _, err := card.Screenshot(playwright.LocatorScreenshotOptions{Path: playwright.String(filepath.Join(dir, "card-narrow.png"))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := buyer.SetViewportSize(wide.Width, wide.Height); err != nil {
+		t.Fatal(err)
+	}
 
 	start := time.Now().UTC().Truncate(time.Hour).Add(2 * time.Hour)
 	id := reserve(t, buyer, srv, 2, 4, start)

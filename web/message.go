@@ -99,12 +99,12 @@ func (h *Handler) handleMessages(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return h.renderMessages(c, id, http.StatusOK, "", "")
+	return h.renderMessages(c, id, http.StatusOK, "", "", "")
 }
 
 // renderMessages renders the thread's page for the signed-in party, with
-// a message being written and its error.
-func (h *Handler) renderMessages(c echo.Context, id int64, status int, body, bodyErr string) error {
+// a message being written, its error, and where the form returns.
+func (h *Handler) renderMessages(c echo.Context, id int64, status int, body, bodyErr, back string) error {
 	ctx := c.Request().Context()
 	u := currentUser(c)
 	t, err := h.db.ReservationThread(ctx, u.ID, id)
@@ -123,6 +123,9 @@ func (h *Handler) renderMessages(c echo.Context, id int64, status int, body, bod
 		v.Contact.Thread = threadView(t, u.ID, "")
 	}
 	v.Contact.Thread.Body, v.Contact.Thread.Error = body, bodyErr
+	if back == backReservation || back == backBooking {
+		v.Contact.Thread.Back = back
+	}
 	return render(c, status, views.MessagesPage(h.page(c, v.Heading), v))
 }
 
@@ -138,7 +141,7 @@ func (h *Handler) handleMessagePost(c echo.Context) error {
 	body := c.FormValue("body")
 	m, err := h.wf.PostMessage(c.Request().Context(), currentUser(c).ID, id, body)
 	if market.ErrorCode(err) == market.CodeInvalid {
-		return h.renderMessages(c, id, http.StatusUnprocessableEntity, body, market.FieldErrors(err)["body"])
+		return h.renderMessages(c, id, http.StatusUnprocessableEntity, body, market.FieldErrors(err)["body"], c.FormValue("back"))
 	}
 	if err != nil {
 		return err

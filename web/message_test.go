@@ -239,7 +239,7 @@ func TestReservationMessages(t *testing.T) {
 	if empty.status != http.StatusUnprocessableEntity {
 		t.Fatalf("empty message: %d", empty.status)
 	}
-	mustContain(t, empty.body, `id="e-body"`, "Write the message.", `aria-invalid="true"`)
+	mustContain(t, empty.body, `id="e-body"`, "Write the message.", `aria-invalid="true"`, `name="back" value="reservation"`)
 	long := strings.Repeat("w", market.MaxMessageText+1)
 	big := buyer.post(resPath, msgs, url.Values{"body": {long}})
 	if big.status != http.StatusUnprocessableEntity {
