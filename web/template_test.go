@@ -21,7 +21,7 @@ func (a *testApp) containerOffer(region string, cents market.Cents) market.Offer
 	o := a.listedOffer("nvidia-h100-80gb-sxm", 8, 1, region, cents)
 	o.Containers = market.ContainerSupport{Engine: market.EnginePodman, CDI: true}
 	ctx := context.Background()
-	if _, err := a.db.UpdateOffer(ctx, o.ProviderID, o, testNow); err != nil {
+	if _, _, err := a.db.UpdateOffer(ctx, o.ProviderID, o, testNow); err != nil {
 		a.t.Fatal(err)
 	}
 	if err := a.db.ReviewOffer(ctx, o.ID, market.ReviewApproved, "", testNow); err != nil {
@@ -146,7 +146,7 @@ func TestContainerFailureOpensAnIncident(t *testing.T) {
 	o := app.twoNodeOffer(prov.userID())
 	o.Containers = market.ContainerSupport{Engine: market.EngineDocker, CDI: true}
 	ctx := context.Background()
-	if _, err := app.db.UpdateOffer(ctx, o.ProviderID, o, testNow); err != nil {
+	if _, _, err := app.db.UpdateOffer(ctx, o.ProviderID, o, testNow); err != nil {
 		t.Fatal(err)
 	}
 	if err := app.db.ReviewOffer(ctx, o.ID, market.ReviewApproved, "", testNow); err != nil {
