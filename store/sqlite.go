@@ -154,6 +154,9 @@ CREATE TEMP TRIGGER IF NOT EXISTS reservations_state_changed AFTER UPDATE OF sta
 CREATE TEMP TRIGGER IF NOT EXISTS users_suspension_changed AFTER UPDATE OF suspended ON main.users
 	WHEN OLD.suspended IS NOT NEW.suspended
 	BEGIN INSERT INTO changed_offers SELECT id, 1 FROM offers WHERE provider_id = NEW.id; END;
+CREATE TEMP TRIGGER IF NOT EXISTS host_tokens_revoked AFTER UPDATE OF revoked_at ON main.host_tokens
+	WHEN OLD.revoked_at IS NOT NEW.revoked_at
+	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id, 0); END;
 `
 
 // takeChangedQuery reads and clears the notes of the transaction under way.
