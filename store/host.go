@@ -240,7 +240,7 @@ const findHostTokenQuery = `SELECT ` + hostTokenColumns + `, u.suspended FROM ho
 
 // liveHostToken re-reads a token inside a write transaction: revoked
 // meanwhile, or its provider suspended, it is unauthorized.
-func liveHostToken(ctx context.Context, tx *sql.Tx, tokenID int64) (HostToken, error) {
+func liveHostToken(ctx context.Context, tx querier, tokenID int64) (HostToken, error) {
 	var suspended bool
 	t, err := scanHostToken(tx.QueryRowContext(ctx, `SELECT `+hostTokenColumns+`, u.suspended FROM host_tokens t
 		JOIN offers o ON o.id = t.offer_id JOIN users u ON u.id = o.provider_id WHERE t.id = ?`, tokenID), &suspended)
@@ -276,14 +276,27 @@ type HeartbeatRecord struct {
 
 // RecordHeartbeatRun is RecordHeartbeat, telling what it wrote, so that the
 // caller can absorb the node's following heartbeats that report the same
-// thing into a batch (FlushHeartbeatsSeen).
+// thing into a batch (FlushHeartbeatsSeen). Heartbeats written together
+// share one transaction and its commit with each other and with bookings
+// (group commit, groupcommit.go), each in its own savepoint: a fleet of
+// agents reconnecting at once costs the writer one sync per batch.
 func (db *DB) RecordHeartbeatRun(ctx context.Context, tokenID int64, hb market.Heartbeat, now time.Time) (HeartbeatRecord, error) {
 	const op = "record heartbeat"
-	tx, err := db.begin(ctx)
+	var rec HeartbeatRecord
+	err := db.book(ctx, func(ctx context.Context, tx preparedTx) error {
+		var err error
+		rec, err = recordHeartbeat(ctx, tx, tokenID, hb, now)
+		return err
+	})
 	if err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")
 	}
-	defer tx.Rollback()
+	return rec, nil
+}
+
+// recordHeartbeat is RecordHeartbeatRun's work inside its transaction.
+func recordHeartbeat(ctx context.Context, tx querier, tokenID int64, hb market.Heartbeat, now time.Time) (HeartbeatRecord, error) {
+	const op = "record heartbeat"
 	t, err := liveHostToken(ctx, tx, tokenID)
 	if err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")
@@ -336,11 +349,7 @@ func (db *DB) RecordHeartbeatRun(ctx context.Context, tokenID int64, hb market.H
 	if err := measureHeartbeat(ctx, tx, t.OfferID, t.Node, prev, reported, hb, now); err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")
 	}
-	rec := HeartbeatRecord{Accepted: true, OfferID: t.OfferID, Node: t.Node, RunID: runID, HardwareDiffers: differs}
-	if err := tx.Commit(); err != nil {
-		return HeartbeatRecord{}, fail(op, err, "")
-	}
-	return rec, nil
+	return HeartbeatRecord{Accepted: true, OfferID: t.OfferID, Node: t.Node, RunID: runID, HardwareDiffers: differs}, nil
 }
 
 // unhealthyDevices describes the devices the probe judged unhealthy.
@@ -361,7 +370,7 @@ func unhealthyDevices(hb market.Heartbeat) string {
 // appendHeartbeatRun extends the node's latest run with the heartbeat when
 // it reports the same health within the grace period, else starts a run;
 // then drops the node's runs beyond maxRunsPerNode. It returns the run's id.
-func appendHeartbeatRun(ctx context.Context, tx *sql.Tx, offerID int64, node int, hb market.Heartbeat, now time.Time) (int64, error) {
+func appendHeartbeatRun(ctx context.Context, tx querier, offerID int64, node int, hb market.Heartbeat, now time.Time) (int64, error) {
 	unhealthy := unhealthyDevices(hb)
 	var id, lastAt int64
 	var devices, healthy int

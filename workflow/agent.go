@@ -129,7 +129,7 @@ func (s *Service) RecordHeartbeat(ctx context.Context, tok store.HostToken, hb m
 	s.agent.counts.heartbeats.Add(1)
 	outcome := seenWrite
 	if !s.agent.writeAll {
-		outcome = s.agent.seen.absorb(tok.ID, hb.Seq, digest, now)
+		outcome = s.agent.seen.absorb(tok.ID, hb.Seq, digest, now, func() string { return devicesJSON(hb) })
 	}
 	if outcome == seenCheck {
 		// Heartbeats were lost in between (timed out, say), or went to
@@ -219,10 +219,19 @@ func heartbeatDigest(hb market.Heartbeat) [sha256.Size]byte {
 	return sha256.Sum256(b)
 }
 
-// telemetryEvery is how often a node's heartbeat is written in full even
-// when it reports the same thing: the devices' telemetry on the hosts page
-// is at most this old.
+// telemetryEvery is how often an absorbed heartbeat carries its devices
+// into the batch write (their telemetry: temperature, utilisation, power),
+// so the hosts page shows them at most this old (and a flush late).
 const telemetryEvery = 5 * time.Minute
+
+// devicesJSON is the heartbeat's devices as the hosts table keeps them.
+func devicesJSON(hb market.Heartbeat) string {
+	if hb.Devices == nil {
+		return "[]"
+	}
+	b, _ := json.Marshal(hb.Devices)
+	return string(b)
+}
 
 // quietHeartbeat reports whether a heartbeat leaves nothing for the SLA to
 // measure on any piece of its node: devices reported, every one healthy,
@@ -254,7 +263,7 @@ type seenNode struct {
 	digest  [sha256.Size]byte
 	seq     int64
 	at      time.Time // service clock
-	written time.Time // of the last full write, service clock
+	written time.Time // of the devices' last write (telemetryEvery), service clock
 	offerID int64
 	node    int
 	runID   int64
@@ -270,8 +279,10 @@ const (
 	seenCheck                       // absorbable but for a gap in the sequence numbers: check the store
 )
 
-// absorb decides a heartbeat's fate against the node's last one here.
-func (c *seenCache) absorb(tokenID, seq int64, digest [sha256.Size]byte, now time.Time) seenOutcome {
+// absorb decides a heartbeat's fate against the node's last one here;
+// when the node's telemetry is due (telemetryEvery), an absorbed heartbeat
+// carries devices() into the batch.
+func (c *seenCache) absorb(tokenID, seq int64, digest [sha256.Size]byte, now time.Time, devices func() string) seenOutcome {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.nodes[tokenID]
@@ -281,12 +292,16 @@ func (c *seenCache) absorb(tokenID, seq int64, digest [sha256.Size]byte, now tim
 	case seq <= n.seq:
 		return seenReplay
 	case digest != n.digest || !n.quiet || now.Before(n.at) ||
-		now.Sub(n.at) >= market.HeartbeatGrace(market.HeartbeatInterval)/2 || now.Sub(n.written) >= telemetryEvery:
+		now.Sub(n.at) >= market.HeartbeatGrace(market.HeartbeatInterval)/2:
 		return seenWrite
 	case seq != n.seq+1:
 		return seenCheck
 	}
 	c.absorbLocked(tokenID, n, seq, now)
+	if now.Sub(n.written) >= telemetryEvery {
+		c.pending[tokenID].Devices = devices()
+		n.written = now
+	}
 	return seenAbsorbed
 }
 
