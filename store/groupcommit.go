@@ -9,9 +9,7 @@ import (
 	"sync/atomic"
 )
 
-// Group commit for bookings (and the other writes that take capacity:
-// extensions, runtimes, standing orders), and for heartbeats written in
-// full (RecordHeartbeatRun).
+// Group commit for bookings.
 //
 // This is the package's one deliberate exception to "one exported method is
 // one transaction": concurrent CreateReservation calls on the same handle

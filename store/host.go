@@ -276,20 +276,25 @@ type HeartbeatRecord struct {
 
 // RecordHeartbeatRun is RecordHeartbeat, telling what it wrote, so that the
 // caller can absorb the node's following heartbeats that report the same
-// thing into a batch (FlushHeartbeatsSeen). Heartbeats written together
-// share one transaction and its commit with each other and with bookings
-// (group commit, groupcommit.go), each in its own savepoint: a fleet of
-// agents reconnecting at once costs the writer one sync per batch.
+// thing into a batch (FlushHeartbeatsSeen). It is not put in the group
+// commit with bookings: a batch is rolled back and run again when one of
+// its callers gives up, which a fleet of agents timing out at once turns
+// into the writer doing the same work over and over.
 func (db *DB) RecordHeartbeatRun(ctx context.Context, tokenID int64, hb market.Heartbeat, now time.Time) (HeartbeatRecord, error) {
 	const op = "record heartbeat"
-	var rec HeartbeatRecord
-	err := db.book(ctx, func(ctx context.Context, tx preparedTx) error {
-		var err error
-		rec, err = recordHeartbeat(ctx, tx, tokenID, hb, now)
-		return err
-	})
+	tx, err := db.begin(ctx)
 	if err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	rec, err := recordHeartbeat(ctx, tx, tokenID, hb, now)
+	if err != nil {
+		return HeartbeatRecord{}, fail(op, err, "")
+	}
+	if rec.Accepted {
+		if err := tx.Commit(); err != nil {
+			return HeartbeatRecord{}, fail(op, err, "")
+		}
 	}
 	return rec, nil
 }

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,14 +40,28 @@ type simAgent struct {
 	rec      *fleetRecorder
 
 	seq       int64
+	devices   json.RawMessage // fleetDevices, encoded once
 	installed map[int64]bool
 	accepted  map[int64]bool
 	removed   map[int64]bool
 }
 
 func newSimAgent(node fleetNode, base string, client *http.Client, push bool, interval time.Duration, rec *fleetRecorder) *simAgent {
-	return &simAgent{node: node, base: base, client: client, push: push, interval: interval, rec: rec,
+	devices, _ := json.Marshal(fleetDevices())
+	return &simAgent{node: node, base: base, client: client, push: push, interval: interval, rec: rec, devices: devices,
 		installed: map[int64]bool{}, accepted: map[int64]bool{}, removed: map[int64]bool{}}
+}
+
+// simHeartbeat is agentapi.Heartbeat with its devices encoded once: the
+// load tool shares the cores with the server it measures, so it spends
+// little of them.
+type simHeartbeat struct {
+	Seq          int64           `json:"seq"`
+	SentAt       time.Time       `json:"sent_at"`
+	AgentVersion string          `json:"agent_version"`
+	Probe        string          `json:"probe"`
+	Devices      json.RawMessage `json:"devices"`
+	Error        string          `json:"error"`
 }
 
 // run beats from after delay until ctx ends.
@@ -60,7 +75,7 @@ func (a *simAgent) run(ctx context.Context, delay time.Duration) {
 	for ctx.Err() == nil {
 		began := time.Now()
 		a.seq++
-		hb := agentapi.Heartbeat{Seq: a.seq, SentAt: began.UTC(), AgentVersion: "loadgen", Probe: "simulate", Devices: fleetDevices()}
+		hb := simHeartbeat{Seq: a.seq, SentAt: began.UTC(), AgentVersion: "loadgen", Probe: "simulate", Devices: a.devices}
 		var resp agentapi.HeartbeatResponse
 		err := a.call(ctx, http.MethodPost, agentapi.PathHeartbeat, hb, &resp)
 		var refused *refusal
@@ -356,6 +371,10 @@ type fleetRow struct {
 // runFleet is `loadgen -fleet`: the fleet server in a child process, then
 // for each size the agents, the quote yardstick and the payments beside.
 func runFleet(ctx context.Context, cfg fleetConfig, stdout, stderr io.Writer) error {
+	// The agents' process collects its garbage less often than Go's
+	// default, so that it takes less of the cores it shares with the server
+	// it measures (the server child keeps the default).
+	debug.SetGCPercent(400)
 	maxN := slices.Max(cfg.sizes)
 	self, err := os.Executable()
 	if err != nil {
