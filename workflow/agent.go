@@ -44,6 +44,8 @@ type agentState struct {
 	// cache: the host tokens and assignments served from memory
 	// (agentcache.go).
 	cache agentCache
+	// reads holds the agentReadSlots taken.
+	reads chan struct{}
 	// writeAll: absorb nothing (Config.WriteEveryHeartbeat).
 	writeAll bool
 	// writing is the heartbeats being written in full now, waiting for
@@ -73,7 +75,8 @@ var ErrHeartbeatsBehind = &market.Error{Code: market.CodeRateLimited,
 
 func newAgentState(writeAll bool) *agentState {
 	return &agentState{hub: agentHub{waiters: map[int64]map[chan struct{}]struct{}{}},
-		seen: seenCache{nodes: map[int64]*seenNode{}, pending: map[int64]*store.HeartbeatSeen{}}, cache: newAgentCache(), writeAll: writeAll}
+		seen: seenCache{nodes: map[int64]*seenNode{}, pending: map[int64]*store.HeartbeatSeen{}}, cache: newAgentCache(),
+		reads: make(chan struct{}, agentReadSlots), writeAll: writeAll}
 }
 
 // AgentCounts counts, since the start, what the agents' requests cost the

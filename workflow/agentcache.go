@@ -29,9 +29,22 @@ import (
 // next start or end of a piece on the node (store.NodeAssignments), since
 // assignments change by the clock there.
 
-// agentCacheMaxAge bounds how long an entry is served without reading it
-// again, for the changes no feed carries.
-const agentCacheMaxAge = time.Minute
+// agentCacheMaxAge bounds how long a node's assignments are served without
+// reading them again, for the changes no feed carries; hostTokenMaxAge the
+// same for a host token, whose changes (revocation, suspension) are all on
+// the feed but for another process's on the same SQLite file. Each entry's
+// bound is spread over a quarter more by its token's id, so that a fleet
+// whose agents arrived together does not expire together.
+const (
+	agentCacheMaxAge = time.Minute
+	hostTokenMaxAge  = 5 * time.Minute
+)
+
+// agentReadSlots is how many of the agents' reads that memory could not
+// serve run at once (a token, a node's assignments): a fleet arriving or
+// expiring together queues here rather than take every connection of the
+// readers' pool from the quotes and pages beside it.
+const agentReadSlots = 2
 
 // agentCache is the host tokens and assignments served from memory.
 type agentCache struct {
@@ -74,9 +87,10 @@ func (c *agentCache) offer(id int64) *offerKeys {
 	return k
 }
 
-// fresh reports whether an entry read at `at` may be served at now.
-func fresh(at, now time.Time) bool {
-	return !now.Before(at) && now.Sub(at) < agentCacheMaxAge
+// fresh reports whether the entry of token id read at `at` may be served at
+// now, within maxAge spread by id.
+func fresh(at, now time.Time, maxAge time.Duration, id int64) bool {
+	return !now.Before(at) && now.Sub(at) < maxAge+time.Duration(id%16)*maxAge/64
 }
 
 // token returns the cached token for a raw token's hash, and the
@@ -85,7 +99,7 @@ func (c *agentCache) token(key [sha256.Size]byte, now time.Time) (store.HostToke
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.tokens[key]
-	if ok && fresh(e.at, now) {
+	if ok && fresh(e.at, now, hostTokenMaxAge, e.tok.ID) {
 		return e.tok, true, c.gen
 	}
 	return store.HostToken{}, false, c.gen
@@ -112,7 +126,7 @@ func (c *agentCache) nodeAssignments(tokenID int64, now time.Time) (NodeAssignme
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.assignments[tokenID]
-	if ok && fresh(e.na.At, now) && (e.next.IsZero() || now.Before(e.next)) {
+	if ok && fresh(e.na.At, now, agentCacheMaxAge, tokenID) && (e.next.IsZero() || now.Before(e.next)) {
 		na := e.na
 		na.At = now
 		return na, e.next, true, c.gen
@@ -188,6 +202,17 @@ func (c *agentCache) dropAll() {
 	clear(c.offers)
 }
 
+// agentRead takes one of the agentReadSlots, waiting while ctx lasts; the
+// caller releases it.
+func (s *Service) agentRead(ctx context.Context) (func(), error) {
+	select {
+	case s.agent.reads <- struct{}{}:
+		return func() { <-s.agent.reads }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // cacheUsable reports whether entries may be served from memory: not while
 // this replica's change feed is down, since changes go unheard then.
 func (s *Service) cacheUsable() bool {
@@ -208,7 +233,12 @@ func (s *Service) AuthenticateHost(ctx context.Context, raw string) (store.HostT
 	if ok && usable {
 		return tok, nil
 	}
-	tok, err := s.db.FindHostToken(ctx, raw)
+	release, err := s.agentRead(ctx)
+	if err != nil {
+		return store.HostToken{}, err
+	}
+	tok, err = s.db.FindHostToken(ctx, raw)
+	release()
 	if err != nil {
 		return store.HostToken{}, err
 	}
@@ -227,7 +257,12 @@ func (s *Service) nodeAssignments(ctx context.Context, tok store.HostToken, now 
 	if ok && usable {
 		return na, next, nil
 	}
+	release, err := s.agentRead(ctx)
+	if err != nil {
+		return NodeAssignments{}, time.Time{}, err
+	}
 	as, next, err := s.db.NodeAssignments(ctx, tok.ID, now)
+	release()
 	if err != nil {
 		return NodeAssignments{}, time.Time{}, err
 	}
