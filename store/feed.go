@@ -43,7 +43,9 @@ type OfferChanges struct {
 	// in full.
 	Listings []int64
 	// Commitments are the other offers whose commitments alone changed: a
-	// reservation's pieces stored or deleted, or its state changed.
+	// reservation's pieces stored or deleted, or its state changed; or one
+	// of the offer's host tokens revoked (which the matcher ignores and
+	// the agents' caches follow).
 	Commitments []int64
 }
 
@@ -80,7 +82,7 @@ func (f *commitFeed) publish(ch OfferChanges) {
 // offer once): an offer created, edited, reviewed, paused, resumed or
 // withdrawn, its credit tiers replaced, capacity taken or given back by a
 // reservation's pieces or a change of their reservation's state, its
-// provider suspended or reinstated — the changes PostgreSQL's triggers
+// provider suspended or reinstated, a host token of it revoked — the changes PostgreSQL's triggers
 // notify every replica of (FollowOffers), heard here in-process on both
 // engines. It holds for every write method, with no call after it.
 //

@@ -240,7 +240,7 @@ const findHostTokenQuery = `SELECT ` + hostTokenColumns + `, u.suspended FROM ho
 
 // liveHostToken re-reads a token inside a write transaction: revoked
 // meanwhile, or its provider suspended, it is unauthorized.
-func liveHostToken(ctx context.Context, tx *sql.Tx, tokenID int64) (HostToken, error) {
+func liveHostToken(ctx context.Context, tx querier, tokenID int64) (HostToken, error) {
 	var suspended bool
 	t, err := scanHostToken(tx.QueryRowContext(ctx, `SELECT `+hostTokenColumns+`, u.suspended FROM host_tokens t
 		JOIN offers o ON o.id = t.offer_id JOIN users u ON u.id = o.provider_id WHERE t.id = ?`, tokenID), &suspended)
@@ -276,7 +276,10 @@ type HeartbeatRecord struct {
 
 // RecordHeartbeatRun is RecordHeartbeat, telling what it wrote, so that the
 // caller can absorb the node's following heartbeats that report the same
-// thing into a batch (FlushHeartbeatsSeen).
+// thing into a batch (FlushHeartbeatsSeen). It is not put in the group
+// commit with bookings: a batch is rolled back and run again when one of
+// its callers gives up, which a fleet of agents timing out at once turns
+// into the writer doing the same work over and over.
 func (db *DB) RecordHeartbeatRun(ctx context.Context, tokenID int64, hb market.Heartbeat, now time.Time) (HeartbeatRecord, error) {
 	const op = "record heartbeat"
 	tx, err := db.begin(ctx)
@@ -284,6 +287,21 @@ func (db *DB) RecordHeartbeatRun(ctx context.Context, tokenID int64, hb market.H
 		return HeartbeatRecord{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
+	rec, err := recordHeartbeat(ctx, tx, tokenID, hb, now)
+	if err != nil {
+		return HeartbeatRecord{}, fail(op, err, "")
+	}
+	if rec.Accepted {
+		if err := tx.Commit(); err != nil {
+			return HeartbeatRecord{}, fail(op, err, "")
+		}
+	}
+	return rec, nil
+}
+
+// recordHeartbeat is RecordHeartbeatRun's work inside its transaction.
+func recordHeartbeat(ctx context.Context, tx querier, tokenID int64, hb market.Heartbeat, now time.Time) (HeartbeatRecord, error) {
+	const op = "record heartbeat"
 	t, err := liveHostToken(ctx, tx, tokenID)
 	if err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")
@@ -336,11 +354,7 @@ func (db *DB) RecordHeartbeatRun(ctx context.Context, tokenID int64, hb market.H
 	if err := measureHeartbeat(ctx, tx, t.OfferID, t.Node, prev, reported, hb, now); err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")
 	}
-	rec := HeartbeatRecord{Accepted: true, OfferID: t.OfferID, Node: t.Node, RunID: runID, HardwareDiffers: differs}
-	if err := tx.Commit(); err != nil {
-		return HeartbeatRecord{}, fail(op, err, "")
-	}
-	return rec, nil
+	return HeartbeatRecord{Accepted: true, OfferID: t.OfferID, Node: t.Node, RunID: runID, HardwareDiffers: differs}, nil
 }
 
 // unhealthyDevices describes the devices the probe judged unhealthy.
@@ -361,7 +375,7 @@ func unhealthyDevices(hb market.Heartbeat) string {
 // appendHeartbeatRun extends the node's latest run with the heartbeat when
 // it reports the same health within the grace period, else starts a run;
 // then drops the node's runs beyond maxRunsPerNode. It returns the run's id.
-func appendHeartbeatRun(ctx context.Context, tx *sql.Tx, offerID int64, node int, hb market.Heartbeat, now time.Time) (int64, error) {
+func appendHeartbeatRun(ctx context.Context, tx querier, offerID int64, node int, hb market.Heartbeat, now time.Time) (int64, error) {
 	unhealthy := unhealthyDevices(hb)
 	var id, lastAt int64
 	var devices, healthy int

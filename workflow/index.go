@@ -133,6 +133,8 @@ func (s *Service) RefreshOffer(ctx context.Context, offerID int64) {
 // finds the index in step when the write returns. A batch whose read
 // fails stays queued for the next commit, or for Follow's applier.
 func (s *Service) heardCommit(ch store.OfferChanges) {
+	s.agent.cache.dropOffers(ch.Listings)
+	s.agent.cache.dropOffers(ch.Commitments)
 	for _, id := range ch.Listings {
 		s.feed.add(id)
 	}
@@ -197,6 +199,7 @@ func (s *Service) Follow(ctx context.Context) {
 	}
 	s.db.FollowOffers(ctx, func(offerID int64) {
 		s.feed.add(offerID)
+		s.agent.cache.dropOffers([]int64{offerID})
 		s.agent.hub.wake(offerID) // the agents' long-polls on this replica read their assignments again
 	},
 		func() error {
@@ -204,12 +207,14 @@ func (s *Service) Follow(ctx context.Context) {
 				return err
 			}
 			s.feed.joinedAfterReload()
+			s.agent.cache.dropAll()
 			s.agent.hub.wakeAll()
 			s.orders.noteAll() // changes made while the feed was down were not heard: re-match every open order
 			return nil
 		},
 		func(err error) {
 			s.feed.lost()
+			s.agent.cache.dropAll()
 			if ctx.Err() == nil {
 				s.log.Warn("index: change feed lost; reconnecting", "err", err)
 			}

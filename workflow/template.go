@@ -83,6 +83,7 @@ func (s *Service) bookWithRuntime(ctx context.Context, buyerID int64, pieces []m
 // node (store.RecordContainer: a failure before the end opens an incident).
 func (s *Service) RecordContainer(ctx context.Context, tokenID, pieceID int64, rep market.ContainerReport) (store.PieceContainer, error) {
 	c, err := s.db.RecordContainer(ctx, tokenID, pieceID, rep, s.now())
+	s.agent.cache.dropNode(tokenID)
 	if err != nil {
 		return store.PieceContainer{}, err
 	}

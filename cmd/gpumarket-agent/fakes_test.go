@@ -31,6 +31,7 @@ type fakeServer struct {
 	token      string
 	pieces     []assignment // placed on this node; State is computed
 	fail       []int        // statuses to answer the next heartbeats with
+	retryAfter string       // Retry-After on a failing 429, when not ""
 	maxSeq     int64
 	heartbeats []heartbeatRequest // accepted ones
 	seqs       []int64            // every seq received, accepted or not
@@ -101,6 +102,9 @@ func (s *fakeServer) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	if len(s.fail) > 0 {
 		status := s.fail[0]
 		s.fail = s.fail[1:]
+		if status == http.StatusTooManyRequests && s.retryAfter != "" {
+			w.Header().Set("Retry-After", s.retryAfter)
+		}
 		writeJSON(w, status, map[string]any{"error": map[string]string{"message": "try later"}})
 		return
 	}

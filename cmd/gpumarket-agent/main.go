@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"os/exec"
@@ -308,8 +309,11 @@ type agent struct {
 	// tests replace both.
 	now   func() time.Time
 	sleep func(ctx context.Context, d time.Duration) bool
-	start time.Time
-	retry backoff
+	// jitter is a random wait in [0, d), added to a Retry-After; nil:
+	// math/rand's (tests replace it).
+	jitter func(d time.Duration) time.Duration
+	start  time.Time
+	retry  backoff
 	// offset is the server's clock less ours, from the last server_time:
 	// the times the agent reports and the rental's end are on the server's
 	// clock.
@@ -399,7 +403,10 @@ func (a *agent) run(ctx context.Context) error {
 			continue
 		case err != nil:
 			failures++
-			wait := a.retry.wait()
+			wait, asked := retryAfter(err, a.jitterOf)
+			if !asked {
+				wait = a.retry.wait()
+			}
 			a.log.Warn("heartbeat failed; retrying", "err", err, "failures", failures, "retry_in", wait)
 			a.pause(ctx, wait)
 			continue
@@ -418,6 +425,14 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	a.log.Info("stopping", "seq", a.state.seq())
 	return nil
+}
+
+// jitterOf is a random wait in [0, d) (agent.jitter).
+func (a *agent) jitterOf(d time.Duration) time.Duration {
+	if a.jitter != nil {
+		return a.jitter(d)
+	}
+	return rand.N(d)
 }
 
 // pause waits d, or until the next rental with keys installed ends if that

@@ -227,6 +227,31 @@ func TestHeartbeatRetriedWithBackoff(t *testing.T) {
 	}
 }
 
+// TestHeartbeatRefusedWaitsRetryAfterWithJitter: a 429 with Retry-After
+// (the server's writer is behind) is sent again after the wait it names
+// plus a random share of it, not on the backoff, which a later failure
+// starts from its beginning.
+func TestHeartbeatRefusedWaitsRetryAfterWithJitter(t *testing.T) {
+	dir := t.TempDir()
+	clock := &fakeClock{t: t0}
+	srv := newFakeServer(t, clock.Now)
+	srv.fail = []int{http.StatusTooManyRequests, http.StatusTooManyRequests, http.StatusServiceUnavailable}
+	srv.retryAfter = "5"
+	a, ctx := newTestAgent(t, agentArgs(srv, dir, "-interval", "10s"), clock, func() bool { return len(srv.accepted()) == 2 })
+	var asked []time.Duration
+	a.jitter = func(d time.Duration) time.Duration { asked = append(asked, d); return d * 3 / 10 }
+	if err := a.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := time.Second
+	if got, want := clock.sleeps(), []time.Duration{6500 * time.Millisecond, 6500 * time.Millisecond, 1 * s, 10 * s, 10 * s}; !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
+	if want := []time.Duration{5 * s, 5 * s}; !slices.Equal(asked, want) {
+		t.Errorf("jitter asked for %v, want %v", asked, want)
+	}
+}
+
 // TestServerDownThenUp: a server that cannot be reached at all is retried
 // the same way.
 func TestServerDownThenUp(t *testing.T) {
