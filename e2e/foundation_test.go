@@ -417,6 +417,7 @@ func fillOffer(t *testing.T, page playwright.Page, o newOffer) {
 	selectOption(t, field(page, "Accelerator"), o.Accelerator)
 	fill(t, field(page, "Memory per device (GB)"), o.MemoryGB)
 	fill(t, field(page, "Devices per node"), o.DevicesPerNode)
+	selectOption(t, field(page, "Interconnect inside a node"), "NVLink / Infinity Fabric") // the form does not choose it
 	fill(t, field(page, "Driver version"), o.DriverVersion)
 	fill(t, field(page, "CUDA or ROCm version"), o.CUDAVersion)
 	selectOption(t, field(page, "Region"), o.Region)
