@@ -303,7 +303,7 @@ func (h *Handler) renderOfferShow(c echo.Context, id int64, status int, spot spo
 	if l.ProviderSuspended {
 		v.Status = "Not listed in the catalogue: the provider is suspended."
 	} else if !o.Listed() {
-		v.Status = fmt.Sprintf("Not listed in the catalogue: review %s, state %s.", reviewLabel(o.Review), o.State)
+		v.Status = "Not listed in the catalogue: " + unlistedReason(o) + "."
 		if o.ReviewNote != "" {
 			v.Status += " Reviewer's note: " + o.ReviewNote
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -61,6 +62,33 @@ func reviewLabel(r market.ReviewState) string {
 		return "changes requested"
 	}
 	return string(r)
+}
+
+// unlistedReason says in words why an offer that is not listed is not:
+// "it is pending review", "it is paused", or both.
+func unlistedReason(o market.Offer) string {
+	var why []string
+	switch o.Review {
+	case market.ReviewApproved:
+	case market.ReviewPending:
+		why = append(why, "it is pending review")
+	case market.ReviewChangesRequested:
+		why = append(why, "the reviewer asked for changes")
+	case market.ReviewRejected:
+		why = append(why, "the reviewer rejected it")
+	default:
+		why = append(why, "its review is "+reviewLabel(o.Review))
+	}
+	switch o.State {
+	case market.OfferActive:
+	case market.OfferPaused:
+		why = append(why, "it is paused")
+	case market.OfferWithdrawn:
+		why = append(why, "it is withdrawn")
+	default:
+		why = append(why, "it is "+string(o.State))
+	}
+	return strings.Join(why, ", and ")
 }
 
 // offerForm renders the offer form with values as typed. Every figure
