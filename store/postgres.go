@@ -477,6 +477,10 @@ const (
 	feedConnectTimeout = 5 * time.Second
 )
 
+// FeedApplicationName is the application_name of the change feed's
+// connection (pg_stat_activity tells it from the pools' "gpumarket").
+const FeedApplicationName = "gpumarket-feed"
+
 // errFeedClosed is followOnce's answer when the connection ends with no
 // error of its own.
 var errFeedClosed = errors.New("store: the change feed's connection closed")
@@ -487,8 +491,16 @@ func (db *DB) followOnce(ctx context.Context, changed func(int64, bool), resync 
 	if db.feedDSN != "" {
 		dsn = db.feedDSN
 	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = FeedApplicationName
 	cctx, cancel := context.WithTimeout(ctx, feedConnectTimeout)
-	conn, err := pgx.Connect(cctx, dsn)
+	conn, err := pgx.ConnectConfig(cctx, cfg)
 	cancel()
 	if err != nil {
 		return err
