@@ -44,9 +44,9 @@ const loadFreshness = 2 * time.Second
 //     and the "cannot reach its database" page, the bookings 503 — never
 //     500, never a hang;
 //   - the server is started again: B's feed reconnects within seconds,
-//     and the first time B's /healthz says ok, a change A made after the
-//     restart is already in B's quotes (B never says ok while it has not
-//     heard what it missed);
+//     and once B's /healthz says ok, a change A made after the restart
+//     shows in B's quotes within the bound (B never says ok while it has
+//     neither heard nor reloaded what it missed);
 //   - every booking answered 201 is in the database, and both replicas
 //     stop cleanly.
 func TestReplicasUnderLoadAndAnOutage(t *testing.T) {
@@ -236,14 +236,15 @@ func TestReplicasUnderLoadAndAnOutage(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	healthyAfter := time.Since(restarted)
-	if (b.quotes(t, m.watcher, watch) > 0) == paused {
-		t.Fatalf("replica B says ok %s after the restart but does not quote the offer as replica A set it (%s) %s after the restart", healthyAfter, state, changed)
-	}
+	// B may have rejoined before A's change, and hear it on the feed; or
+	// after, and have it from the reload. Either way it shows within the
+	// bound; a replica that said ok without reloading never would.
+	followed := visible("after the restart: offer "+state, func() bool { return (b.quotes(t, m.watcher, watch) > 0) == !paused })
 	if healthyAfter > 5*time.Second {
 		t.Errorf("replica B's feed rejoined %s after PostgreSQL returned, want within 5 s", healthyAfter)
 	}
-	t.Logf("PostgreSQL back: replica A wrote %s later, replica B's /healthz ok %s later, with A's change in its quotes (seen: %v)",
-		changed.Round(time.Millisecond), healthyAfter.Round(time.Millisecond), states)
+	t.Logf("PostgreSQL back: replica A wrote %s later, replica B's /healthz ok %s later, A's change in its quotes %s after that (seen: %v)",
+		changed.Round(time.Millisecond), healthyAfter.Round(time.Millisecond), followed.Round(time.Millisecond), states)
 
 	// (e) Fresh again under load, then every acknowledged booking is stored.
 	waitFor(t, 10*time.Second, "a booking answered 201 after the restart", func() bool { return ld.countSince(http.StatusCreated, restarted) > 0 })
