@@ -28,6 +28,10 @@ type commitFeed struct {
 	mu    sync.Mutex
 	next  int
 	subs  []subscriber
+	// backends are the PostgreSQL backend process ids of the writer's
+	// open connections: a notification one of them sent is this handle's
+	// own commit, published in-process already (FollowOffers).
+	backends sync.Map // uint32 → struct{}
 }
 
 type subscriber struct {
@@ -90,7 +94,9 @@ func (f *commitFeed) publish(ch OfferChanges) {
 // the store method returns, so a caller that writes and then reads what
 // changed follows sees its own write; the writer is not released until it
 // returns, so it should be quick, and it must not write through db (it may
-// read). A transaction that rolls back publishes nothing. stop ends the
+// read). A transaction that rolls back publishes nothing; one whose
+// commit fails on PostgreSQL publishes all the same (the commit may have
+// reached the server before the connection broke). stop ends the
 // subscription.
 func (db *DB) OnOffersChanged(changed func(OfferChanges)) (stop func()) {
 	f := db.feed

@@ -197,8 +197,10 @@ func (s *Service) Follow(ctx context.Context) {
 		<-ctx.Done() // no other replica to hear: the applier only retries
 		return
 	}
-	s.db.FollowOffers(ctx, func(offerID int64) {
-		s.feed.add(offerID)
+	s.db.FollowOffers(ctx, func(offerID int64, own bool) {
+		if !own { // this replica's own commits were applied as they committed (heardCommit)
+			s.feed.add(offerID)
+		}
 		s.agent.cache.dropOffers([]int64{offerID})
 		s.agent.hub.wake(offerID) // the agents' long-polls on this replica read their assignments again
 	},
@@ -206,16 +208,17 @@ func (s *Service) Follow(ctx context.Context) {
 			if err := s.ReloadIndex(ctx); err != nil {
 				return err
 			}
-			s.feed.joinedAfterReload()
 			s.agent.cache.dropAll()
+			if down := s.feed.joinedAfterReload(); ctx.Err() == nil {
+				s.log.Info("index: change feed joined; index reloaded", "down_for", down.Round(time.Millisecond).String())
+			}
 			s.agent.hub.wakeAll()
 			s.orders.noteAll() // changes made while the feed was down were not heard: re-match every open order
 			return nil
 		},
 		func(err error) {
-			s.feed.lost()
 			s.agent.cache.dropAll()
-			if ctx.Err() == nil {
+			if s.feed.lost() && ctx.Err() == nil {
 				s.log.Warn("index: change feed lost; reconnecting", "err", err)
 			}
 		})
