@@ -50,6 +50,10 @@ type Heartbeat struct {
 	Probe        string              `json:"probe"`
 	Devices      []market.HostDevice `json:"devices"`
 	Error        string              `json:"error"`
+	// Isolation is how the agent keeps renters of pieces without a
+	// container apart (market.Isolation: rental_users, shared_user,
+	// provider_hooks); absent from an older agent.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // HeartbeatResponse answers a heartbeat: whether it was accepted (not a

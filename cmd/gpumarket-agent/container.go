@@ -268,6 +268,14 @@ func (c *containers) pieceDir(piece int64) string {
 // script, the on-start script and the notebook token.
 func (c *containers) writeFiles(as assignment, token string) error {
 	dir := c.pieceDir(as.PieceID)
+	// The pieces' files (keys, notebook tokens) are for their containers
+	// only: no Unix user of the host may pass the directory above them.
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(c.dir, 0o700); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
