@@ -20,6 +20,16 @@ type OfferListing struct {
 	// ProviderSuspended: the provider is suspended, so the offer is not
 	// listed whatever its review and state.
 	ProviderSuspended bool
+	// SharedHostUserReported: an agent of the offer's nodes reports that
+	// every renter of its node is the same Unix user (market.IsolationSharedUser),
+	// whatever the provider declared.
+	SharedHostUserReported bool
+}
+
+// SharedHostUser reports whether buyers are told "shared host user": the
+// provider declared it or an agent of the offer reports it.
+func (l OfferListing) SharedHostUser() bool {
+	return l.Offer.Containers.SharedHostUser || l.SharedHostUserReported
 }
 
 // offerFields returns the provider-editable columns of an offer and their
@@ -60,7 +70,8 @@ const (
 		o.billing_basis, o.uptime_bp, o.credit_cap_bp, o.free_cancel_hours, o.cancel_fee_bp, o.reject_minutes,
 		o.container_engine, o.container_cdi, o.container_max_image_gb, o.container_image_cache, o.shared_host_user,
 		o.review, o.review_note, o.state, o.created_at, o.updated_at`
-	listingColumns = offerColumns + `, u.display_name, u.organisation, u.suspended`
+	listingColumns = offerColumns + `, u.display_name, u.organisation, u.suspended,
+		EXISTS (SELECT 1 FROM hosts hi WHERE hi.offer_id = o.id AND hi.isolation = '` + string(market.IsolationSharedUser) + `')`
 	listingFrom    = ` FROM offers o JOIN users u ON u.id = o.provider_id`
 )
 
@@ -99,7 +110,7 @@ func scanOffer(s scanner, extra ...any) (market.Offer, error) {
 
 func scanListing(s scanner) (OfferListing, error) {
 	var l OfferListing
-	o, err := scanOffer(s, &l.ProviderName, &l.ProviderOrg, &l.ProviderSuspended)
+	o, err := scanOffer(s, &l.ProviderName, &l.ProviderOrg, &l.ProviderSuspended, &l.SharedHostUserReported)
 	l.Offer = o
 	return l, err
 }

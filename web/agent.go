@@ -78,7 +78,8 @@ func (h *Handler) handleAgentHeartbeat(c echo.Context) error {
 	if err := decodeBody(c, &in); err != nil {
 		return err
 	}
-	hb := market.Heartbeat{Seq: in.Seq, SentAt: in.SentAt, AgentVersion: in.AgentVersion, Probe: in.Probe, Devices: in.Devices, Error: in.Error}
+	hb := market.Heartbeat{Seq: in.Seq, SentAt: in.SentAt, AgentVersion: in.AgentVersion, Probe: in.Probe, Devices: in.Devices, Error: in.Error,
+		Isolation: market.Isolation(in.Isolation)}
 	if err := market.ValidateHeartbeat(&hb); err != nil {
 		return err
 	}

@@ -100,7 +100,7 @@ func hostNodeView(n store.HostNode, now time.Time) views.HostNodeView {
 			v.Status, v.StatusBadge = "online", "active"
 		}
 		v.LastHeartbeat = formatTime(s.LastHeartbeatAt)
-		v.Agent = fmt.Sprintf("agent %s, probe %s", orDash(s.AgentVersion), orDash(s.Probe))
+		v.Agent = fmt.Sprintf("agent %s, probe %s, renters: %s", orDash(s.AgentVersion), orDash(s.Probe), s.Isolation.Label())
 		v.Health = fmt.Sprintf("%d of %d devices healthy", s.Healthy, len(s.Devices))
 		v.ProbeError, v.Differs = s.ProbeError, s.HardwareDiffers
 		for _, d := range s.Devices {

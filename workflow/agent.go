@@ -177,9 +177,9 @@ func heartbeatDigest(hb market.Heartbeat) [sha256.Size]byte {
 		devices[i] = d
 	}
 	b, _ := json.Marshal(struct {
-		V, P, E string
-		D       []market.HostDevice
-	}{hb.AgentVersion, hb.Probe, hb.Error, devices})
+		V, P, E, I string
+		D          []market.HostDevice
+	}{hb.AgentVersion, hb.Probe, hb.Error, string(hb.Isolation), devices})
 	return sha256.Sum256(b)
 }
 
