@@ -255,7 +255,14 @@ func (h *Handler) handleAdminHosts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	removeFailed, err := h.db.ListContainerRemovalFailures(c.Request().Context())
+	if err != nil {
+		return err
+	}
 	v := views.AdminHostsView{}
+	for _, f := range removeFailed {
+		v.RemoveFailed = append(v.RemoveFailed, adminHostRow(f, formatTime(f.At)))
+	}
 	for _, f := range differs {
 		v.Differs = append(v.Differs, adminHostRow(f, formatTime(f.At)))
 	}

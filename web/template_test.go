@@ -214,4 +214,26 @@ func TestContainerFailureOpensAnIncident(t *testing.T) {
 	if res := app.agentPost(token, path, map[string]any{"phase": "exploded"}); res.status != http.StatusBadRequest {
 		t.Errorf("an unknown phase: %d", res.status)
 	}
+
+	// A container the agent cannot remove at the end: the provider is
+	// told, and the admins see it on their hosts page until it is removed.
+	admin := app.client()
+	admin.signUp("boxadmin@example.com", false)
+	if err := app.makeAdmin(ctx, admin.userID(), true); err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, admin.get("/admin/hosts").body, `data-testid="remove-failed-none"`)
+	app.tick(p.End.Add(time.Minute))
+	if res := app.agentPost(token, path, map[string]any{"phase": "remove_failed", "message": "device or resource busy"}); res.status != http.StatusOK {
+		t.Fatalf("remove_failed report: %d %s", res.status, res.body)
+	}
+	hosts := admin.get("/admin/hosts").body
+	mustContain(t, hosts, `data-testid="host-remove-failed-row"`, "Two nodes of H100",
+		fmt.Sprintf("Reservation #%d, piece %d: the buyer&#39;s container could not be removed (device or resource busy).", r.ID, p.ID))
+	mustNotContain(t, hosts, `data-testid="remove-failed-none"`)
+	mustContain(t, prov.get("/notifications").body, "could not remove the buyer")
+	if res := app.agentPost(token, path, map[string]any{"phase": "removed"}); res.status != http.StatusOK {
+		t.Fatalf("removed report: %d %s", res.status, res.body)
+	}
+	mustContain(t, admin.get("/admin/hosts").body, `data-testid="remove-failed-none"`)
 }
