@@ -186,6 +186,16 @@ func TestContainerFailureOpensAnIncident(t *testing.T) {
 		fmt.Sprint(as[0].DeviceIndices) != "[0 1 2 3 4 5 6 7]" {
 		t.Fatalf("before the start: %+v", as)
 	}
+	// The pull's progress, as the agent reports it, is on the buyer's page.
+	progress := map[string]any{"phase": "pulling", "message": "pulling: 1 of 2 layers seen done, copying 70030d7b3694", "progress": 42}
+	if res := app.agentPost(token, fmt.Sprintf("/agent/v1/assignments/%d/container", p.ID), progress); res.status != http.StatusOK {
+		t.Fatalf("pulling report: %d %s", res.status, res.body)
+	}
+	pulling := buyer.get(fmt.Sprintf("/reservations/%d", r.ID)).body
+	if got := testidText(pulling, "container-phase"); got != "pulling image… 42 %" {
+		t.Errorf("while pulling the page shows %q", got)
+	}
+	mustContain(t, pulling, "copying 70030d7b3694")
 	app.tick(p.Start)
 	if as = beat(2); len(as) != 1 || as[0].State != "install" || as[0].Runtime == nil || len(as[0].Runtime.Env) != 1 {
 		t.Fatalf("at the start: %+v", as)

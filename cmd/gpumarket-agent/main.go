@@ -388,7 +388,7 @@ func newAgent(cfg config, log *slog.Logger, now func() time.Time) (*agent, error
 		pulling: map[int64]bool{},
 	}
 	if cfg.engine.argv != nil {
-		a.containers = &containers{engine: cfg.engine, opts: cfg.runOpts, dir: cfg.containerDir, maxGB: cfg.maxImageGB, runProg: runEngine}
+		a.containers = &containers{engine: cfg.engine, opts: cfg.runOpts, dir: cfg.containerDir, maxGB: cfg.maxImageGB, runProg: runEngine, pullProg: runEnginePull}
 	}
 	a.tester = acceptanceTester{command: cfg.acceptanceCmd, now: a.clock, log: log}
 	switch cfg.probe {
