@@ -525,3 +525,14 @@ func SeqProblem(last, seq int64, now time.Time) string {
 	}
 	return ""
 }
+
+// CleanRemoveError is an agent's account of a removal that failed, as
+// pages show it: control characters replaced, trimmed, at most
+// MaxContainerMessage runes.
+func CleanRemoveError(msg string) string {
+	msg = cleanText(msg)
+	if r := []rune(msg); len(r) > MaxContainerMessage {
+		msg = string(r[:MaxContainerMessage])
+	}
+	return msg
+}

@@ -1112,8 +1112,8 @@ func ProviderHosts(p Page, v ProviderHostsView) templ.Component {
 type AdminHostsView struct {
 	Differs []AdminHostRow // devices that differ from the listing
 	Overdue []AdminHostRow // keys whose removal is not confirmed in time
-	// RemoveFailed are buyers' containers the agent reported it could not
-	// remove (issue 25): the next renter of the node must not see them.
+	// RemoveFailed are buyers' access (keys, rental users) and containers
+	// an agent reported it could not remove (issue 25).
 	RemoveFailed []AdminHostRow
 }
 
@@ -1370,12 +1370,12 @@ func AdminHosts(p Page, v AdminHostsView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 126, "</section><section class=\"card\" aria-labelledby=\"remove-failed-h\"><h2 id=\"remove-failed-h\" style=\"margin-top:0\">Containers not removed</h2>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 126, "</section><section class=\"card\" aria-labelledby=\"remove-failed-h\"><h2 id=\"remove-failed-h\" style=\"margin-top:0\">Access or containers not removed</h2>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			if len(v.RemoveFailed) == 0 {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 127, "<p data-testid=\"remove-failed-none\">No agent reports a buyer's container it could not remove.</p>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 127, "<p data-testid=\"remove-failed-none\">No agent reports a buyer's access or container it could not remove.</p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -206,6 +206,22 @@ func (h *Handler) handleAgentRemoved(c echo.Context) error {
 	return writeJSON(c, http.StatusOK, accessReply(a))
 }
 
+func (h *Handler) handleAgentRemoveFailed(c echo.Context) error {
+	id, err := pieceID(c)
+	if err != nil {
+		return err
+	}
+	var in agentapi.RemoveFailed
+	if err := decodeBody(c, &in); err != nil {
+		return err
+	}
+	if err := h.wf.RecordRemoveFailed(c.Request().Context(), hostToken(c), id, in.Message); err != nil {
+		return err
+	}
+	logger(c).Warn("access not ended", "piece_id", id, "offer_id", hostToken(c).OfferID, "message", market.CleanRemoveError(in.Message))
+	return writeJSON(c, http.StatusOK, map[string]int64{"piece_id": id})
+}
+
 // agentAcceptanceReply answers an acceptance result: how it compares with
 // the offer's guaranteed figure.
 type agentAcceptanceReply struct {

@@ -259,6 +259,11 @@ func (h *Handler) handleAdminHosts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	accessFailed, err := h.db.ListAccessRemovalFailures(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	removeFailed = append(accessFailed, removeFailed...)
 	v := views.AdminHostsView{}
 	for _, f := range removeFailed {
 		v.RemoveFailed = append(v.RemoveFailed, adminHostRow(f, formatTime(f.At)))

@@ -61,6 +61,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	agent.GET("/assignments", h.handleAgentAssignments)
 	agent.POST("/assignments/:piece_id/installed", h.handleAgentInstalled)
 	agent.POST("/assignments/:piece_id/removed", h.handleAgentRemoved)
+	agent.POST("/assignments/:piece_id/remove_failed", h.handleAgentRemoveFailed)
 	agent.POST("/assignments/:piece_id/acceptance", h.handleAgentAcceptance)
 	agent.POST("/assignments/:piece_id/container", h.handleAgentContainer)
 

@@ -375,6 +375,13 @@ func (s *Service) RecordRemoved(ctx context.Context, tok store.HostToken, pieceI
 	return s.db.RecordRemoved(ctx, tok.ID, pieceID, removedAt, s.now())
 }
 
+// RecordRemoveFailed records that the agent could not end a piece's
+// access on the token's node (store.RecordRemoveFailed).
+func (s *Service) RecordRemoveFailed(ctx context.Context, tok store.HostToken, pieceID int64, msg string) error {
+	s.agent.counts.reports.Add(1)
+	return s.db.RecordRemoveFailed(ctx, tok.ID, pieceID, msg, s.now())
+}
+
 // RecordAcceptance records the acceptance test of a piece on the token's
 // node (store.RecordAcceptance).
 func (s *Service) RecordAcceptance(ctx context.Context, tok store.HostToken, pieceID int64, res market.AcceptanceResult) (store.AcceptanceRecord, error) {

@@ -696,6 +696,7 @@ func (a *agent) remove(ctx context.Context, as assignment) error {
 		out, err := a.hooks.Remove(context.WithoutCancel(ctx), as)
 		a.logOutput("remove hook", as.PieceID, out)
 		if err != nil {
+			a.reportRemoveFailed(ctx, as.PieceID, err)
 			return err
 		}
 		now := a.serverNow()
@@ -741,12 +742,30 @@ func (a *agent) expire(ctx context.Context) {
 		a.logOutput("remove hook", id, out)
 		if err != nil {
 			a.log.Error("rental over; removing the keys failed", "piece", id, "err", err)
+			a.reportRemoveFailed(ctx, id, err)
 			continue
 		}
 		if err := a.state.update(id, func(p *pieceState) { p.RemovedAt = now }); err != nil {
 			a.log.Error("state", "err", err)
 		}
 		a.log.Info("rental over: keys removed", "piece", id, "end", p.End)
+	}
+}
+
+// reportRemoveFailed tells the server, once per distinct failure, that the
+// piece's access could not be ended (an incident for the provider and the
+// admins); the removal is tried again at each heartbeat.
+func (a *agent) reportRemoveFailed(ctx context.Context, piece int64, cause error) {
+	msg := clip(cause.Error(), 500)
+	if p, _ := a.state.piece(piece); p.RemoveFailed == msg || p.InstalledAt.IsZero() {
+		return
+	}
+	if err := a.client.removeFailed(context.WithoutCancel(ctx), piece, msg); err != nil {
+		a.log.Error("report remove failed", "piece", piece, "err", err)
+		return
+	}
+	if err := a.state.update(piece, func(p *pieceState) { p.RemoveFailed = msg }); err != nil {
+		a.log.Error("state", "err", err)
 	}
 }
 

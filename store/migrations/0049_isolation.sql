@@ -11,3 +11,10 @@ CREATE TABLE standing_order_runtimes (
     order_id     INTEGER PRIMARY KEY REFERENCES standing_orders (id),
     runtime_json TEXT    NOT NULL
 );
+
+-- What the agent reported when it could not end a piece's access on a node
+-- (its keys, or with -rental-users its Unix user and processes): '' when
+-- nothing failed, cleared by the "removed" report. Listed for the admins
+-- and told to the provider.
+ALTER TABLE piece_access ADD COLUMN remove_error TEXT NOT NULL DEFAULT '';
+ALTER TABLE piece_access ADD COLUMN remove_error_at INTEGER NOT NULL DEFAULT 0;
