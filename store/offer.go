@@ -72,7 +72,7 @@ const (
 		o.review, o.review_note, o.state, o.created_at, o.updated_at`
 	listingColumns = offerColumns + `, u.display_name, u.organisation, u.suspended,
 		EXISTS (SELECT 1 FROM hosts hi WHERE hi.offer_id = o.id AND hi.isolation = '` + string(market.IsolationSharedUser) + `')`
-	listingFrom    = ` FROM offers o JOIN users u ON u.id = o.provider_id`
+	listingFrom = ` FROM offers o JOIN users u ON u.id = o.provider_id`
 )
 
 func scanOffer(s scanner, extra ...any) (market.Offer, error) {
