@@ -48,6 +48,8 @@ type HostStatus struct {
 	Devices         []market.HostDevice
 	Healthy         int
 	HardwareDiffers string
+	// Isolation is how the agent keeps renters apart, as it last said.
+	Isolation market.Isolation
 }
 
 // Online reports whether the node's last heartbeat is within the grace
@@ -76,7 +78,7 @@ const (
 	hostTokenColumns = `t.id, t.offer_id, o.provider_id, t.node, t.prefix, t.last_seq, t.created_at,
 		COALESCE(t.last_used_at, 0), COALESCE(t.revoked_at, 0)`
 	hostColumns = `h.offer_id, h.node, h.last_heartbeat_at, h.last_seq, h.agent_version, h.probe, h.probe_error,
-		h.devices_json, h.healthy_devices, h.hardware_differs`
+		h.devices_json, h.healthy_devices, h.hardware_differs, h.isolation`
 	msgHostTokenInvalid  = "This host token is not valid. Create a new one on the provider's hosts page."
 	msgHostTokenNotFound = "That host token could not be found."
 )
@@ -101,11 +103,12 @@ func scanHostToken(s scanner, extra ...any) (HostToken, error) {
 func scanHost(s scanner) (HostStatus, error) {
 	var h HostStatus
 	var last int64
-	var devices string
+	var devices, isolation string
 	if err := s.Scan(&h.OfferID, &h.Node, &last, &h.LastSeq, &h.AgentVersion, &h.Probe, &h.ProbeError,
-		&devices, &h.Healthy, &h.HardwareDiffers); err != nil {
+		&devices, &h.Healthy, &h.HardwareDiffers, &isolation); err != nil {
 		return HostStatus{}, err
 	}
+	h.Isolation = market.Isolation(isolation)
 	h.LastHeartbeatAt = fromUnix(last)
 	if err := json.Unmarshal([]byte(devices), &h.Devices); err != nil {
 		return HostStatus{}, fmt.Errorf("host %d/%d devices: %w", h.OfferID, h.Node, err)
@@ -339,12 +342,14 @@ func recordHeartbeat(ctx context.Context, tx querier, tokenID int64, hb market.H
 		devices = []byte("[]")
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO hosts (offer_id, node, last_heartbeat_at, last_seq, agent_version, probe,
-			probe_error, devices_json, healthy_devices, hardware_differs)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			probe_error, devices_json, healthy_devices, hardware_differs, isolation)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (offer_id, node) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, last_seq = excluded.last_seq,
 			agent_version = excluded.agent_version, probe = excluded.probe, probe_error = excluded.probe_error,
-			devices_json = excluded.devices_json, healthy_devices = excluded.healthy_devices, hardware_differs = excluded.hardware_differs`,
-		t.OfferID, t.Node, unix(now), hb.Seq, hb.AgentVersion, hb.Probe, hb.Error, string(devices), hb.HealthyDevices(), differs); err != nil {
+			devices_json = excluded.devices_json, healthy_devices = excluded.healthy_devices, hardware_differs = excluded.hardware_differs,
+			isolation = excluded.isolation`,
+		t.OfferID, t.Node, unix(now), hb.Seq, hb.AgentVersion, hb.Probe, hb.Error, string(devices), hb.HealthyDevices(), differs,
+		string(hb.Isolation)); err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")
 	}
 	runID, err := appendHeartbeatRun(ctx, tx, t.OfferID, t.Node, hb, now)

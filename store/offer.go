@@ -24,6 +24,16 @@ type OfferListing struct {
 	// Listed, in the review queue, is the version on the market when
 	// Offer is an edit of it held for review (ID 0 otherwise).
 	Listed market.Offer
+	// SharedHostUserReported: an agent of the offer's nodes reports that
+	// every renter of its node is the same Unix user (market.IsolationSharedUser),
+	// whatever the provider declared.
+	SharedHostUserReported bool
+}
+
+// SharedHostUser reports whether buyers are told "shared host user": the
+// provider declared it or an agent of the offer reports it.
+func (l OfferListing) SharedHostUser() bool {
+	return l.Offer.Containers.SharedHostUser || l.SharedHostUserReported
 }
 
 // offerFields returns the provider-editable columns of an offer and their
@@ -67,8 +77,9 @@ const (
 		o.container_engine, o.container_cdi, o.container_max_image_gb, o.container_image_cache, o.shared_host_user,
 		o.access_mode, o.access_instructions,
 		o.review, o.review_note, o.state, o.created_at, o.updated_at`
-	listingColumns = offerColumns + `, u.display_name, u.organisation, u.suspended`
-	listingFrom    = ` FROM offers o JOIN users u ON u.id = o.provider_id`
+	listingColumns = offerColumns + `, u.display_name, u.organisation, u.suspended,
+		EXISTS (SELECT 1 FROM hosts hi WHERE hi.offer_id = o.id AND hi.isolation = '` + string(market.IsolationSharedUser) + `')`
+	listingFrom = ` FROM offers o JOIN users u ON u.id = o.provider_id`
 )
 
 func scanOffer(s scanner, extra ...any) (market.Offer, error) {
@@ -108,7 +119,7 @@ func scanOffer(s scanner, extra ...any) (market.Offer, error) {
 
 func scanListing(s scanner) (OfferListing, error) {
 	var l OfferListing
-	o, err := scanOffer(s, &l.ProviderName, &l.ProviderOrg, &l.ProviderSuspended)
+	o, err := scanOffer(s, &l.ProviderName, &l.ProviderOrg, &l.ProviderSuspended, &l.SharedHostUserReported)
 	l.Offer = o
 	return l, err
 }

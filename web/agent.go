@@ -81,7 +81,8 @@ func (h *Handler) handleAgentHeartbeat(c echo.Context) error {
 	if err := decodeBody(c, &in); err != nil {
 		return err
 	}
-	hb := market.Heartbeat{Seq: in.Seq, SentAt: in.SentAt, AgentVersion: in.AgentVersion, Probe: in.Probe, Devices: in.Devices, Error: in.Error}
+	hb := market.Heartbeat{Seq: in.Seq, SentAt: in.SentAt, AgentVersion: in.AgentVersion, Probe: in.Probe, Devices: in.Devices, Error: in.Error,
+		Isolation: market.Isolation(in.Isolation)}
 	if err := market.ValidateHeartbeat(&hb); err != nil {
 		return err
 	}
@@ -209,6 +210,22 @@ func (h *Handler) handleAgentRemoved(c echo.Context) error {
 	}
 	logger(c).Info("keys removed", "piece_id", id, "node", a.Node, "offer_id", hostToken(c).OfferID)
 	return writeJSON(c, http.StatusOK, accessReply(a))
+}
+
+func (h *Handler) handleAgentRemoveFailed(c echo.Context) error {
+	id, err := pieceID(c)
+	if err != nil {
+		return err
+	}
+	var in agentapi.RemoveFailed
+	if err := decodeBody(c, &in); err != nil {
+		return err
+	}
+	if err := h.wf.RecordRemoveFailed(c.Request().Context(), hostToken(c), id, in.Message); err != nil {
+		return err
+	}
+	logger(c).Warn("access not ended", "piece_id", id, "offer_id", hostToken(c).OfferID, "message", market.CleanRemoveError(in.Message))
+	return writeJSON(c, http.StatusOK, map[string]int64{"piece_id": id})
 }
 
 // agentAcceptanceReply answers an acceptance result: how it compares with

@@ -216,9 +216,9 @@ func heartbeatDigest(hb market.Heartbeat) [sha256.Size]byte {
 		devices[i] = d
 	}
 	b, _ := json.Marshal(struct {
-		V, P, E string
-		D       []market.HostDevice
-	}{hb.AgentVersion, hb.Probe, hb.Error, devices})
+		V, P, E, I string
+		D          []market.HostDevice
+	}{hb.AgentVersion, hb.Probe, hb.Error, string(hb.Isolation), devices})
 	return sha256.Sum256(b)
 }
 
@@ -431,6 +431,13 @@ func (s *Service) RecordRemoved(ctx context.Context, tok store.HostToken, pieceI
 	a, err := s.db.RecordRemoved(ctx, tok.ID, pieceID, removedAt, s.now())
 	s.agent.cache.dropOffers([]int64{tok.OfferID})
 	return a, err
+}
+
+// RecordRemoveFailed records that the agent could not end a piece's
+// access on the token's node (store.RecordRemoveFailed).
+func (s *Service) RecordRemoveFailed(ctx context.Context, tok store.HostToken, pieceID int64, msg string) error {
+	s.agent.counts.reports.Add(1)
+	return s.db.RecordRemoveFailed(ctx, tok.ID, pieceID, msg, s.now())
 }
 
 // RecordAcceptance records the acceptance test of a piece on the token's

@@ -25,6 +25,16 @@ func (s *Service) SaveTemplate(ctx context.Context, authorID int64, t market.Tem
 	return out, nil
 }
 
+// UpdateTemplate edits an author's template.
+func (s *Service) UpdateTemplate(ctx context.Context, authorID, id int64, t market.Template) (store.Template, error) {
+	out, err := s.db.UpdateTemplate(ctx, authorID, id, t, s.now())
+	if err != nil {
+		return store.Template{}, err
+	}
+	s.log.Info("template edited", "template_id", out.ID, "author_id", authorID, "public", out.Public)
+	return out, nil
+}
+
 // DeleteTemplate deletes an author's template.
 func (s *Service) DeleteTemplate(ctx context.Context, authorID, id int64) error {
 	return s.db.DeleteTemplate(ctx, authorID, id)

@@ -139,6 +139,11 @@ func (c *client) removed(ctx context.Context, piece int64, r removedReport) erro
 	return c.post(ctx, agentapi.AssignmentPath(piece, agentapi.ReportRemoved), r, nil)
 }
 
+// removeFailed reports that the piece's access could not be ended.
+func (c *client) removeFailed(ctx context.Context, piece int64, msg string) error {
+	return c.post(ctx, agentapi.AssignmentPath(piece, agentapi.ReportRemoveFailed), agentapi.RemoveFailed{Message: msg}, nil)
+}
+
 // container reports where a piece's container stands (container mode).
 func (c *client) container(ctx context.Context, piece int64, r agentapi.ContainerReport) error {
 	return c.post(ctx, agentapi.AssignmentPath(piece, agentapi.ReportContainer), r, nil)

@@ -38,6 +38,8 @@ type fakeServer struct {
 	installed  map[int64][]installedReport
 	removed    map[int64][]removedReport
 	acceptance map[int64][]acceptanceReport
+	// removeFailed holds the messages of remove_failed reports, by piece.
+	removeFailed map[int64][]string
 	// hold, when set, is called inside the heartbeat handler before it answers.
 	hold func(r *http.Request)
 	// push: the heartbeat's answer offers the long-poll (version and push);
@@ -50,7 +52,7 @@ type fakeServer struct {
 
 func newFakeServer(t *testing.T, now func() time.Time) *fakeServer {
 	s := &fakeServer{now: now, token: testToken, installed: map[int64][]installedReport{},
-		removed: map[int64][]removedReport{}, acceptance: map[int64][]acceptanceReport{}}
+		removed: map[int64][]removedReport{}, acceptance: map[int64][]acceptanceReport{}, removeFailed: map[int64][]string{}}
 	mux := http.NewServeMux()
 	s.changed = make(chan struct{})
 	mux.HandleFunc("POST /agent/v1/heartbeat", s.auth(s.handleHeartbeat))
@@ -226,6 +228,10 @@ func (s *fakeServer) handleReport(w http.ResponseWriter, r *http.Request) {
 		var v acceptanceReport
 		decodeErr = json.NewDecoder(r.Body).Decode(&v)
 		s.acceptance[piece] = append(s.acceptance[piece], v)
+	case "remove_failed":
+		var v struct{ Message string }
+		decodeErr = json.NewDecoder(r.Body).Decode(&v)
+		s.removeFailed[piece] = append(s.removeFailed[piece], v.Message)
 	default:
 		http.NotFound(w, r)
 		return

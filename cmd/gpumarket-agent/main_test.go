@@ -384,6 +384,15 @@ func TestFlags(t *testing.T) {
 	}
 	base := []string{"-state", filepath.Join(dir, "s.json"), "-host", "h.example", "-ssh-user", "gpu",
 		"-authorized-keys", filepath.Join(dir, "ak")}
+	readableToken := filepath.Join(dir, "token-644")
+	if err := os.WriteFile(readableToken, []byte(testToken+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// -rental-users needs root before anything else it checks.
+	rentalUsersRefusal, rentalUsersTokenRefusal, rentalUsersDirRefusal := "neither -install-hook", "needs root", "needs root"
+	if os.Geteuid() == 0 {
+		rentalUsersTokenRefusal, rentalUsersDirRefusal = "chmod 600", "absolute"
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -408,6 +417,10 @@ func TestFlags(t *testing.T) {
 		{"one hook only", append([]string{"-server", "https://m.example", "-install-hook", "/bin/true"}, base...), map[string]string{tokenEnv: testToken}, "go together"},
 		{"hook not found", append([]string{"-server", "https://m.example", "-install-hook", "/nonexistent/hook", "-remove-hook", "/bin/true"}, base...), map[string]string{tokenEnv: testToken}, "-install-hook"},
 		{"bad interval", append([]string{"-server", "https://m.example", "-interval", "0s"}, base...), map[string]string{tokenEnv: testToken}, "-interval must be positive"},
+		{"rental users with ssh user", append([]string{"-server", "https://m.example", "-rental-users"}, base...), map[string]string{tokenEnv: testToken}, "do not go together"},
+		{"rental users with a hook", []string{"-server", "https://m.example", "-host", "h.example", "-rental-users", "-install-hook", "/bin/true", "-remove-hook", "/bin/true"}, map[string]string{tokenEnv: testToken}, rentalUsersRefusal},
+		{"rental users, readable token", []string{"-server", "https://m.example", "-host", "h.example", "-rental-users", "-token-file", readableToken}, nil, rentalUsersTokenRefusal},
+		{"rental users, relative keys dir", []string{"-server", "https://m.example", "-host", "h.example", "-rental-users", "-keys-dir", "keys"}, map[string]string{tokenEnv: testToken}, rentalUsersDirRefusal},
 		{"stray argument", append(append([]string{"-server", "https://m.example"}, base...), "serve"), map[string]string{tokenEnv: testToken}, "unexpected argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
