@@ -75,16 +75,19 @@ RACE_PKGS  = $$($(GO) list ./... | grep -v -e '/e2e$$' -e '/market$$' -e '/web$$
 RACE_TESTS = TestIndexConcurrent|TestBackgroundLoop|TestAPIRateLimit|TestMetrics|TestReserveHoldsAndNeverDoubleBooks
 
 test-unit:
-	$(GO) test -race -timeout 30m $(RACE_PKGS)
+	$(GO) test -race -timeout 30m -skip '^($(REPLICA_TESTS))$$' $(RACE_PKGS)
 	$(GO) test -timeout 30m ./market/ ./web/
 	$(GO) test -race -timeout 30m -run '$(RACE_TESTS)' ./market/ ./web/
 
 ## test-postgres: the store's and the workflow's tests, and the web tests that book, pay, settle,
 ## dispute and sign in (PG_WEB_TESTS), again on PostgreSQL (a throwaway server from Debian's
-## postgresql, or GPUMARKET_TEST_POSTGRES_URL)
+## postgresql, or GPUMARKET_TEST_POSTGRES_URL), and the tests that run real replicas of the built
+## server on PostgreSQL (REPLICA_TESTS: races, lease takeover, freshness under load, an outage)
 PG_WEB_TESTS = TestAPI|TestPay|TestHostFailure|TestSettlement|TestBuyerIncident|TestProcessorEvents|TestChargeRefunded|TestCancel|TestDispute|TestMoney|TestExtend|TestMeasuredOutages|TestAdminRetries|TestBackgroundLoop|TestReserve|TestUnpaidHold|TestStatements|TestStripeFlow|TestReject|TestSignUp|TestLogin|TestSuspension|TestOfferLifecycle|TestCatalogueShowsFree|TestHealthz|TestAccessHandover|TestHostToken|TestModeration|TestQuotes|TestStandingOrder|TestSpot|TestResale|TestObservation|TestSimultaneousWrongCodes|TestOwnerTakesTheAccountBack|TestTemplates|TestFrozenDatabase|TestTooManyClients|TestAdminProvidersOrder|TestAskReplacement|TestAdminTriggersReplacement
+REPLICA_TESTS = TestReplicasOnOnePostgres|TestReplicasUnderLoadAndAnOutage|TestHealthzWaitsForTheChangeFeed
 test-postgres:
 	GPUMARKET_TEST_DB=postgres $(GO) test -count=1 -timeout 20m ./store/ ./workflow/
+	$(GO) test -count=1 -timeout 10m -run '^($(REPLICA_TESTS))$$' ./cmd/gpumarket/
 	GPUMARKET_TEST_DB=postgres $(GO) test -count=1 -timeout 20m -run '$(PG_WEB_TESTS)' ./web/
 
 test-e2e:

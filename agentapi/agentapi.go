@@ -35,6 +35,9 @@ const (
 	ReportAcceptance = "acceptance"
 	// ReportContainer names a container mode report (ContainerReport).
 	ReportContainer = "container"
+	// ReportRemoveFailed names the report that the agent could not end a
+	// piece's access (RemoveFailed).
+	ReportRemoveFailed = "remove_failed"
 )
 
 // AssignmentPath is the path of a report on a piece: "agent/v1/assignments/31/installed".
@@ -50,6 +53,10 @@ type Heartbeat struct {
 	Probe        string              `json:"probe"`
 	Devices      []market.HostDevice `json:"devices"`
 	Error        string              `json:"error"`
+	// Isolation is how the agent keeps renters of pieces without a
+	// container apart (market.Isolation: rental_users, shared_user,
+	// provider_hooks); absent from an older agent.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // HeartbeatResponse answers a heartbeat: whether it was accepted (not a
@@ -171,6 +178,13 @@ type Installed struct {
 // Removed is POST /agent/v1/assignments/{piece_id}/removed's body.
 type Removed struct {
 	RemovedAt time.Time `json:"removed_at"`
+}
+
+// RemoveFailed is POST /agent/v1/assignments/{piece_id}/remove_failed's
+// body: what failed when the agent tried to end the piece's access (its
+// keys, or with -rental-users its user and processes); never a secret.
+type RemoveFailed struct {
+	Message string `json:"message"`
 }
 
 // Acceptance is POST /agent/v1/assignments/{piece_id}/acceptance's body:

@@ -112,6 +112,7 @@ func TestHostHandsMachinesToBuyer(t *testing.T) {
 	expectText(t, buyer.GetByTestId("access-machine"), "online", "the machine's status")
 	expectText(t, buyer.GetByTestId("access-state"), "Ready: your keys are installed", "access once installed")
 	shot(t, buyer, "connect")
+	phoneAccess(t, buyer)
 	if b, err := os.ReadFile(keysFile); err != nil || !strings.Contains(string(b), key) {
 		t.Errorf("the buyer's key is not in authorized_keys: %v\n%s", err, b)
 	}
@@ -167,4 +168,31 @@ func waitForText(t *testing.T, page playwright.Page, url string, l playwright.Lo
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// phoneAccess checks the reservation page's access cell at 390 px (issue 31 item 2): the ssh
+// command reads on whole lines of the screen, the machine's status badge is not cut off, nothing
+// scrolls sideways, and the Copy button (shown by the script) sits beside the command. Without
+// the script the command is still selectable text in a <code>.
+func phoneAccess(t *testing.T, page playwright.Page) {
+	t.Helper()
+	orig := page.ViewportSize()
+	if err := page.SetViewportSize(narrow.Width, narrow.Height); err != nil {
+		t.Fatal(err)
+	}
+	defer page.SetViewportSize(orig.Width, orig.Height)
+	noHorizontalOverflow(t, page, "the reservation's access on a phone")
+	cmd := page.GetByTestId("access-command").First()
+	if b := box(t, cmd, "the ssh command"); b.Width < 250 {
+		t.Errorf("the ssh command is %.0f px wide on a %d px phone", b.Width, narrow.Width)
+	}
+	within(t, cmd, "the ssh command")
+	within(t, page.GetByTestId("access-machine").First(), "the machine's status badge")
+	if tag, err := cmd.Evaluate(`e => e.tagName + " " + getComputedStyle(e).userSelect`, nil); err != nil || tag != "CODE all" {
+		t.Errorf("the ssh command is %v (%v), want a <code> selectable whole", tag, err)
+	}
+	copyButton := page.GetByTestId("access-copy").First()
+	expectVisible(t, copyButton, "the Copy button")
+	within(t, copyButton, "the Copy button")
+	shot(t, page, "connect-phone")
 }

@@ -134,6 +134,7 @@ func TestProviderListsOfferAdminApprovesVisitorFinds(t *testing.T) {
 	srv.createAdmin(t, "reviewer@gpumarket.test", "reviewer-password-1")
 	admin := newPage(t)
 	logIn(t, admin, srv, "reviewer@gpumarket.test", "reviewer-password-1")
+	openMenu(t, admin, "admin")
 	click(t, admin.GetByRole("link", playwright.PageGetByRoleOptions{Name: "Review queue"}), "Review queue")
 	expectURL(t, admin, srv.URL+"/admin/offers")
 	review := admin.GetByTestId("review-row").Filter(playwright.LocatorFilterOptions{HasText: o.Title})
@@ -292,10 +293,11 @@ func TestLoginByKeyboard(t *testing.T) {
 	}
 	press(t, page, "Enter")
 
-	expectVisible(t, page.GetByTestId("logout"), "the log-out button after logging in")
+	expectVisible(t, page.GetByTestId("nav-account"), "the Account menu after logging in")
 	if err := expect.Page(page).ToHaveURL(srv.URL + "/"); err != nil {
 		t.Errorf("after log-in: %v", err)
 	}
+	openMenu(t, page, "admin")
 	expectVisible(t, page.GetByRole("link", playwright.PageGetByRoleOptions{Name: "Review queue"}), "the admin's Review queue link")
 }
 
@@ -417,6 +419,7 @@ func fillOffer(t *testing.T, page playwright.Page, o newOffer) {
 	selectOption(t, field(page, "Accelerator"), o.Accelerator)
 	fill(t, field(page, "Memory per device (GB)"), o.MemoryGB)
 	fill(t, field(page, "Devices per node"), o.DevicesPerNode)
+	selectOption(t, field(page, "Interconnect inside a node"), "NVLink / Infinity Fabric") // the form does not choose it
 	fill(t, field(page, "Driver version"), o.DriverVersion)
 	fill(t, field(page, "CUDA or ROCm version"), o.CUDAVersion)
 	selectOption(t, field(page, "Region"), o.Region)
@@ -502,7 +505,24 @@ func logIn(t *testing.T, page playwright.Page, srv *server, email, password stri
 	fill(t, field(page, "Password"), password)
 	click(t, page.GetByTestId("login-submit"), "Log in")
 	enterTOTPCode(t, page, srv, email)
-	expectVisible(t, page.GetByTestId("logout"), "the log-out button after logging in")
+	expectVisible(t, page.GetByTestId("nav-account"), "the Account menu after logging in")
+}
+
+// openMenu opens one menu of the navigation ("rent", "exchange", "provide", "admin", "account").
+func openMenu(t *testing.T, page playwright.Page, id string) {
+	t.Helper()
+	menu := page.GetByTestId("nav-" + id)
+	if open, err := menu.GetAttribute("open"); err == nil && open != "" {
+		return
+	}
+	click(t, menu.Locator("summary"), "the "+id+" menu")
+}
+
+// logOut logs out through the Account menu.
+func logOut(t *testing.T, page playwright.Page) {
+	t.Helper()
+	openMenu(t, page, "account")
+	click(t, page.GetByTestId("logout"), "Log out")
 }
 
 // noHorizontalOverflow fails the test if the page is wider than the window, and names the

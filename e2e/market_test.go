@@ -19,6 +19,7 @@ func TestMarketShowsDemoHistoryAndQuoteEmissions(t *testing.T) {
 	srv := startServer(t, withDemo(), withArgs("-clock-offset", offsetTo(at)))
 	page := newPage(t)
 	gotoOK(t, page, srv.URL+"/")
+	openMenu(t, page, "exchange")
 	click(t, page.GetByRole("link", playwright.PageGetByRoleOptions{Name: "Market", Exact: playwright.Bool(true)}), "the Market link")
 	expectURL(t, page, srv.URL+"/market")
 

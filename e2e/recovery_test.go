@@ -82,7 +82,7 @@ func TestForgottenPasswordIsResetFromTheMailedLink(t *testing.T) {
 	signUp(t, page, srv, email, "Rosa Recover", "", true, false)
 	gotoOK(t, page, srv.URL+"/account")
 	expectText(t, page.GetByTestId("address-status"), "confirmed", "the account page's address status")
-	click(t, page.GetByTestId("logout"), "Log out")
+	logOut(t, page)
 
 	gotoOK(t, page, srv.URL+"/login")
 	click(t, page.GetByTestId("forgot-link"), "Forgot your password?")
@@ -119,7 +119,7 @@ func TestAccountLifecycleFromMail(t *testing.T) {
 	signUp(t, page, srv, email, "Lin Lifecycle", "", true, false)
 	gotoOK(t, page, srv.URL+"/account")
 	expectText(t, page.GetByTestId("address-status"), "confirmed", "the account page's address status")
-	click(t, page.GetByTestId("logout"), "Log out")
+	logOut(t, page)
 
 	gotoOK(t, page, srv.URL+"/login")
 	click(t, page.GetByTestId("forgot-link"), "Forgot your password?")
@@ -137,7 +137,7 @@ func TestAccountLifecycleFromMail(t *testing.T) {
 	setUpTwoFactor(t, page, srv, email)
 	gotoOK(t, page, srv.URL+"/account")
 	expectText(t, page.GetByTestId("two-factor-status"), "on", "the account page's two-factor status")
-	click(t, page.GetByTestId("logout"), "Log out")
+	logOut(t, page)
 
 	// The password alone no longer signs in: the code page follows, and a code from the secret opens the account.
 	logIn(t, page, srv, email, password)

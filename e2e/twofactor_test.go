@@ -144,7 +144,7 @@ func TestAdminTwoFactorSignIn(t *testing.T) {
 	expectURL(t, admin, srv.URL+"/admin/offers")
 
 	// Signing in again asks for a code after the password; the code from the secret opens the admin pages.
-	click(t, admin.GetByTestId("logout"), "Log out")
+	logOut(t, admin)
 	logIn(t, admin, srv, email, password)
 	gotoOK(t, admin, srv.URL+"/admin/offers")
 	expectURL(t, admin, srv.URL+"/admin/offers")
@@ -160,7 +160,7 @@ func TestAdminTwoFactorSignIn(t *testing.T) {
 	shot(t, phone, "two-factor-code")
 	fill(t, field(phone, "Code from your app"), codes[0])
 	click(t, phone.GetByTestId("code-submit"), "Log in")
-	expectVisible(t, phone.GetByTestId("logout"), "the log-out button after a recovery code")
+	expectVisible(t, phone.GetByTestId("nav-account"), "the Account menu after a recovery code")
 	expectText(t, phone.GetByTestId("flash"), "recovery code; 9 left", "flash after a recovery code")
 	gotoOK(t, phone, srv.URL+"/account/two-factor")
 	noHorizontalOverflow(t, phone, "the two-factor page, narrow")

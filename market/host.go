@@ -69,6 +69,38 @@ type Heartbeat struct {
 	Probe        string
 	Devices      []HostDevice
 	Error        string // the probe's failure, if any
+	// Isolation is how the agent keeps renters of pieces without a
+	// container apart; "" when it does not say.
+	Isolation Isolation
+}
+
+// Isolation is how a node's agent keeps the renters of pieces without a
+// container apart (docs/agent.md, "Which mode isolates what").
+type Isolation string
+
+// Isolation modes an agent reports.
+const (
+	// IsolationRentalUsers: each rental is its own Unix user, its keys in
+	// a root-owned file, the user and its processes removed at the end.
+	IsolationRentalUsers Isolation = "rental_users"
+	// IsolationSharedUser: every renter of the node is the same Unix user;
+	// buyers are told "shared host user".
+	IsolationSharedUser Isolation = "shared_user"
+	// IsolationProviderHooks: the provider's own install and remove hooks.
+	IsolationProviderHooks Isolation = "provider_hooks"
+)
+
+// Label is the isolation as the hosts page says it.
+func (i Isolation) Label() string {
+	switch i {
+	case IsolationRentalUsers:
+		return "a Unix user per rental"
+	case IsolationSharedUser:
+		return "shared host user"
+	case IsolationProviderHooks:
+		return "the provider's own hooks"
+	}
+	return "not reported"
 }
 
 // HealthyDevices counts the devices the probe judged healthy.
@@ -93,6 +125,13 @@ func ValidateHeartbeat(hb *Heartbeat) error {
 	hb.AgentVersion = cleanText(hb.AgentVersion)
 	hb.Probe = cleanText(hb.Probe)
 	hb.Error = cleanText(hb.Error)
+	switch hb.Isolation {
+	case IsolationRentalUsers, IsolationSharedUser, IsolationProviderHooks:
+	default:
+		// A mode this server does not know (a newer agent) is not reported,
+		// rather than a heartbeat refused.
+		hb.Isolation = ""
+	}
 	if utf8.RuneCountInString(hb.AgentVersion) > 64 {
 		p.Add("agent_version", "agent_version is at most 64 characters.")
 	}
@@ -485,4 +524,15 @@ func SeqProblem(last, seq int64, now time.Time) string {
 			"Start the agent with a new state file.", MaxSeqStep, last)
 	}
 	return ""
+}
+
+// CleanRemoveError is an agent's account of a removal that failed, as
+// pages show it: control characters replaced, trimmed, at most
+// MaxContainerMessage runes.
+func CleanRemoveError(msg string) string {
+	msg = cleanText(msg)
+	if r := []rune(msg); len(r) > MaxContainerMessage {
+		msg = string(r[:MaxContainerMessage])
+	}
+	return msg
 }

@@ -29,8 +29,12 @@ const (
 	NoticeListingAutoApproved NoticeKind = "listing_auto_approved" // Title
 	NoticeListingRejected     NoticeKind = "listing_rejected"      // Title, Text: the admin's reason
 	NoticeListingChanges      NoticeKind = "listing_changes"       // Title, Text: the changes asked for
-	NoticeAccountSuspended    NoticeKind = "account_suspended"     // Text: the reason
-	NoticeAccountReinstated   NoticeKind = "account_reinstated"
+	// An edit of a listed offer held for review, decided against: the
+	// listed version stays.
+	NoticeEditRejected      NoticeKind = "edit_rejected"     // Title, Text: the admin's reason
+	NoticeEditChanges       NoticeKind = "edit_changes"      // Title, Text: the changes asked for
+	NoticeAccountSuspended  NoticeKind = "account_suspended" // Text: the reason
+	NoticeAccountReinstated NoticeKind = "account_reinstated"
 )
 
 // Notice kinds of booking, paying and cancelling.
@@ -194,6 +198,10 @@ func (n Notice) Text() string {
 		return fmt.Sprintf("Your offer “%s” was rejected: %s", p.Title, p.Text)
 	case NoticeListingChanges:
 		return fmt.Sprintf("Changes were requested on your offer “%s”: %s", p.Title, p.Text)
+	case NoticeEditRejected:
+		return fmt.Sprintf("Your edit of “%s” was rejected; the offer stays listed as it was: %s", p.Title, p.Text)
+	case NoticeEditChanges:
+		return fmt.Sprintf("Changes were requested on your edit of “%s”; the offer stays listed as it was until you resubmit: %s", p.Title, p.Text)
 	case NoticeAccountSuspended:
 		return "Your account was suspended: " + p.Text
 	case NoticeAccountReinstated:

@@ -34,6 +34,8 @@ func noticeWords() []struct {
 		{NoticeListingAutoApproved, NoticeParams{Title: "8× H100"}, "Your offer “8× H100” was approved automatically (clean track record) and is listed."},
 		{NoticeListingRejected, NoticeParams{Title: "8× H100", Text: "No such GPU."}, "Your offer “8× H100” was rejected: No such GPU."},
 		{NoticeListingChanges, NoticeParams{Title: "8× H100", Text: "State the all-reduce method."}, "Changes were requested on your offer “8× H100”: State the all-reduce method."},
+		{NoticeEditRejected, NoticeParams{Title: "8× H100", Text: "No such GPU."}, "Your edit of “8× H100” was rejected; the offer stays listed as it was: No such GPU."},
+		{NoticeEditChanges, NoticeParams{Title: "8× H100", Text: "Say the method."}, "Changes were requested on your edit of “8× H100”; the offer stays listed as it was until you resubmit: Say the method."},
 		{NoticeAccountSuspended, NoticeParams{Text: "fraud"}, "Your account was suspended: fraud"},
 		{NoticeAccountReinstated, NoticeParams{}, "Your account was reinstated; your approved offers are listed again."},
 

@@ -108,9 +108,9 @@ func CanResell(r Reservation) error {
 	return nil
 }
 
-// ResaleFromChoices are the whole hours a listing of r may start at, at
-// now: for a reservation that has not started, its start (if it is at
-// least ResaleMargin ahead); for a running one, every whole hour from the
+// ResaleFromChoices are the times a listing of r may start at, at now:
+// for a reservation that has not started, its start, on the hour or not
+// (if it is at least ResaleMargin ahead); for a running one, every whole hour from the
 // first one ResaleMargin ahead until before the earliest piece end.
 func ResaleFromChoices(r Reservation, now time.Time) []time.Time {
 	if CanResell(r) != nil {
@@ -118,7 +118,9 @@ func ResaleFromChoices(r Reservation, now time.Time) []time.Time {
 	}
 	earliest := now.Add(ResaleMargin)
 	if r.State == ReservationConfirmed {
-		if s := r.Start(); !s.Before(earliest) && s.Equal(s.Truncate(time.Hour)) {
+		// Sold whole from its start, whatever the minute: an ASAP booking
+		// or an extension starts off the hour.
+		if s := r.Start(); !s.Before(earliest) {
 			return []time.Time{s}
 		}
 		return nil
@@ -243,6 +245,49 @@ func ResalePieces(r Reservation, from time.Time) []ReservationPiece {
 		out = append(out, q)
 	}
 	return out
+}
+
+// HeldPieces are the parts of r's pieces its holder still holds: each
+// piece up to AccessEnd, without the pieces whose time was all resold.
+func HeldPieces(r Reservation) []ReservationPiece {
+	var out []ReservationPiece
+	for _, p := range r.Pieces {
+		p.End = AccessEnd(r, p)
+		if p.End.After(p.Start) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ValidateHeldIncident checks an incident r's holder reports on piece:
+// ValidateIncident on the part of the piece they still hold (AccessEnd).
+// Resold hours are reported on the resale buyer's reservation: reporting
+// on a piece sold whole is a conflict, and a time after the resale says so
+// by the field rather than "within the booking".
+func ValidateHeldIncident(inc *Incident, r Reservation, piece ReservationPiece) error {
+	held := piece
+	held.End = AccessEnd(r, piece)
+	if !held.End.Before(piece.End) {
+		return ValidateIncident(inc, held)
+	}
+	if !held.End.After(held.Start) {
+		return Errorf(CodeConflict, "This piece's time was resold: incidents in it are reported on the resale buyer's reservation.")
+	}
+	err := ValidateIncident(inc, held)
+	e, ok := err.(*Error)
+	if !ok || e.Fields == nil {
+		return err
+	}
+	sold := fmt.Sprintf("This piece's hours on this reservation end at %s, where the resold time begins; incidents after that are reported on the resale buyer's reservation.",
+		held.End.UTC().Format("2 Jan 2006 15:04 UTC"))
+	if _, bad := e.Fields["start"]; bad && !inc.Start.Before(held.End) && inc.Start.Before(piece.End) {
+		e.Fields["start"] = sold
+	}
+	if _, bad := e.Fields["end"]; bad && inc.End.After(held.End) && !inc.End.After(piece.End) {
+		e.Fields["end"] = sold
+	}
+	return e
 }
 
 // AccessEnd is when r's holder's access to piece p ends: the piece's end,

@@ -2,6 +2,7 @@ package market
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -303,5 +304,51 @@ func TestSettleResoldCapsHold(t *testing.T) {
 			st.ResaleCredit > max(sale.Price-sale.HolderRefunded, 0) || seller > max(20921-sale.SellerRefunded, 0) {
 			t.Fatalf("%+v %+v: refund %d (pieces %d) resale %d seller %d fee %d payout %d", sale, incs, st.Refund, refunds, st.ResaleCredit, seller, st.Fee, st.Payout)
 		}
+	}
+}
+
+// A reservation that starts off the hour (an ASAP booking, an extension)
+// can be sold whole before its start, from its start; not once its start
+// is less than ResaleMargin ahead (issue 31 item 4).
+func TestResaleFromOffTheHour(t *testing.T) {
+	start := resaleT0.Add(37*time.Minute + 12*time.Second)
+	r := Reservation{ID: 8, BuyerID: 3, State: ReservationConfirmed, Pieces: []ReservationPiece{
+		{ID: 1, OfferID: 11, Devices: 4, Start: start, End: start.Add(3 * time.Hour), AmountCents: 3000}}, AmountCents: 3000}
+	got := ResaleFromChoices(r, start.Add(-time.Hour))
+	if len(got) != 1 || !got[0].Equal(start) {
+		t.Fatalf("choices an hour ahead = %v, want [%v]", got, start)
+	}
+	if err := CheckResaleFrom(r, start, start.Add(-time.Hour)); err != nil {
+		t.Errorf("from its off-hour start: %v", err)
+	}
+	if got := ResaleFromChoices(r, start.Add(-ResaleMargin+time.Second)); len(got) != 0 {
+		t.Errorf("choices %v less than %v ahead, want none", got, ResaleMargin)
+	}
+}
+
+// The holder of resold time reports incidents only in the hours they
+// hold: a piece sold whole is a conflict, and a time in the resold hours
+// says by the field that those are reported on the resale buyer's
+// reservation, not "within the booking".
+func TestValidateHeldIncident(t *testing.T) {
+	r := resaleRes(ReservationActive)
+	r.ResoldAt = resaleT0.Add(3 * time.Hour)
+	in := func(piece int64, from, to time.Duration) *Incident {
+		return &Incident{PieceID: piece, Kind: IncidentHostFailure, Start: resaleT0.Add(from), End: resaleT0.Add(to), DevicesAffected: 1, Note: "host down; ticket 9"}
+	}
+	if err := ValidateHeldIncident(in(1, time.Hour, 2*time.Hour), r, r.Pieces[0]); err != nil {
+		t.Errorf("an incident in the held hours: %v", err)
+	}
+	err := ValidateHeldIncident(in(1, 2*time.Hour, 4*time.Hour), r, r.Pieces[0])
+	if f := FieldErrors(err); !strings.Contains(f["end"], "resold time begins") || f["start"] != "" {
+		t.Errorf("an incident ending in the resold hours: %v", f)
+	}
+	err = ValidateHeldIncident(in(1, 4*time.Hour, 5*time.Hour), r, r.Pieces[0])
+	if f := FieldErrors(err); !strings.Contains(f["start"], "resold time begins") {
+		t.Errorf("an incident in the resold hours: %v", f)
+	}
+	r.ResoldAt = resaleT0 // sold whole at its start
+	if err := ValidateHeldIncident(in(1, time.Hour, 2*time.Hour), r, r.Pieces[0]); ErrorCode(err) != CodeConflict {
+		t.Errorf("an incident on a piece sold whole: %v, want a conflict", err)
 	}
 }

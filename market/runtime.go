@@ -134,6 +134,22 @@ func (r Runtime) WithoutSecrets() Runtime {
 	return r
 }
 
+// ResaleRuntime is the runtime a resale buyer's container gets from the
+// reservation they bought: the seller's image, launch mode, script, ports
+// and plain environment; the seller's secrets are dropped (names and
+// values), and no template of the seller's is counted as used.
+func ResaleRuntime(r Runtime) Runtime {
+	r.TemplateID = 0
+	var env []EnvVar
+	for _, e := range r.Env {
+		if !e.Secret {
+			env = append(env, e)
+		}
+	}
+	r.Env = env
+	return r
+}
+
 // MissingSecrets names the secrets without a value.
 func (r Runtime) MissingSecrets() []string {
 	var out []string

@@ -269,11 +269,87 @@ func (db *DB) RecordRemoved(ctx context.Context, tokenID, pieceID int64, removed
 	if at.Before(a.InstalledAt) {
 		at = a.InstalledAt
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE piece_access SET removed_at = ? WHERE piece_id = ? AND node = ?`, unix(at), p.ID, t.Node); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE piece_access SET removed_at = ?, remove_error = '', remove_error_at = 0 WHERE piece_id = ? AND node = ?`, unix(at), p.ID, t.Node); err != nil {
 		return PieceAccess{}, fail(op, err, "")
 	}
 	a.RemovedAt = truncate(at)
 	return a, fail(op, tx.Commit(), "")
+}
+
+// RecordRemoveFailed records, at now, the agent's report that it could not
+// end the access it installed for a piece on the token's node (msg: what
+// failed, clipped to market.MaxContainerMessage). A new message notifies
+// the provider; the node is listed for the admins
+// (ListAccessRemovalFailures) until "removed" is reported. A piece whose
+// access is not installed, or already removed, is a conflict.
+func (db *DB) RecordRemoveFailed(ctx context.Context, tokenID, pieceID int64, msg string, now time.Time) error {
+	const op = "record remove failed"
+	msg = market.CleanRemoveError(msg)
+	if msg == "" {
+		return &market.Error{Code: market.CodeInvalid, Message: "Say what failed.", Fields: map[string]string{"message": "Say what failed."}}
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	defer tx.Rollback()
+	t, err := liveHostToken(ctx, tx, tokenID)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	r, p, err := nodePiece(ctx, tx, t, pieceID)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	a, err := getPieceAccess(ctx, tx, p.ID, t.Node)
+	if err != nil {
+		return fail(op, err, "")
+	}
+	if !a.Installed() || a.Removed() {
+		return conflict(fmt.Sprintf("Piece %d has no access on node %d to remove.", p.ID, t.Node))
+	}
+	var prev string
+	if err := tx.QueryRowContext(ctx, `SELECT remove_error FROM piece_access WHERE piece_id = ? AND node = ?`, p.ID, t.Node).Scan(&prev); err != nil {
+		return fail(op, err, "")
+	}
+	if prev == msg {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE piece_access SET remove_error = ?, remove_error_at = ? WHERE piece_id = ? AND node = ?`,
+		msg, unix(now), p.ID, t.Node); err != nil {
+		return fail(op, err, "")
+	}
+	if err := insertNotification(ctx, tx, Notification{UserID: p.ProviderID, Kind: NotifyIncidentReported, CreatedAt: now,
+		URL: fmt.Sprintf("/provider/bookings/%d", r.ID),
+		Message: fmt.Sprintf("Booking #%d, piece %d, node %d: the agent could not end the buyer's access (%s). End it by hand: the buyer must not keep the machine.",
+			r.ID, p.ID, t.Node, msg)}); err != nil {
+		return fail(op, err, "")
+	}
+	return fail(op, tx.Commit(), "")
+}
+
+// ListAccessRemovalFailures returns the nodes whose agent reported it could
+// not end a buyer's access, for the admins, by offer and node.
+func (db *DB) ListAccessRemovalFailures(ctx context.Context) ([]HostFlag, error) {
+	const op = "list access removal failures"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	flags, err := collect(ctx, tx, func(s scanner) (HostFlag, error) {
+		var f HostFlag
+		var at, resID, pieceID int64
+		var msg string
+		err := s.Scan(&f.OfferID, &f.OfferTitle, &f.ProviderID, &f.ProviderName, &f.Node, &msg, &at, &resID, &pieceID)
+		f.At = fromUnix(at)
+		f.Message = fmt.Sprintf("Reservation #%d, piece %d: the buyer's access could not be ended (%s).", resID, pieceID, msg)
+		return f, err
+	}, `SELECT o.id, o.title, u.id, u.display_name, a.node, a.remove_error, a.remove_error_at, p.reservation_id, p.id
+		FROM piece_access a JOIN reservation_pieces p ON p.id = a.piece_id JOIN offers o ON o.id = p.offer_id
+		JOIN users u ON u.id = o.provider_id
+		WHERE a.remove_error <> '' AND a.removed_at IS NULL ORDER BY o.id, a.node`)
+	return flags, fail(op, err, "")
 }
 
 // NodeAccess is one node serving a buyer's piece: the access its agent

@@ -60,13 +60,23 @@ func (db *DB) DecideOffer(ctx context.Context, adminID, offerID int64, decision 
 	}
 	defer tx.Rollback()
 
-	o, err := setReview(ctx, tx, offerID, decision, note, now)
+	o, edit, err := setReview(ctx, tx, offerID, decision, note, now)
 	if err != nil {
 		return market.Offer{}, fail(op, err, "")
 	}
+	auditNote := note
+	if edit {
+		auditNote = strings.TrimSpace("an edit of the listed offer. " + note)
+		switch decision {
+		case market.ReviewRejected:
+			notice = market.NoticeEditRejected
+		case market.ReviewChangesRequested:
+			notice = market.NoticeEditChanges
+		}
+	}
 	before := reviewState{Review: o.Review, Note: o.ReviewNote}
 	if err := insertAudit(ctx, tx, AuditEntry{At: now, ActorID: adminID, Action: action, SubjectKind: AuditSubjectOffer,
-		SubjectID: offerID, Before: AuditJSON(before), After: AuditJSON(reviewState{decision, note}), Note: note}); err != nil {
+		SubjectID: offerID, Before: AuditJSON(before), After: AuditJSON(reviewState{decision, note}), Note: auditNote}); err != nil {
 		return market.Offer{}, fail(op, err, "")
 	}
 	if err := insertNotification(ctx, tx, Notification{UserID: o.ProviderID, Kind: kind,
@@ -85,20 +95,34 @@ func (db *DB) DecideOffer(ctx context.Context, adminID, offerID int64, decision 
 }
 
 // setReview changes an offer's review and returns the offer as it was
-// before. A withdrawn offer is a conflict.
-func setReview(ctx context.Context, tx *sql.Tx, offerID int64, review market.ReviewState, note string, now time.Time) (market.Offer, error) {
-	o, err := getOffer(ctx, tx, offerID)
+// before. A withdrawn offer is a conflict. When the listed offer has an
+// edit held for review (a revision), the decision is on the edit, and
+// edit reports it: approving writes the edit over the offer; rejecting or
+// asking for changes drops it, and the listed version stays as it was.
+func setReview(ctx context.Context, tx *sql.Tx, offerID int64, review market.ReviewState, note string, now time.Time) (o market.Offer, edit bool, err error) {
+	o, err = getOffer(ctx, tx, offerID)
 	if err != nil {
-		return market.Offer{}, err
+		return market.Offer{}, false, err
 	}
 	if o.State == market.OfferWithdrawn {
-		return market.Offer{}, conflict("This offer has been withdrawn by its provider.")
+		return market.Offer{}, false, conflict("This offer has been withdrawn by its provider.")
+	}
+	if review == market.ReviewApproved {
+		applied, err := applyRevision(ctx, tx, offerID, now)
+		if err != nil || applied {
+			return o, applied, err
+		}
+	} else if _, held, err := loadRevision(ctx, tx, offerID); err != nil || held {
+		if err == nil {
+			err = dropRevision(ctx, tx, offerID)
+		}
+		return o, held, err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE offers SET review = ?, review_note = ?, updated_at = ? WHERE id = ?`,
 		string(review), note, unix(now), offerID); err != nil {
-		return market.Offer{}, err
+		return market.Offer{}, false, err
 	}
-	return o, nil
+	return o, false, nil
 }
 
 // AutoApproveOffer approves a pending offer without an admin, for a
@@ -118,10 +142,14 @@ func (db *DB) AutoApproveOffer(ctx context.Context, offerID int64, now time.Time
 	if err != nil {
 		return false, fail(op, err, "")
 	}
-	if o.Review != market.ReviewPending || o.State == market.OfferWithdrawn {
+	_, held, err := loadRevision(ctx, tx, offerID)
+	if err != nil {
+		return false, fail(op, err, "")
+	}
+	if (o.Review != market.ReviewPending && !held) || o.State == market.OfferWithdrawn {
 		return false, nil
 	}
-	if _, err := setReview(ctx, tx, offerID, market.ReviewApproved, "", now); err != nil {
+	if _, _, err := setReview(ctx, tx, offerID, market.ReviewApproved, "", now); err != nil {
 		return false, fail(op, err, "")
 	}
 	if err := insertAudit(ctx, tx, AuditEntry{At: now, Action: AuditOfferAutoApprove, SubjectKind: AuditSubjectOffer, SubjectID: offerID,

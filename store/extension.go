@@ -23,7 +23,8 @@ const extensionHeldQuery = `SELECT r.id FROM reservations r WHERE r.extends_id =
 // refuses while an earlier extension of it holds capacity, and when the
 // buyer has market.MaxUnpaidHolds unpaid holds; and it re-checks capacity
 // on the very nodes the pieces name (market.PlaceCommitments), all pieces
-// or none. Prices and amounts are the caller's.
+// or none. The extension runs in the reservation's runtime, if it has one.
+// Prices and amounts are the caller's.
 func (db *DB) CreateExtension(ctx context.Context, buyerID, extendsID int64, pieces []market.ReservationPiece, now time.Time, hold time.Duration) (market.Reservation, error) {
 	const op = "create extension"
 	if hold <= 0 {
@@ -65,7 +66,13 @@ func (db *DB) CreateExtension(ctx context.Context, buyerID, extendsID int64, pie
 				return err
 			}
 		}
-		r.ID, err = insertReservation(ctx, tx, r)
+		if r.ID, err = insertReservation(ctx, tx, r); err != nil {
+			return err
+		}
+		// The buyer's environment continues with the rental (a template's
+		// use is counted once, by the booking it came with).
+		_, err = tx.ExecContext(ctx, `INSERT INTO reservation_runtimes (reservation_id, runtime_json)
+			SELECT ?, runtime_json FROM reservation_runtimes WHERE reservation_id = ?`, r.ID, extendsID)
 		return err
 	})
 	if err != nil {

@@ -28,6 +28,10 @@ type commitFeed struct {
 	mu    sync.Mutex
 	next  int
 	subs  []subscriber
+	// backends are the PostgreSQL backend process ids of the writer's
+	// open connections: a notification one of them sent is this handle's
+	// own commit, published in-process already (FollowOffers).
+	backends sync.Map // uint32 → struct{}
 }
 
 type subscriber struct {
@@ -43,7 +47,9 @@ type OfferChanges struct {
 	// in full.
 	Listings []int64
 	// Commitments are the other offers whose commitments alone changed: a
-	// reservation's pieces stored or deleted, or its state changed.
+	// reservation's pieces stored or deleted, or its state changed; or one
+	// of the offer's host tokens revoked (which the matcher ignores and
+	// the agents' caches follow).
 	Commitments []int64
 }
 
@@ -80,7 +86,7 @@ func (f *commitFeed) publish(ch OfferChanges) {
 // offer once): an offer created, edited, reviewed, paused, resumed or
 // withdrawn, its credit tiers replaced, capacity taken or given back by a
 // reservation's pieces or a change of their reservation's state, its
-// provider suspended or reinstated — the changes PostgreSQL's triggers
+// provider suspended or reinstated, a host token of it revoked — the changes PostgreSQL's triggers
 // notify every replica of (FollowOffers), heard here in-process on both
 // engines. It holds for every write method, with no call after it.
 //
@@ -88,7 +94,9 @@ func (f *commitFeed) publish(ch OfferChanges) {
 // the store method returns, so a caller that writes and then reads what
 // changed follows sees its own write; the writer is not released until it
 // returns, so it should be quick, and it must not write through db (it may
-// read). A transaction that rolls back publishes nothing. stop ends the
+// read). A transaction that rolls back publishes nothing; one whose
+// commit fails on PostgreSQL publishes all the same (the commit may have
+// reached the server before the connection broke). stop ends the
 // subscription.
 func (db *DB) OnOffersChanged(changed func(OfferChanges)) (stop func()) {
 	f := db.feed

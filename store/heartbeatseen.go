@@ -19,11 +19,15 @@ type HeartbeatSeen struct {
 	Seq     int64
 	At      time.Time
 	Count   int
+	// Devices, when not "", is the latest heartbeat's devices (JSON), for
+	// their telemetry on the hosts page; "" leaves them as written.
+	Devices string
 }
 
 // FlushHeartbeatsSeen writes a batch of absorbed heartbeats in one
 // transaction: for each node, the token's highest sequence number and last
-// use, the node's last heartbeat, and its run's end and count — what
+// use, the node's last heartbeat (and its devices, when given), and its
+// run's end and count — what
 // RecordHeartbeatRun would have written for each of them, the rest being
 // unchanged. Nothing moves backwards: a node whose stored sequence number
 // is already at or past Seq (a newer heartbeat written meanwhile) keeps it.
@@ -42,7 +46,8 @@ func (db *DB) FlushHeartbeatsSeen(ctx context.Context, seen []HeartbeatSeen) err
 		return fail(op, err, "")
 	}
 	defer tokens.Close()
-	hosts, err := tx.PrepareContext(ctx, `UPDATE hosts SET last_heartbeat_at = ?, last_seq = ? WHERE offer_id = ? AND node = ? AND last_seq < ?`)
+	hosts, err := tx.PrepareContext(ctx, `UPDATE hosts SET last_heartbeat_at = ?, last_seq = ?,
+		devices_json = CASE WHEN ? = '' THEN devices_json ELSE ? END WHERE offer_id = ? AND node = ? AND last_seq < ?`)
 	if err != nil {
 		return fail(op, err, "")
 	}
@@ -58,7 +63,7 @@ func (db *DB) FlushHeartbeatsSeen(ctx context.Context, seen []HeartbeatSeen) err
 		if _, err := tokens.ExecContext(ctx, s.Seq, at, s.TokenID, s.Seq); err != nil {
 			return fail(op, err, "")
 		}
-		if _, err := hosts.ExecContext(ctx, at, s.Seq, s.OfferID, s.Node, s.Seq); err != nil {
+		if _, err := hosts.ExecContext(ctx, at, s.Seq, s.Devices, s.Devices, s.OfferID, s.Node, s.Seq); err != nil {
 			return fail(op, err, "")
 		}
 		if _, err := runs.ExecContext(ctx, at, s.Seq, s.Count, s.RunID, s.Seq); err != nil {

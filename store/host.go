@@ -48,6 +48,8 @@ type HostStatus struct {
 	Devices         []market.HostDevice
 	Healthy         int
 	HardwareDiffers string
+	// Isolation is how the agent keeps renters apart, as it last said.
+	Isolation market.Isolation
 }
 
 // Online reports whether the node's last heartbeat is within the grace
@@ -76,7 +78,7 @@ const (
 	hostTokenColumns = `t.id, t.offer_id, o.provider_id, t.node, t.prefix, t.last_seq, t.created_at,
 		COALESCE(t.last_used_at, 0), COALESCE(t.revoked_at, 0)`
 	hostColumns = `h.offer_id, h.node, h.last_heartbeat_at, h.last_seq, h.agent_version, h.probe, h.probe_error,
-		h.devices_json, h.healthy_devices, h.hardware_differs`
+		h.devices_json, h.healthy_devices, h.hardware_differs, h.isolation`
 	msgHostTokenInvalid  = "This host token is not valid. Create a new one on the provider's hosts page."
 	msgHostTokenNotFound = "That host token could not be found."
 )
@@ -101,11 +103,12 @@ func scanHostToken(s scanner, extra ...any) (HostToken, error) {
 func scanHost(s scanner) (HostStatus, error) {
 	var h HostStatus
 	var last int64
-	var devices string
+	var devices, isolation string
 	if err := s.Scan(&h.OfferID, &h.Node, &last, &h.LastSeq, &h.AgentVersion, &h.Probe, &h.ProbeError,
-		&devices, &h.Healthy, &h.HardwareDiffers); err != nil {
+		&devices, &h.Healthy, &h.HardwareDiffers, &isolation); err != nil {
 		return HostStatus{}, err
 	}
+	h.Isolation = market.Isolation(isolation)
 	h.LastHeartbeatAt = fromUnix(last)
 	if err := json.Unmarshal([]byte(devices), &h.Devices); err != nil {
 		return HostStatus{}, fmt.Errorf("host %d/%d devices: %w", h.OfferID, h.Node, err)
@@ -240,7 +243,7 @@ const findHostTokenQuery = `SELECT ` + hostTokenColumns + `, u.suspended FROM ho
 
 // liveHostToken re-reads a token inside a write transaction: revoked
 // meanwhile, or its provider suspended, it is unauthorized.
-func liveHostToken(ctx context.Context, tx *sql.Tx, tokenID int64) (HostToken, error) {
+func liveHostToken(ctx context.Context, tx querier, tokenID int64) (HostToken, error) {
 	var suspended bool
 	t, err := scanHostToken(tx.QueryRowContext(ctx, `SELECT `+hostTokenColumns+`, u.suspended FROM host_tokens t
 		JOIN offers o ON o.id = t.offer_id JOIN users u ON u.id = o.provider_id WHERE t.id = ?`, tokenID), &suspended)
@@ -276,7 +279,10 @@ type HeartbeatRecord struct {
 
 // RecordHeartbeatRun is RecordHeartbeat, telling what it wrote, so that the
 // caller can absorb the node's following heartbeats that report the same
-// thing into a batch (FlushHeartbeatsSeen).
+// thing into a batch (FlushHeartbeatsSeen). It is not put in the group
+// commit with bookings: a batch is rolled back and run again when one of
+// its callers gives up, which a fleet of agents timing out at once turns
+// into the writer doing the same work over and over.
 func (db *DB) RecordHeartbeatRun(ctx context.Context, tokenID int64, hb market.Heartbeat, now time.Time) (HeartbeatRecord, error) {
 	const op = "record heartbeat"
 	tx, err := db.begin(ctx)
@@ -284,6 +290,21 @@ func (db *DB) RecordHeartbeatRun(ctx context.Context, tokenID int64, hb market.H
 		return HeartbeatRecord{}, fail(op, err, "")
 	}
 	defer tx.Rollback()
+	rec, err := recordHeartbeat(ctx, tx, tokenID, hb, now)
+	if err != nil {
+		return HeartbeatRecord{}, fail(op, err, "")
+	}
+	if rec.Accepted {
+		if err := tx.Commit(); err != nil {
+			return HeartbeatRecord{}, fail(op, err, "")
+		}
+	}
+	return rec, nil
+}
+
+// recordHeartbeat is RecordHeartbeatRun's work inside its transaction.
+func recordHeartbeat(ctx context.Context, tx querier, tokenID int64, hb market.Heartbeat, now time.Time) (HeartbeatRecord, error) {
+	const op = "record heartbeat"
 	t, err := liveHostToken(ctx, tx, tokenID)
 	if err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")
@@ -321,12 +342,14 @@ func (db *DB) RecordHeartbeatRun(ctx context.Context, tokenID int64, hb market.H
 		devices = []byte("[]")
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO hosts (offer_id, node, last_heartbeat_at, last_seq, agent_version, probe,
-			probe_error, devices_json, healthy_devices, hardware_differs)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			probe_error, devices_json, healthy_devices, hardware_differs, isolation)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (offer_id, node) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, last_seq = excluded.last_seq,
 			agent_version = excluded.agent_version, probe = excluded.probe, probe_error = excluded.probe_error,
-			devices_json = excluded.devices_json, healthy_devices = excluded.healthy_devices, hardware_differs = excluded.hardware_differs`,
-		t.OfferID, t.Node, unix(now), hb.Seq, hb.AgentVersion, hb.Probe, hb.Error, string(devices), hb.HealthyDevices(), differs); err != nil {
+			devices_json = excluded.devices_json, healthy_devices = excluded.healthy_devices, hardware_differs = excluded.hardware_differs,
+			isolation = excluded.isolation`,
+		t.OfferID, t.Node, unix(now), hb.Seq, hb.AgentVersion, hb.Probe, hb.Error, string(devices), hb.HealthyDevices(), differs,
+		string(hb.Isolation)); err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")
 	}
 	runID, err := appendHeartbeatRun(ctx, tx, t.OfferID, t.Node, hb, now)
@@ -336,11 +359,7 @@ func (db *DB) RecordHeartbeatRun(ctx context.Context, tokenID int64, hb market.H
 	if err := measureHeartbeat(ctx, tx, t.OfferID, t.Node, prev, reported, hb, now); err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")
 	}
-	rec := HeartbeatRecord{Accepted: true, OfferID: t.OfferID, Node: t.Node, RunID: runID, HardwareDiffers: differs}
-	if err := tx.Commit(); err != nil {
-		return HeartbeatRecord{}, fail(op, err, "")
-	}
-	return rec, nil
+	return HeartbeatRecord{Accepted: true, OfferID: t.OfferID, Node: t.Node, RunID: runID, HardwareDiffers: differs}, nil
 }
 
 // unhealthyDevices describes the devices the probe judged unhealthy.
@@ -361,7 +380,7 @@ func unhealthyDevices(hb market.Heartbeat) string {
 // appendHeartbeatRun extends the node's latest run with the heartbeat when
 // it reports the same health within the grace period, else starts a run;
 // then drops the node's runs beyond maxRunsPerNode. It returns the run's id.
-func appendHeartbeatRun(ctx context.Context, tx *sql.Tx, offerID int64, node int, hb market.Heartbeat, now time.Time) (int64, error) {
+func appendHeartbeatRun(ctx context.Context, tx querier, offerID int64, node int, hb market.Heartbeat, now time.Time) (int64, error) {
 	unhealthy := unhealthyDevices(hb)
 	var id, lastAt int64
 	var devices, healthy int

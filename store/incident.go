@@ -93,9 +93,7 @@ func (db *DB) ReportIncident(ctx context.Context, in Incident, now time.Time) (I
 	}
 	// On resold time only up to the resale: the rest is the buyer's, on
 	// their own pieces (market.AccessEnd).
-	held := *piece
-	held.End = market.AccessEnd(r, held)
-	if err := market.ValidateIncident(&in.Incident, held); err != nil {
+	if err := market.ValidateHeldIncident(&in.Incident, r, *piece); err != nil {
 		return Incident{}, err
 	}
 	in.Acknowledged = in.ReportedBy == ReportedByProvider

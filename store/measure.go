@@ -50,7 +50,7 @@ func runningAt(r HostRental, now time.Time) bool {
 
 // openOutage starts an outage unless the same one (piece, node, kind,
 // start) is already recorded.
-func openOutage(ctx context.Context, tx *sql.Tx, pieceID int64, node int, kind market.IncidentKind, start time.Time, devices int, now time.Time) error {
+func openOutage(ctx context.Context, tx querier, pieceID int64, node int, kind market.IncidentKind, start time.Time, devices int, now time.Time) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO measured_outages (piece_id, node, kind, start_at, devices, created_at)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (piece_id, node, kind, start_at) DO NOTHING`,
 		pieceID, node, string(kind), unix(start), devices, unix(now))
@@ -59,7 +59,7 @@ func openOutage(ctx context.Context, tx *sql.Tx, pieceID int64, node int, kind m
 
 // closeOutages ends the open outages of a kind of a piece on a node at end
 // (never before they started).
-func closeOutages(ctx context.Context, tx *sql.Tx, pieceID int64, node int, kind market.IncidentKind, end time.Time) error {
+func closeOutages(ctx context.Context, tx querier, pieceID int64, node int, kind market.IncidentKind, end time.Time) error {
 	_, err := tx.ExecContext(ctx, `UPDATE measured_outages SET end_at = CASE WHEN start_at > ? THEN start_at ELSE ? END
 		WHERE piece_id = ? AND node = ? AND kind = ? AND end_at IS NULL`, unix(end), unix(end), pieceID, node, string(kind))
 	return err
@@ -78,7 +78,7 @@ func measurable(r HostRental) bool {
 // openSilence opens the host failure a node's silence since last is for a
 // rental at until, if it is one, counted only while the market itself was
 // up (market.MarketSilence over the server runs recorded).
-func openSilence(ctx context.Context, tx *sql.Tx, r HostRental, node int, last, until, now time.Time) error {
+func openSilence(ctx context.Context, tx querier, r HostRental, node int, last, until, now time.Time) error {
 	runs, err := serverRuns(ctx, tx, last)
 	if err != nil {
 		return err
@@ -100,7 +100,7 @@ func openSilence(ctx context.Context, tx *sql.Tx, r HostRental, node int, last, 
 // On the pieces running now, it starts, changes or ends a "fewer devices"
 // outage when the healthy devices fall short of what the piece holds on
 // the node (a probe that failed counts no healthy device).
-func measureHeartbeat(ctx context.Context, tx *sql.Tx, offerID int64, node int, prev HostStatus, reported bool, hb market.Heartbeat, now time.Time) error {
+func measureHeartbeat(ctx context.Context, tx querier, offerID int64, node int, prev HostStatus, reported bool, hb market.Heartbeat, now time.Time) error {
 	rentals, err := offerRentals(ctx, tx, offerID, node, now)
 	if err != nil {
 		return err
@@ -144,7 +144,7 @@ func measureHeartbeat(ctx context.Context, tx *sql.Tx, offerID int64, node int, 
 // went down (market.MarketDownAfter): the time the market was down is not
 // the provider's; a silence still going on after the restart is a new
 // outage from the restart (openSilence).
-func closeHostFailures(ctx context.Context, tx *sql.Tx, pieceID int64, node int, end time.Time) error {
+func closeHostFailures(ctx context.Context, tx querier, pieceID int64, node int, end time.Time) error {
 	open, err := collect(ctx, tx, scanOutage, `SELECT `+outageColumns+` FROM measured_outages
 		WHERE piece_id = ? AND node = ? AND kind = ? AND end_at IS NULL`, pieceID, node, string(market.IncidentHostFailure))
 	if err != nil {

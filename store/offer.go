@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -20,6 +21,19 @@ type OfferListing struct {
 	// ProviderSuspended: the provider is suspended, so the offer is not
 	// listed whatever its review and state.
 	ProviderSuspended bool
+	// Listed, in the review queue, is the version on the market when
+	// Offer is an edit of it held for review (ID 0 otherwise).
+	Listed market.Offer
+	// SharedHostUserReported: an agent of the offer's nodes reports that
+	// every renter of its node is the same Unix user (market.IsolationSharedUser),
+	// whatever the provider declared.
+	SharedHostUserReported bool
+}
+
+// SharedHostUser reports whether buyers are told "shared host user": the
+// provider declared it or an agent of the offer reports it.
+func (l OfferListing) SharedHostUser() bool {
+	return l.Offer.Containers.SharedHostUser || l.SharedHostUserReported
 }
 
 // offerFields returns the provider-editable columns of an offer and their
@@ -63,8 +77,9 @@ const (
 		o.container_engine, o.container_cdi, o.container_max_image_gb, o.container_image_cache, o.shared_host_user,
 		o.access_mode, o.access_instructions,
 		o.review, o.review_note, o.state, o.created_at, o.updated_at`
-	listingColumns = offerColumns + `, u.display_name, u.organisation, u.suspended`
-	listingFrom    = ` FROM offers o JOIN users u ON u.id = o.provider_id`
+	listingColumns = offerColumns + `, u.display_name, u.organisation, u.suspended,
+		EXISTS (SELECT 1 FROM hosts hi WHERE hi.offer_id = o.id AND hi.isolation = '` + string(market.IsolationSharedUser) + `')`
+	listingFrom = ` FROM offers o JOIN users u ON u.id = o.provider_id`
 )
 
 func scanOffer(s scanner, extra ...any) (market.Offer, error) {
@@ -104,7 +119,7 @@ func scanOffer(s scanner, extra ...any) (market.Offer, error) {
 
 func scanListing(s scanner) (OfferListing, error) {
 	var l OfferListing
-	o, err := scanOffer(s, &l.ProviderName, &l.ProviderOrg, &l.ProviderSuspended)
+	o, err := scanOffer(s, &l.ProviderName, &l.ProviderOrg, &l.ProviderSuspended, &l.SharedHostUserReported)
 	l.Offer = o
 	return l, err
 }
@@ -162,40 +177,57 @@ func (db *DB) CreateOffer(ctx context.Context, o market.Offer, now time.Time) (m
 	return stored, nil
 }
 
-// UpdateOffer replaces the provider-editable fields of offer o.ID, which
-// must belong to providerID (else not found) and must not be withdrawn
-// (conflict). An approved offer whose edit cannot mislead a buyer (a
-// lower price, a longer window: market.EditNeedsReview) stays listed, the
-// change recorded in the audit trail with its before and after; any other
-// edit sends it back to pending review with no review note. A figure the platform has verified stays verified when the provider
-// resubmits the same kind with the same value; a changed value replaces it
-// and loses the verification. Review, State, ProviderID and the times in o
-// are ignored.
-func (db *DB) UpdateOffer(ctx context.Context, providerID int64, o market.Offer, now time.Time) (market.Offer, error) {
+// UpdateOffer saves a provider's edit of offer o.ID, which must belong to
+// providerID (else not found) and must not be withdrawn (conflict). On an
+// approved offer, an edit that cannot mislead a buyer (a lower price, a
+// longer window: market.EditNeedsReview) applies at once, recorded in the
+// audit trail with its before and after; any other edit is held as the
+// offer's revision for review while the listed version stays on the
+// market, and UpdateOffer reports held. An offer not approved yet takes
+// the edit and goes (back) to pending review with no review note. A figure
+// the platform has verified stays verified when the provider resubmits
+// the same kind with the same value; a changed value replaces it and loses
+// the verification. Review, State, ProviderID and the times in o are
+// ignored. It returns the offer as edited (for a held edit, the revision).
+func (db *DB) UpdateOffer(ctx context.Context, providerID int64, o market.Offer, now time.Time) (market.Offer, bool, error) {
 	const op = "update offer"
 	tx, err := db.begin(ctx)
 	if err != nil {
-		return market.Offer{}, fail(op, err, "")
+		return market.Offer{}, false, fail(op, err, "")
 	}
 	defer tx.Rollback()
 
 	cur, err := getOwnOffer(ctx, tx, providerID, o.ID)
 	if err != nil {
-		return market.Offer{}, fail(op, err, "")
+		return market.Offer{}, false, fail(op, err, "")
 	}
 	if cur.State == market.OfferWithdrawn {
-		return market.Offer{}, conflict("A withdrawn offer cannot be edited.")
+		return market.Offer{}, false, conflict("A withdrawn offer cannot be edited.")
 	}
 	figures, err := mergeFigures(cur.Figures, o.Figures)
 	if err != nil {
-		return market.Offer{}, err
+		return market.Offer{}, false, err
 	}
 
 	o.Figures = figures
+	if cur.Review == market.ReviewApproved && market.EditNeedsReview(cur, o) {
+		rev := o
+		rev.ProviderID, rev.Review, rev.ReviewNote, rev.State = cur.ProviderID, market.ReviewPending, "", cur.State
+		rev.CreatedAt, rev.UpdatedAt = cur.CreatedAt, now
+		if err := putRevision(ctx, tx, rev, now); err != nil {
+			return market.Offer{}, false, fail(op, err, "")
+		}
+		return rev, true, fail(op, tx.Commit(), "")
+	}
 	review, note := market.ReviewPending, ""
-	atOnce := cur.Review == market.ReviewApproved && !market.EditNeedsReview(cur, o)
+	atOnce := cur.Review == market.ReviewApproved
 	if atOnce {
 		review, note = cur.Review, cur.ReviewNote
+	}
+	// An offer not listed takes the edit itself: a revision held from
+	// when it was listed is superseded.
+	if err := dropRevision(ctx, tx, o.ID); err != nil {
+		return market.Offer{}, false, fail(op, err, "")
 	}
 	cols, args := offerFields(o)
 	set := make([]string, 0, len(cols)+3)
@@ -205,26 +237,26 @@ func (db *DB) UpdateOffer(ctx context.Context, providerID int64, o market.Offer,
 	set = append(set, "review = ?", "review_note = ?", "updated_at = ?")
 	args = append(args, string(review), note, unix(now), o.ID)
 	if _, err := tx.ExecContext(ctx, `UPDATE offers SET `+strings.Join(set, ", ")+` WHERE id = ?`, args...); err != nil {
-		return market.Offer{}, fail(op, err, "")
+		return market.Offer{}, false, fail(op, err, "")
 	}
 	if err := writeOfferChildren(ctx, tx, o.ID, figures, o.CreditSchedule); err != nil {
-		return market.Offer{}, fail(op, err, msgDuplicateFigure)
+		return market.Offer{}, false, fail(op, err, msgDuplicateFigure)
 	}
 	stored, err := getOffer(ctx, tx, o.ID)
 	if err != nil {
-		return market.Offer{}, fail(op, err, "")
+		return market.Offer{}, false, fail(op, err, "")
 	}
 	if atOnce {
 		if err := insertAudit(ctx, tx, AuditEntry{At: now, ActorID: providerID, Action: AuditOfferEditAtOnce, SubjectKind: AuditSubjectOffer,
 			SubjectID: o.ID, Before: AuditJSON(offerTermsOf(cur)), After: AuditJSON(offerTermsOf(stored)),
 			Note: "a lower price or a longer window: listed at once"}); err != nil {
-			return market.Offer{}, fail(op, err, "")
+			return market.Offer{}, false, fail(op, err, "")
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return market.Offer{}, fail(op, err, "")
+		return market.Offer{}, false, fail(op, err, "")
 	}
-	return stored, nil
+	return stored, false, nil
 }
 
 // offerTerms is what an edit applied at once may change, for the audit
@@ -513,8 +545,9 @@ func (db *DB) SetOfferState(ctx context.Context, providerID, offerID int64, stat
 }
 
 // ReviewOffer records an admin's decision on an offer: approved, rejected
-// (with a note the provider sees) or back to pending. A withdrawn offer
-// cannot be reviewed (conflict).
+// (with a note the provider sees) or back to pending; on an offer with an
+// edit held for review the decision is on the edit (setReview). A
+// withdrawn offer cannot be reviewed (conflict).
 func (db *DB) ReviewOffer(ctx context.Context, offerID int64, review market.ReviewState, note string, now time.Time) error {
 	const op = "review offer"
 	switch review {
@@ -539,15 +572,16 @@ func (db *DB) ReviewOffer(ctx context.Context, offerID int64, review market.Revi
 	if market.OfferState(cur) == market.OfferWithdrawn {
 		return conflict("This offer has been withdrawn by its provider.")
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE offers SET review = ?, review_note = ?, updated_at = ? WHERE id = ?`,
-		string(review), note, unix(now), offerID); err != nil {
+	if _, _, err := setReview(ctx, tx, offerID, review, note, now); err != nil {
 		return fail(op, err, "")
 	}
 	return fail(op, tx.Commit(), "")
 }
 
-// ListOffersForReview returns the offers pending review (withdrawn ones
-// excluded), the longest waiting first.
+// ListOffersForReview returns the offers pending review and the edits of
+// listed offers held for review (withdrawn ones excluded), the longest
+// waiting first. For an edit, Offer is the edit and Listed the version on
+// the market.
 func (db *DB) ListOffersForReview(ctx context.Context) ([]OfferListing, error) {
 	const op = "list offers for review"
 	tx, err := db.read(ctx)
@@ -562,6 +596,23 @@ func (db *DB) ListOffersForReview(ctx context.Context) ([]OfferListing, error) {
 	if err != nil {
 		return nil, fail(op, err, "")
 	}
+	edits, err := queryListings(ctx, tx, `SELECT `+listingColumns+listingFrom+`
+		JOIN offer_revisions r ON r.offer_id = o.id WHERE o.state <> ? ORDER BY r.submitted_at, o.id`,
+		string(market.OfferWithdrawn))
+	if err != nil {
+		return nil, fail(op, err, "")
+	}
+	for _, l := range edits {
+		rev, ok, err := loadRevision(ctx, tx, l.Offer.ID)
+		if err != nil {
+			return nil, fail(op, err, "")
+		}
+		if ok {
+			l.Listed, l.Offer = l.Offer, rev
+			ls = append(ls, l)
+		}
+	}
+	sort.SliceStable(ls, func(i, j int) bool { return ls[i].Offer.UpdatedAt.Before(ls[j].Offer.UpdatedAt) })
 	return ls, nil
 }
 

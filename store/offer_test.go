@@ -119,7 +119,7 @@ func TestOfferOwnership(t *testing.T) {
 	edit := o
 	edit.Title = "Hijacked"
 	edit.PriceCentsPerDeviceHour = 1
-	_, err = db.UpdateOffer(ctx, mallory.ID, edit, t0.Add(time.Hour))
+	_, _, err = db.UpdateOffer(ctx, mallory.ID, edit, t0.Add(time.Hour))
 	wantCode(t, err, market.CodeNotFound)
 	wantCode(t, db.SetOfferState(ctx, mallory.ID, o.ID, market.OfferWithdrawn, t0), market.CodeNotFound)
 	if list, err := db.ListProviderOffers(ctx, mallory.ID); err != nil || len(list) != 0 {
@@ -134,7 +134,7 @@ func TestOfferOwnership(t *testing.T) {
 	// A missing offer is the same not found.
 	missing := o
 	missing.ID = o.ID + 100
-	_, err = db.UpdateOffer(ctx, alice.ID, missing, t0)
+	_, _, err = db.UpdateOffer(ctx, alice.ID, missing, t0)
 	wantCode(t, err, market.CodeNotFound)
 }
 
@@ -173,7 +173,7 @@ func TestUpdateOfferResetsReviewAndKeepsVerification(t *testing.T) {
 	edit.CreditSchedule = []market.CreditTier{{BelowBP: 9900, CreditBP: 1500}}
 	mustValidate(t, &edit)
 	later := t0.Add(2 * time.Hour)
-	got, err := db.UpdateOffer(ctx, p.ID, edit, later)
+	got, _, err := db.UpdateOffer(ctx, p.ID, edit, later)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,14 +195,14 @@ func TestUpdateOfferResetsReviewAndKeepsVerification(t *testing.T) {
 	// Claiming verification for a figure that is not verified is refused.
 	claim := edit
 	claim.Figures = []market.Figure{{Kind: market.FigureMemBandwidth, Value: 3100, Basis: market.FigureVerified, VerifiedNote: "me"}}
-	_, err = db.UpdateOffer(ctx, p.ID, claim, later)
+	_, _, err = db.UpdateOffer(ctx, p.ID, claim, later)
 	wantCode(t, err, market.CodeInvalid)
 
 	// Withdrawn is final.
 	if err := db.SetOfferState(ctx, p.ID, o.ID, market.OfferWithdrawn, later); err != nil {
 		t.Fatal(err)
 	}
-	_, err = db.UpdateOffer(ctx, p.ID, edit, later)
+	_, _, err = db.UpdateOffer(ctx, p.ID, edit, later)
 	wantCode(t, err, market.CodeConflict)
 	wantCode(t, db.SetOfferState(ctx, p.ID, o.ID, market.OfferActive, later), market.CodeConflict)
 	wantCode(t, db.ReviewOffer(ctx, o.ID, market.ReviewApproved, "", later), market.CodeConflict)

@@ -205,7 +205,12 @@ func (c pgConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pgConn{c: cn.(*stdlib.Conn), feed: c.feed}, nil
+	p := &pgConn{c: cn.(*stdlib.Conn), feed: c.feed}
+	if p.feed != nil {
+		p.pid = p.c.Conn().PgConn().PID()
+		p.feed.backends.Store(p.pid, struct{}{})
+	}
+	return p, nil
 }
 
 func (c pgConnector) Driver() driver.Driver { return c.inner.Driver() }
@@ -214,13 +219,19 @@ func (c pgConnector) Driver() driver.Driver { return c.inner.Driver() }
 type pgConn struct {
 	c    *stdlib.Conn
 	feed *commitFeed // nil on the readers
+	pid  uint32      // the writer's backend, in feed.backends while open
 }
 
 func (p *pgConn) Prepare(q string) (driver.Stmt, error) { return p.c.Prepare(rebind(q)) }
 func (p *pgConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
 	return p.c.PrepareContext(ctx, rebind(q))
 }
-func (p *pgConn) Close() error              { return p.c.Close() }
+func (p *pgConn) Close() error {
+	if p.feed != nil {
+		p.feed.backends.Delete(p.pid)
+	}
+	return p.c.Close()
+}
 func (p *pgConn) Begin() (driver.Tx, error) { return p.c.Begin() } //nolint:staticcheck // the interface requires it
 func (p *pgConn) BeginTx(ctx context.Context, o driver.TxOptions) (driver.Tx, error) {
 	tx, err := p.c.BeginTx(ctx, o)
@@ -260,11 +271,13 @@ func (t *pgTx) Commit() error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("store: read the transaction's changed offers: %w", err), t.Tx.Rollback())
 	}
-	if err := t.Tx.Commit(); err != nil {
-		return err
-	}
+	err = t.Tx.Commit()
+	// A commit that failed may still have committed (the connection broke
+	// on its way back): its changes are published either way — reading an
+	// offer that did not change again costs a read — since FollowOffers
+	// leaves this connection's notifications to the in-process feed.
 	t.p.feed.publish(ch)
-	return nil
+	return err
 }
 
 // changedOffers reads the changes noted so far.
@@ -415,52 +428,80 @@ const offerChannel = "gpumarket_offers"
 
 // FollowOffers calls changed with the id of each offer whose listing or
 // commitments a committed transaction changed — on any replica — until ctx
-// ends, as each notification arrives, on the goroutine that reads the
+// ends, with own set when the transaction was this handle's (one of its
+// writer's connections sent the notification: the change was published
+// in-process as it committed, OnOffersChanged, and need not be read again), as each notification arrives, on the goroutine that reads the
 // connection: changed should only note the id (the caller coalesces and
 // applies them elsewhere), or notifications queue up behind it. It calls
 // resync each time it (re)connects to the feed, before any change:
 // notifications sent while it was not listening are lost, so the caller
 // reloads in full then; a resync that fails counts as the feed lost. lost
-// is told why the feed broke before each reconnection (1 s, doubling up to
-// feedRetryMax). A replica hears its own commits sooner, in-process, as
-// they commit (OnOffersChanged); this is how it hears the others'. On
-// SQLite it returns at once: one process serves the file, and hears every
-// change it makes through OnOffersChanged.
-func (db *DB) FollowOffers(ctx context.Context, changed func(offerID int64), resync func() error, lost func(error)) {
+// is told why the feed broke before each reconnection, which is tried
+// every feedRetryEvery. A connection that carries no notification for
+// feedCheckEvery is pinged (within feedPingTimeout): one the server no
+// longer answers — stopped, frozen, cut off by the network with no word —
+// counts as lost, so the feed is never taken for joined while nothing can
+// reach it. A replica hears its own commits sooner, in-process, as they
+// commit (OnOffersChanged); this is how it hears the others'. On SQLite it
+// returns at once: one process serves the file, and hears every change it
+// makes through OnOffersChanged.
+func (db *DB) FollowOffers(ctx context.Context, changed func(offerID int64, own bool), resync func() error, lost func(error)) {
 	if !db.postgres {
 		return
 	}
-	wait := time.Second
 	for ctx.Err() == nil {
 		err := db.followOnce(ctx, changed, resync)
 		if ctx.Err() != nil {
 			break
 		}
-		if err != nil {
-			lost(err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, feedRetryMax)
-			continue
+		lost(err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(feedRetryEvery):
 		}
-		wait = time.Second
 	}
 }
 
-// feedRetryMax bounds the wait between attempts to rejoin the change
-// feed. It is short: a replica whose feed is down answers 503 on /healthz,
-// so it serves nobody until the feed is back.
-const feedRetryMax = 5 * time.Second
+// The change feed's timing. A replica whose feed is down answers 503 on
+// /healthz and serves nobody, so it tries to rejoin often: a refused
+// connection costs the server nothing, and it is back within
+// feedRetryEvery of PostgreSQL's return. An idle feed is checked every
+// feedCheckEvery, so a feed that went silent is found out within
+// feedCheckEvery + feedPingTimeout.
+const (
+	feedRetryEvery  = 500 * time.Millisecond
+	feedCheckEvery  = 2 * time.Second
+	feedPingTimeout = 2 * time.Second
+	// feedConnectTimeout bounds one attempt to connect: a server that
+	// accepts the connection but does not answer (frozen) is tried again.
+	feedConnectTimeout = 5 * time.Second
+)
+
+// FeedApplicationName is the application_name of the change feed's
+// connection (pg_stat_activity tells it from the pools' "gpumarket").
+const FeedApplicationName = "gpumarket-feed"
+
+// errFeedClosed is followOnce's answer when the connection ends with no
+// error of its own.
+var errFeedClosed = errors.New("store: the change feed's connection closed")
 
 // followOnce listens on one connection until it fails or ctx ends.
-func (db *DB) followOnce(ctx context.Context, changed func(int64), resync func() error) error {
+func (db *DB) followOnce(ctx context.Context, changed func(int64, bool), resync func() error) error {
 	dsn := db.dsn
 	if db.feedDSN != "" {
 		dsn = db.feedDSN
 	}
-	conn, err := pgx.Connect(ctx, dsn)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = FeedApplicationName
+	cctx, cancel := context.WithTimeout(ctx, feedConnectTimeout)
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -472,12 +513,32 @@ func (db *DB) followOnce(ctx context.Context, changed func(int64), resync func()
 		return fmt.Errorf("store: resync on joining the change feed: %w", err)
 	}
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
+		// pgx keeps the connection when a wait times out (it closes it on
+		// any other error).
+		wctx, cancel := context.WithTimeout(ctx, feedCheckEvery)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if n != nil {
+			if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
+				_, own := db.feed.backends.Load(n.PID)
+				changed(id, own)
+			}
 		}
-		if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
-			changed(id)
+		switch {
+		case err == nil:
+			continue
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !pgconn.Timeout(err) && !errors.Is(err, context.DeadlineExceeded):
+			return err
+		case conn.IsClosed():
+			return errFeedClosed
+		}
+		pctx, cancel := context.WithTimeout(ctx, feedPingTimeout)
+		err = conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("store: the change feed's connection did not answer a ping within %s: %w", feedPingTimeout, err)
 		}
 	}
 }

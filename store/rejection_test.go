@@ -54,7 +54,7 @@ func TestRejectReservation(t *testing.T) {
 	}
 	// The contract is what was booked: a later edit of the offer does not change it.
 	o.RejectMinutes = 5
-	if _, err := db.UpdateOffer(ctx, prov.ID, o, t0); err != nil {
+	if _, _, err := db.UpdateOffer(ctx, prov.ID, o, t0); err != nil {
 		t.Fatal(err)
 	}
 	if r, err = db.FindReservation(ctx, r.ID); err != nil || r.Pieces[0].RejectMinutes != 30 {

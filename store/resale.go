@@ -326,6 +326,16 @@ func (db *DB) SellResaleListing(ctx context.Context, listingID, buyerID int64, c
 	if _, err := tx.ExecContext(ctx, `UPDATE reservations SET resale_of = ? WHERE id = ?`, orig.ID, n.ID); err != nil {
 		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
 	}
+	// The buyer's container is the original's environment without the
+	// seller's secrets (market.ResaleRuntime); the seller's container is
+	// removed at the hand-over and the buyer's made afresh.
+	if rt, ok, err := getReservationRuntime(ctx, tx, orig.ID); err != nil {
+		return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+	} else if ok {
+		if err := insertReservationRuntime(ctx, tx, n.ID, market.ResaleRuntime(rt)); err != nil {
+			return market.ResaleListing{}, market.Reservation{}, fail(op, err, "")
+		}
+	}
 	// The pieces continue the original contract: its frozen terms and
 	// cancellation policy, not what the offer says today.
 	for i, p := range orig.Pieces {

@@ -20,6 +20,10 @@ type ProviderPiece struct {
 	State         market.ReservationState
 	OfferTitle    string
 	BuyerName     string
+	// ResaleOf is the reservation this one's time was bought from on
+	// resale (0 when none); ResoldAt, where this one's time was sold.
+	ResaleOf int64
+	ResoldAt time.Time
 }
 
 // Person-safe messages of the booking path.
@@ -545,7 +549,8 @@ func (db *DB) ListProviderPieces(ctx context.Context, providerID int64) ([]Provi
 	// Through the provider's offers (offers_provider, then
 	// reservation_pieces_offer): a piece's provider is its offer's, and an
 	// index on the pieces' provider would be one more write per booking.
-	rows, err := tx.QueryContext(ctx, `SELECT `+pieceColumns+`, p.reservation_id, r.state, o.title, u.display_name
+	rows, err := tx.QueryContext(ctx, `SELECT `+pieceColumns+`, p.reservation_id, r.state, o.title, u.display_name,
+		COALESCE(r.resale_of, 0), COALESCE(r.resold_at, 0)
 		FROM offers o
 		JOIN reservation_pieces p ON p.offer_id = o.id
 		JOIN reservations r ON r.id = p.reservation_id
@@ -558,12 +563,16 @@ func (db *DB) ListProviderPieces(ctx context.Context, providerID int64) ([]Provi
 	for rows.Next() {
 		var pp ProviderPiece
 		var state string
-		p, err := scanPiece(rows, &pp.ReservationID, &state, &pp.OfferTitle, &pp.BuyerName)
+		var resold int64
+		p, err := scanPiece(rows, &pp.ReservationID, &state, &pp.OfferTitle, &pp.BuyerName, &pp.ResaleOf, &resold)
 		if err != nil {
 			rows.Close()
 			return nil, fail(op, err, "")
 		}
 		pp.Piece, pp.State = p, market.ReservationState(state)
+		if resold != 0 {
+			pp.ResoldAt = fromUnix(resold)
+		}
 		out = append(out, pp)
 	}
 	if err := closeRows(rows); err != nil {

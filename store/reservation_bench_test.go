@@ -31,6 +31,55 @@ func BenchmarkBooking(b *testing.B) {
 	}
 }
 
+// BenchmarkBookingReplicas measures bookings of different offers (the
+// schedule of BenchmarkBooking: booking k on offer k mod 64, so they
+// never conflict) by 64 bookers on PostgreSQL through one replica's store
+// handle, and spread over three handles (booker w on handle w mod 3, each
+// with its own pools, as three `gpumarket serve` have), on one durable
+// server. Every write transaction takes the one write lock
+// (writeLockKey): if that lock is what limits bookings, three replicas
+// book no faster than one. The two alternate in phases of 8 bookings per
+// booker on one database, so a machine whose speed drifts during the run
+// weighs on both alike; it reports each one's bookings/s and the ratio of
+// three to one in percent.
+//
+//	go test ./store/ -run '^$' -bench BookingReplicas -benchtime 6144x
+func BenchmarkBookingReplicas(b *testing.B) {
+	bb := newBookingBench(b, "postgres")
+	defer bb.db.Close()
+	three := []*DB{bb.db}
+	for range 2 {
+		h, err := Open(context.Background(), bb.dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer h.Close()
+		three = append(three, h)
+	}
+	const bookers, phase = 64, 64 * 8
+	var took [2]time.Duration
+	var booked [2]int
+	b.ResetTimer()
+	for done, i := 0, 0; done < b.N; i++ {
+		next := min(done+phase, b.N)
+		bb.handles = []*DB{bb.db}
+		if i%2 == 1 {
+			bb.handles = three
+		}
+		start := time.Now()
+		bb.book(b, done, next, bookers, bookChecked)
+		took[i%2] += time.Since(start)
+		booked[i%2] += next - done
+		done = next
+	}
+	b.StopTimer()
+	one, more := float64(booked[0])/took[0].Seconds(), float64(booked[1])/took[1].Seconds()
+	b.ReportMetric(one, "bookings/s-1-replica")
+	b.ReportMetric(more, "bookings/s-3-replicas")
+	b.ReportMetric(100*more/one, "3-to-1-%")
+	bb.check(b, b.N)
+}
+
 // benchEngines are the engines the booking benchmarks run on: SQLite, the
 // embedded default and the yardstick for the other's figures, and
 // PostgreSQL on a throwaway server that keeps PostgreSQL's durability
@@ -172,6 +221,8 @@ func benchBooking(b *testing.B, engine string, bookers int, save bookFunc) {
 // 64 offers of 8 devices and enough buyers for b.N bookings.
 type bookingBench struct {
 	db                      *DB
+	dsn                     string
+	handles                 []*DB // when set, booker w books through handles[w mod len]
 	offers                  []market.Offer
 	slots                   int
 	buyers                  []int64
@@ -197,7 +248,7 @@ func newBookingBench(b *testing.B, engine string) *bookingBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bb := &bookingBench{db: db, offers: make([]market.Offer, benchOffers)}
+	bb := &bookingBench{db: db, dsn: dsn, offers: make([]market.Offer, benchOffers)}
 	for i := range bb.offers {
 		bb.offers[i] = listedOffer(b, db, prov.ID, benchDevices)
 	}
@@ -213,7 +264,11 @@ func (bb *bookingBench) book(b *testing.B, from, to, bookers int, save bookFunc)
 	var next atomic.Int64
 	next.Store(int64(from))
 	var wg sync.WaitGroup
-	for range bookers {
+	for w := range bookers {
+		db := bb.db
+		if len(bb.handles) > 0 {
+			db = bb.handles[w%len(bb.handles)]
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -224,7 +279,7 @@ func (bb *bookingBench) book(b *testing.B, from, to, bookers int, save bookFunc)
 				}
 				o := bb.offers[k%benchOffers]
 				p := piece(o, 1, o.AvailableFrom.Add(time.Duration((k/benchOffers)%bb.slots)*time.Hour), 1)
-				err := save(ctx, bb.db, bb.buyers[k/market.MaxUnpaidHolds], o, p)
+				err := save(ctx, db, bb.buyers[k/market.MaxUnpaidHolds], o, p)
 				switch {
 				case err == nil:
 				case market.ErrorCode(err) == market.CodeConflict:

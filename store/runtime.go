@@ -31,33 +31,42 @@ func (db *DB) CreateReservationWithRuntime(ctx context.Context, buyerID int64, p
 	if len(pieces) == 0 {
 		return market.Reservation{}, invalid("Choose a quote to reserve.")
 	}
-	doc, err := market.EncodeRuntimeStored(rt)
-	if err != nil {
-		return market.Reservation{}, fail(op, err, "")
-	}
 	r, offerIDs, byOffer := newHold(buyerID, pieces, now, hold)
 	r.RequestJSON = requestJSON
-	err = db.book(ctx, func(ctx context.Context, tx preparedTx) error {
+	err := db.book(ctx, func(ctx context.Context, tx preparedTx) error {
 		if err := holdReservation(ctx, tx, &r, offerIDs, byOffer, now); err != nil {
 			return err
 		}
 		if err := notifyHeld(ctx, tx, r, now); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO reservation_runtimes (reservation_id, runtime_json) VALUES (?, ?)`, r.ID, string(doc)); err != nil {
-			return err
-		}
-		if rt.TemplateID != 0 {
-			if _, err := tx.ExecContext(ctx, `UPDATE runtime_templates SET used_by = used_by + 1 WHERE id = ?`, rt.TemplateID); err != nil {
-				return err
-			}
-		}
-		return nil
+		return insertReservationRuntime(ctx, tx, r.ID, rt)
 	})
 	if err != nil {
 		return market.Reservation{}, fail(op, err, "")
 	}
 	return r, nil
+}
+
+// insertReservationRuntime keeps rt with a new reservation; the template
+// it came from counts one more use. A zero runtime is none.
+func insertReservationRuntime(ctx context.Context, q querier, reservationID int64, rt market.Runtime) error {
+	if rt.IsZero() {
+		return nil
+	}
+	doc, err := market.EncodeRuntimeStored(rt)
+	if err != nil {
+		return err
+	}
+	if _, err := q.ExecContext(ctx, `INSERT INTO reservation_runtimes (reservation_id, runtime_json) VALUES (?, ?)`, reservationID, string(doc)); err != nil {
+		return err
+	}
+	if rt.TemplateID != 0 {
+		if _, err := q.ExecContext(ctx, `UPDATE runtime_templates SET used_by = used_by + 1 WHERE id = ?`, rt.TemplateID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // getReservationRuntime reads a reservation's runtime with its secrets;

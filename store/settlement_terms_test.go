@@ -56,7 +56,7 @@ func TestSettlementFollowsBookedTerms(t *testing.T) {
 	if err := market.ValidateOffer(&edited, t0); err != nil {
 		t.Fatalf("edited offer invalid: %v", err)
 	}
-	if _, err := db.UpdateOffer(ctx, prov.ID, edited, t0.Add(time.Hour)); err != nil {
+	if _, _, err := db.UpdateOffer(ctx, prov.ID, edited, t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.ReviewOffer(ctx, o.ID, market.ReviewApproved, "", t0.Add(time.Hour)); err != nil {

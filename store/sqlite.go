@@ -97,11 +97,12 @@ func openSQLite(ctx context.Context, path string, feed *commitFeed) (writer, rea
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	reader, err = sql.Open("sqlite", sqliteDSN(path, false))
+	readerBase, err := sqlite.NewConnector(sqliteDSN(path, false))
 	if err != nil {
 		writer.Close()
 		return nil, nil, fmt.Errorf("store: open readers: %w", err)
 	}
+	reader = sql.OpenDB(sqliteConnector{Connector: readerBase})
 	n := max(4, runtime.NumCPU())
 	reader.SetMaxOpenConns(n)
 	reader.SetMaxIdleConns(n)
@@ -154,13 +155,16 @@ CREATE TEMP TRIGGER IF NOT EXISTS reservations_state_changed AFTER UPDATE OF sta
 CREATE TEMP TRIGGER IF NOT EXISTS users_suspension_changed AFTER UPDATE OF suspended ON main.users
 	WHEN OLD.suspended IS NOT NEW.suspended
 	BEGIN INSERT INTO changed_offers SELECT id, 1 FROM offers WHERE provider_id = NEW.id; END;
+CREATE TEMP TRIGGER IF NOT EXISTS host_tokens_revoked AFTER UPDATE OF revoked_at ON main.host_tokens
+	WHEN OLD.revoked_at IS NOT NEW.revoked_at
+	BEGIN INSERT INTO changed_offers VALUES (NEW.offer_id, 0); END;
 `
 
 // takeChangedQuery reads and clears the notes of the transaction under way.
 const takeChangedQuery = `DELETE FROM changed_offers RETURNING offer_id, listing`
 
 // sqliteConnector opens the writer's connections, each noting what its
-// transactions change for feed.
+// transactions change for feed, and the readers' (feed nil).
 type sqliteConnector struct {
 	driver.Connector
 	feed *commitFeed
@@ -173,8 +177,8 @@ func (c sqliteConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &sqliteConn{conn: cn.(sqliteDriverConn), feed: c.feed}
-	if c.feed.ready.Load() {
+	w := &sqliteConn{conn: cn.(sqliteDriverConn), feed: c.feed, stmts: map[string]*cachedStmt{}}
+	if c.feed != nil && c.feed.ready.Load() {
 		if err := w.setUpNotes(ctx); err != nil {
 			cn.Close()
 			return nil, err
@@ -196,12 +200,71 @@ type sqliteDriverConn interface {
 	driver.Validator
 }
 
-// sqliteConn is a writer connection: its transactions' commits hand the
-// offers they changed to feed.
+// sqliteConn is a connection of the writer, whose transactions' commits
+// hand the offers they changed to feed, or of the readers (feed nil). It
+// keeps every statement with arguments it runs prepared (stmts), since
+// with modernc's SQLite parsing and planning a statement costs more than
+// running it: the store's plain SQL next to each method then runs as if
+// prepared, on every path (a heartbeat's first write, an agent's
+// assignments, a booking).
 type sqliteConn struct {
 	conn  sqliteDriverConn
 	feed  *commitFeed
 	notes bool // the TEMP table and triggers are set up
+	// stmts are the statements prepared on this connection, by query text
+	// (at most maxCachedStmts). database/sql uses a connection from one
+	// goroutine at a time, so they need no lock.
+	stmts map[string]*cachedStmt
+}
+
+// maxCachedStmts bounds the statements a connection keeps prepared (the
+// store's queries are a few hundred texts; one built with a varying number
+// of placeholders runs unprepared once the cache is full).
+const maxCachedStmts = 512
+
+// cachedStmt is a statement kept prepared; busy while its rows are open,
+// when the same text runs unprepared rather than reset them.
+type cachedStmt struct {
+	st   driver.Stmt
+	busy bool
+}
+
+// cached returns the prepared statement for a query with arguments, nil
+// when it should run unprepared (no arguments: a script or a pragma; the
+// statement's rows still open; the cache full; a statement that does not
+// prepare, whose error the unprepared run reports).
+func (c *sqliteConn) cached(ctx context.Context, q string, args []driver.NamedValue) *cachedStmt {
+	if len(args) == 0 {
+		return nil
+	}
+	e := c.stmts[q]
+	if e == nil {
+		if len(c.stmts) >= maxCachedStmts {
+			return nil
+		}
+		st, err := c.conn.PrepareContext(ctx, q)
+		if err != nil {
+			return nil
+		}
+		e = &cachedStmt{st: st}
+		c.stmts[q] = e
+	}
+	if e.busy {
+		return nil
+	}
+	return e
+}
+
+// cachedRows are the rows of a cached statement, which is free again once
+// they are closed.
+type cachedRows struct {
+	driver.Rows
+	e *cachedStmt
+}
+
+func (r *cachedRows) Close() error {
+	r.e.busy = false
+	return r.Rows.Close()
 }
 
 // setUpNotes creates the change notes on this connection.
@@ -220,7 +283,13 @@ func (c *sqliteConn) Prepare(q string) (driver.Stmt, error) { return c.conn.Prep
 func (c *sqliteConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
 	return c.conn.PrepareContext(ctx, q)
 }
-func (c *sqliteConn) Close() error { return c.conn.Close() }
+func (c *sqliteConn) Close() error {
+	for q, e := range c.stmts {
+		e.st.Close()
+		delete(c.stmts, q)
+	}
+	return c.conn.Close()
+}
 func (c *sqliteConn) Begin() (driver.Tx, error) {
 	return c.BeginTx(context.Background(), driver.TxOptions{})
 }
@@ -232,9 +301,23 @@ func (c *sqliteConn) BeginTx(ctx context.Context, o driver.TxOptions) (driver.Tx
 	return &sqliteTx{Tx: tx, c: c, ctx: ctx}, nil
 }
 func (c *sqliteConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	if e := c.cached(ctx, q, args); e != nil {
+		e.busy = true
+		defer func() { e.busy = false }()
+		return e.st.(driver.StmtExecContext).ExecContext(ctx, args)
+	}
 	return c.conn.ExecContext(ctx, q, args)
 }
 func (c *sqliteConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	if e := c.cached(ctx, q, args); e != nil {
+		e.busy = true
+		rows, err := e.st.(driver.StmtQueryContext).QueryContext(ctx, args)
+		if err != nil {
+			e.busy = false
+			return nil, err
+		}
+		return &cachedRows{Rows: rows, e: e}, nil
+	}
 	return c.conn.QueryContext(ctx, q, args)
 }
 func (c *sqliteConn) Ping(ctx context.Context) error         { return c.conn.Ping(ctx) }
@@ -263,7 +346,9 @@ func (t *sqliteTx) Commit() error {
 	if err := t.Tx.Commit(); err != nil {
 		return err
 	}
-	t.c.feed.publish(ch)
+	if t.c.feed != nil {
+		t.c.feed.publish(ch)
+	}
 	return nil
 }
 

@@ -122,6 +122,15 @@ func (db *DB) CreateStandingOrder(ctx context.Context, o market.StandingOrder, n
 		string(o.State), unix(o.CreatedAt), unix(o.UpdatedAt)).Scan(&o.ID); err != nil {
 		return market.StandingOrder{}, fail(op, err, "")
 	}
+	if !o.Request.Runtime.IsZero() {
+		rt, err := market.EncodeRuntimeStored(o.Request.Runtime)
+		if err != nil {
+			return market.StandingOrder{}, fail(op, err, "")
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO standing_order_runtimes (order_id, runtime_json) VALUES (?, ?)`, o.ID, string(rt)); err != nil {
+			return market.StandingOrder{}, fail(op, err, "")
+		}
+	}
 	return o, fail(op, tx.Commit(), "")
 }
 
@@ -316,6 +325,9 @@ func (db *DB) FillStandingOrder(ctx context.Context, orderID int64, pieces []mar
 		if err := holdReservation(ctx, tx, &r, offerIDs, byOffer, now); err != nil {
 			return err
 		}
+		if err := fillRuntime(ctx, tx, o.ID, r.ID); err != nil {
+			return err
+		}
 		if err := setOrderState(ctx, tx, o.ID, market.OrderFilled, r.ID, now); errors.Is(err, errOrderNotOpen) {
 			return conflict("This standing order is no longer open.")
 		} else if err != nil {
@@ -347,6 +359,24 @@ func (db *DB) FillStandingOrder(ctx context.Context, orderID int64, pieces []mar
 		return market.StandingOrder{}, market.Reservation{}, fail(op, err, "")
 	}
 	return o, r, nil
+}
+
+// fillRuntime keeps the order's runtime, secrets included, with the
+// reservation of its fill.
+func fillRuntime(ctx context.Context, q querier, orderID, reservationID int64) error {
+	var doc string
+	err := q.QueryRowContext(ctx, `SELECT runtime_json FROM standing_order_runtimes WHERE order_id = ?`, orderID).Scan(&doc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rt, err := market.DecodeRuntimeStored([]byte(doc))
+	if err != nil {
+		return err
+	}
+	return insertReservationRuntime(ctx, q, reservationID, rt)
 }
 
 // NoteStandingOrder records what the buyer must know after a fill (a

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/gpumarket/gpumarket/market"
@@ -148,4 +150,54 @@ func (db *DB) DeleteTemplate(ctx context.Context, authorID, id int64) error {
 		return notFound(msgTemplateNotFound)
 	}
 	return fail(op, tx.Commit(), "")
+}
+
+// UpdateTemplate replaces an author's template id with tpl (checked by
+// market.ValidateTemplate), keeping its creation time and use count; a
+// secret sent without a value keeps the value it had. Another user's
+// template is not found; a name the author uses for another template is a
+// conflict (the name field). Reservations booked with it keep the runtime
+// they were booked with.
+func (db *DB) UpdateTemplate(ctx context.Context, authorID, id int64, tpl market.Template, now time.Time) (Template, error) {
+	const op = "update template"
+	if err := market.ValidateTemplate(&tpl); err != nil {
+		return Template{}, err
+	}
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return Template{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	old, err := collect(ctx, tx, scanTemplate, `SELECT `+templateColumns+templateFrom+` WHERE t.id = ? AND t.author_id = ?`, id, authorID)
+	if err != nil {
+		return Template{}, fail(op, err, "")
+	}
+	if len(old) == 0 {
+		return Template{}, notFound(msgTemplateNotFound)
+	}
+	var other int64
+	err = tx.QueryRowContext(ctx, `SELECT id FROM runtime_templates WHERE author_id = ? AND name = ? AND id <> ?`, authorID, tpl.Name, id).Scan(&other)
+	if err == nil {
+		return Template{}, &market.Error{Code: market.CodeInvalid, Message: "Please correct the highlighted fields.",
+			Fields: map[string]string{"name": "You have another template of that name; choose another name."}}
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return Template{}, fail(op, err, "")
+	}
+	tpl.Runtime = tpl.Runtime.FillSecrets(old[0].Runtime)
+	tpl.Runtime.TemplateID = 0
+	doc, err := market.EncodeRuntimeStored(tpl.Runtime)
+	if err != nil {
+		return Template{}, fail(op, err, "")
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE runtime_templates SET name = ?, description = ?, public = ?, runtime_json = ?, updated_at = ?
+		WHERE id = ? AND author_id = ?`, tpl.Name, tpl.Description, boolInt(tpl.Public), string(doc), unix(now), id, authorID); err != nil {
+		return Template{}, fail(op, err, "You have another template of that name; choose another name.")
+	}
+	t, err := scanTemplate(tx.QueryRowContext(ctx, `SELECT `+templateColumns+templateFrom+` WHERE t.id = ?`, id))
+	if err != nil {
+		return Template{}, fail(op, err, "")
+	}
+	t.Runtime = t.Runtime.WithoutSecrets()
+	return t, fail(op, tx.Commit(), "")
 }

@@ -296,3 +296,63 @@ func TestAccessHandoverToTheBuyerOnly(t *testing.T) {
 		t.Fatalf("API after the removal: %+v", acc)
 	}
 }
+
+// TestAccessNotEndedIsAnIncident: an agent that reports it could not end a
+// rental's access (its keys, or with -rental-users its user and processes)
+// tells the provider once per failure and lists the node for the admins
+// until it reports the access removed; a report before installation, or by
+// another node's agent, is refused.
+func TestAccessNotEndedIsAnIncident(t *testing.T) {
+	app := newBillingApp(t)
+	prov := app.client()
+	prov.signUp("stuck@example.com", true)
+	o := app.twoNodeOffer(prov.userID())
+	buyer := app.client()
+	buyer.signUp("stuck-renter@example.com", false)
+	addSSHKey(t, buyer, publicKeyLine(t, "ed25519"))
+	r := app.bookAndPay(buyer)
+	p := r.Pieces[0]
+	node := p.Nodes[0].Node
+	token := createHostToken(t, prov, o.ID, node)
+	otherNode := createHostToken(t, prov, o.ID, 1-node)
+	admin := app.client()
+	admin.signUp("stuck-admin@example.com", false)
+	if err := app.makeAdmin(context.Background(), admin.userID(), true); err != nil {
+		t.Fatal(err)
+	}
+	failedPath := fmt.Sprintf("/agent/v1/assignments/%d/remove_failed", p.ID)
+	failed := map[string]any{"message": "user rent31: 1 processes of uid 1001 still running after 50 rounds of SIGKILL"}
+
+	app.tick(p.Start)
+	app.beat(token, heartbeatBody(1, 8))
+	if res := app.agentPost(token, failedPath, failed); res.status != http.StatusConflict {
+		t.Errorf("remove_failed before installation: %d %s", res.status, res.body)
+	}
+	installed := map[string]any{"host": "203.0.113.7", "port": 22, "user": "rent31", "installed_at": p.Start.Format(time.RFC3339)}
+	if res := app.agentPost(token, fmt.Sprintf("/agent/v1/assignments/%d/installed", p.ID), installed); res.status != http.StatusOK {
+		t.Fatalf("installed: %d %s", res.status, res.body)
+	}
+	if res := app.agentPost(otherNode, failedPath, failed); res.status != http.StatusNotFound {
+		t.Errorf("remove_failed by another node's agent: %d", res.status)
+	}
+	if res := app.agentPost(token, failedPath, map[string]any{"message": " "}); res.status != http.StatusBadRequest {
+		t.Errorf("remove_failed without a message: %d", res.status)
+	}
+
+	app.tick(p.End.Add(time.Minute))
+	for i := 0; i < 2; i++ { // reported again: told once
+		if res := app.agentPost(token, failedPath, failed); res.status != http.StatusOK {
+			t.Fatalf("remove_failed: %d %s", res.status, res.body)
+		}
+	}
+	want := fmt.Sprintf("Reservation #%d, piece %d: the buyer&#39;s access could not be ended (user rent31: 1 processes of uid 1001 still running after 50 rounds of SIGKILL).", r.ID, p.ID)
+	mustContain(t, admin.get("/admin/hosts").body, `data-testid="host-remove-failed-row"`, want)
+	notes := prov.get("/notifications").body
+	if n := strings.Count(notes, "could not end the buyer"); n != 1 {
+		t.Errorf("the provider was told %d times, want once", n)
+	}
+	if res := app.agentPost(token, fmt.Sprintf("/agent/v1/assignments/%d/removed", p.ID), map[string]any{}); res.status != http.StatusOK {
+		t.Fatalf("removed: %d %s", res.status, res.body)
+	}
+	mustContain(t, admin.get("/admin/hosts").body, `data-testid="remove-failed-none"`)
+}

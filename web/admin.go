@@ -44,6 +44,7 @@ func (h *Handler) handleAdminOffers(c echo.Context) error {
 			ID: id, Title: o.Title, URL: "/offers/" + id, Provider: providerName(l), Summary: offerSummary(o),
 			Price: o.PriceCentsPerDeviceHour.String(), Submitted: formatTime(o.UpdatedAt), Action: "/admin/offers/" + id + "/review",
 			VerifyAction: "/admin/offers/" + id + "/verify",
+			Listed:       listedVersion(l.Listed),
 			Record: fmt.Sprintf("%d approved offers · %d delivered bookings · %d incidents in %d days · reliability %s%%",
 				rec.ApprovedOffers, rec.DeliveredReservations, rec.RecentIncidents, int(market.ReliabilityWindow/(24*time.Hour)),
 				market.FormatPercentBP(market.ReliabilityBP(rec))),
@@ -61,6 +62,15 @@ func (h *Handler) handleAdminOffers(c echo.Context) error {
 		v.Rows = append(v.Rows, row)
 	}
 	return render(c, http.StatusOK, views.AdminReview(h.page(c, "Review queue"), v))
+}
+
+// listedVersion says in a line the version of an offer on the market while
+// an edit of it waits for review ("" when there is none).
+func listedVersion(o market.Offer) string {
+	if o.ID == 0 {
+		return ""
+	}
+	return fmt.Sprintf("“%s”, %s at %s per device-hour", o.Title, offerSummary(o), o.PriceCentsPerDeviceHour)
 }
 
 func (h *Handler) handleAdminReview(c echo.Context) error {

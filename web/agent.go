@@ -1,6 +1,7 @@
 package web
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/gpumarket/gpumarket/agentapi"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
+	"github.com/gpumarket/gpumarket/workflow"
 )
 
 // The provider agent's API (docs/agent.md): JSON under /agent/v1, a host
@@ -30,15 +32,16 @@ const (
 )
 
 // agentAuth authenticates a host token from the Authorization header
-// ("Bearer gph_…"). The token is read from the database on every request,
-// so a revocation or the provider's suspension takes effect at once.
+// ("Bearer gph_…"), from memory once it was read (workflow.AuthenticateHost):
+// a revocation or the provider's suspension is heard on the change feed and
+// takes effect at once.
 func (h *Handler) agentAuth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		raw, ok := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
 		if !ok || strings.TrimSpace(raw) == "" {
 			return market.Errorf(market.CodeUnauthorized, "Send the host token as \"Authorization: Bearer gph_…\"; create one on the provider's hosts page.")
 		}
-		tok, err := h.db.FindHostToken(c.Request().Context(), strings.TrimSpace(raw))
+		tok, err := h.wf.AuthenticateHost(c.Request().Context(), strings.TrimSpace(raw))
 		if err != nil {
 			return err
 		}
@@ -78,13 +81,17 @@ func (h *Handler) handleAgentHeartbeat(c echo.Context) error {
 	if err := decodeBody(c, &in); err != nil {
 		return err
 	}
-	hb := market.Heartbeat{Seq: in.Seq, SentAt: in.SentAt, AgentVersion: in.AgentVersion, Probe: in.Probe, Devices: in.Devices, Error: in.Error}
+	hb := market.Heartbeat{Seq: in.Seq, SentAt: in.SentAt, AgentVersion: in.AgentVersion, Probe: in.Probe, Devices: in.Devices, Error: in.Error,
+		Isolation: market.Isolation(in.Isolation)}
 	if err := market.ValidateHeartbeat(&hb); err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
 	tok := hostToken(c)
 	accepted, err := h.wf.RecordHeartbeat(ctx, tok, hb)
+	if errors.Is(err, workflow.ErrHeartbeatsBehind) {
+		setRetryAfter(c, workflow.HeartbeatRetryAfter)
+	}
 	if err != nil {
 		return err
 	}
@@ -203,6 +210,22 @@ func (h *Handler) handleAgentRemoved(c echo.Context) error {
 	}
 	logger(c).Info("keys removed", "piece_id", id, "node", a.Node, "offer_id", hostToken(c).OfferID)
 	return writeJSON(c, http.StatusOK, accessReply(a))
+}
+
+func (h *Handler) handleAgentRemoveFailed(c echo.Context) error {
+	id, err := pieceID(c)
+	if err != nil {
+		return err
+	}
+	var in agentapi.RemoveFailed
+	if err := decodeBody(c, &in); err != nil {
+		return err
+	}
+	if err := h.wf.RecordRemoveFailed(c.Request().Context(), hostToken(c), id, in.Message); err != nil {
+		return err
+	}
+	logger(c).Warn("access not ended", "piece_id", id, "offer_id", hostToken(c).OfferID, "message", market.CleanRemoveError(in.Message))
+	return writeJSON(c, http.StatusOK, map[string]int64{"piece_id": id})
 }
 
 // agentAcceptanceReply answers an acceptance result: how it compares with

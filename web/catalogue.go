@@ -254,12 +254,22 @@ func offerCard(l store.OfferListing) views.OfferCard {
 	if o.Interruptible {
 		card.InterruptiblePrice = o.InterruptibleCentsPerDH.String()
 	}
+	card.SharedHostUser = l.SharedHostUser()
 	for _, f := range o.Figures {
 		if f.Basis == market.FigureVerified {
 			card.Verified = true
 		}
 	}
 	return card
+}
+
+// environmentsSummary is the offer's "Buyer environments" row: what it
+// declares, with "shared host user" also when an agent of its nodes
+// reports it.
+func environmentsSummary(l store.OfferListing) string {
+	c := l.Offer.Containers
+	c.SharedHostUser = l.SharedHostUser()
+	return c.Summary()
 }
 
 func providerName(l store.OfferListing) string {
@@ -304,7 +314,7 @@ func (h *Handler) renderOfferShow(c echo.Context, id int64, status int, spot spo
 	if l.ProviderSuspended {
 		v.Status = "Not listed in the catalogue: the provider is suspended."
 	} else if !o.Listed() {
-		v.Status = fmt.Sprintf("Not listed in the catalogue: review %s, state %s.", reviewLabel(o.Review), o.State)
+		v.Status = "Not listed in the catalogue: " + unlistedReason(o) + "."
 		if o.ReviewNote != "" {
 			v.Status += " Reviewer's note: " + o.ReviewNote
 		}
@@ -365,7 +375,7 @@ func offerDetail(l store.OfferListing) views.OfferDetailView {
 			{Label: stackName(acc) + " version", Value: o.CUDAVersion, Basis: g},
 			{Label: "OS image", Value: o.OSImage},
 			{Label: "Container runtime", Value: o.ContainerRuntime},
-			{Label: "Buyer environments", Value: o.Containers.Summary()},
+			{Label: "Buyer environments", Value: environmentsSummary(l)},
 		}},
 		{Title: "Location and power", Rows: []views.Row{
 			{Label: "Region", Value: reg.Name + ", " + reg.Site, Basis: g},

@@ -100,7 +100,7 @@ func hostNodeView(n store.HostNode, now time.Time) views.HostNodeView {
 			v.Status, v.StatusBadge = "online", "active"
 		}
 		v.LastHeartbeat = formatTime(s.LastHeartbeatAt)
-		v.Agent = fmt.Sprintf("agent %s, probe %s", orDash(s.AgentVersion), orDash(s.Probe))
+		v.Agent = fmt.Sprintf("agent %s, probe %s, renters: %s", orDash(s.AgentVersion), orDash(s.Probe), s.Isolation.Label())
 		v.Health = fmt.Sprintf("%d of %d devices healthy", s.Healthy, len(s.Devices))
 		v.ProbeError, v.Differs = s.ProbeError, s.HardwareDiffers
 		for _, d := range s.Devices {
@@ -255,7 +255,19 @@ func (h *Handler) handleAdminHosts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	removeFailed, err := h.db.ListContainerRemovalFailures(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	accessFailed, err := h.db.ListAccessRemovalFailures(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	removeFailed = append(accessFailed, removeFailed...)
 	v := views.AdminHostsView{}
+	for _, f := range removeFailed {
+		v.RemoveFailed = append(v.RemoveFailed, adminHostRow(f, formatTime(f.At)))
+	}
 	for _, f := range differs {
 		v.Differs = append(v.Differs, adminHostRow(f, formatTime(f.At)))
 	}

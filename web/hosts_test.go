@@ -307,3 +307,54 @@ func TestHardwareDiffersIsFlaggedToAdmins(t *testing.T) {
 	mustContain(t, admin.get("/admin/hosts").body, `data-testid="differs-none"`)
 	mustNotContain(t, admin.get("/admin/offers").body, `data-flag="hardware_differs"`)
 }
+
+// TestAgentReportedSharedHostUserIsShownOnTheOffer: an agent that gives each
+// rental its own Unix user changes nothing buyers see; one node whose agent
+// says every renter is the same user makes the offer's page and card say
+// "shared host user", though the provider did not declare it, and the hosts
+// page says how each node keeps renters apart.
+func TestAgentReportedSharedHostUserIsShownOnTheOffer(t *testing.T) {
+	app := newBillingApp(t)
+	prov := app.client()
+	prov.signUp("isolation@example.com", true)
+	o := app.twoNodeOffer(prov.userID())
+	if o.Containers.SharedHostUser {
+		t.Fatal("the test offer declares a shared host user already")
+	}
+	buyer := app.client()
+	card := func() string {
+		t.Helper()
+		page := buyer.get("/").body
+		i := strings.Index(page, fmt.Sprintf(`data-testid="offer-card" data-offer-id="%d"`, o.ID))
+		if i < 0 {
+			t.Fatalf("offer %d is not in the catalogue", o.ID)
+		}
+		c := page[i:]
+		return c[:strings.Index(c, "</article>")]
+	}
+	offerPath := fmt.Sprintf("/offers/%d", o.ID)
+
+	isolated := heartbeatBody(1, 8)
+	isolated["isolation"] = "rental_users"
+	app.beat(createHostToken(t, prov, o.ID, 0), isolated)
+	mustContain(t, hostBlock(t, prov.get("/provider/hosts").body, o.ID, 0), "renters: a Unix user per rental")
+	mustNotContain(t, card(), "card-shared-host-user")
+	mustNotContain(t, buyer.get(offerPath).body, "shared host user")
+
+	shared := heartbeatBody(1, 8)
+	shared["isolation"] = "shared_user"
+	app.beat(createHostToken(t, prov, o.ID, 1), shared)
+	mustContain(t, hostBlock(t, prov.get("/provider/hosts").body, o.ID, 1), "renters: shared host user")
+	mustContain(t, card(), `data-testid="card-shared-host-user"`, "shared host user")
+	mustContain(t, buyer.get(offerPath).body, "No buyer containers; shared host user")
+
+	// An agent of a newer version naming a mode this server does not know
+	// is not refused; the node counts as not reported.
+	newer := heartbeatBody(2, 8)
+	newer["isolation"] = "microvm"
+	if rep := app.beat(createHostToken(t, prov, o.ID, 1), newer); !rep.Accepted {
+		t.Fatal("a heartbeat with an unknown isolation mode was refused")
+	}
+	mustContain(t, hostBlock(t, prov.get("/provider/hosts").body, o.ID, 1), "renters: not reported")
+	mustNotContain(t, card(), "card-shared-host-user")
+}

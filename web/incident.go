@@ -127,7 +127,11 @@ func (h *Handler) handleBuyerIncidentForm(c echo.Context) error {
 		return err
 	}
 	back := fmt.Sprintf("/reservations/%d", r.ID)
-	v := incidentFormView(r, r.Pieces, back+"/incidents", back, false, incidentInput{}, nil)
+	held := market.HeldPieces(r) // not the hours sold on resale
+	if len(held) == 0 {
+		return market.Errorf(market.CodeConflict, "You sold this reservation's time on resale: incidents in it are reported by its buyer, on their reservation.")
+	}
+	v := incidentFormView(r, held, back+"/incidents", back, false, incidentInput{}, nil)
 	return render(c, http.StatusOK, views.IncidentForm(h.page(c, v.Title), v))
 }
 
@@ -137,7 +141,7 @@ func (h *Handler) handleBuyerIncident(c echo.Context) error {
 		return err
 	}
 	back := fmt.Sprintf("/reservations/%d", r.ID)
-	return h.reportIncident(c, r, r.Pieces, store.ReportedByBuyer, back+"/incidents", back)
+	return h.reportIncident(c, r, market.HeldPieces(r), store.ReportedByBuyer, back+"/incidents", back)
 }
 
 func (h *Handler) buyerReservation(c echo.Context) (market.Reservation, error) {
@@ -385,7 +389,8 @@ func (h *Handler) reservationBilling(ctx context.Context, r market.Reservation) 
 		v.SettlementNote = note
 	}
 	v.Incidents = incidentRows(incs, notes, r.Pieces, false, settling)
-	if !settling && (r.State == market.ReservationActive || r.State == market.ReservationCompleted) {
+	// Hours sold on resale are reported on the resale buyer's reservation.
+	if !settling && (r.State == market.ReservationActive || r.State == market.ReservationCompleted) && len(market.HeldPieces(r)) > 0 {
 		v.ReportURL = base + "/incidents/new"
 	}
 	if settling {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -23,7 +24,12 @@ func pathID(c echo.Context) (int64, error) {
 
 func (h *Handler) handleProviderOffers(c echo.Context) error {
 	u := currentUser(c)
-	offers, err := h.db.ListProviderOffers(c.Request().Context(), u.ID)
+	ctx := c.Request().Context()
+	offers, err := h.db.ListProviderOffers(ctx, u.ID)
+	if err != nil {
+		return err
+	}
+	edits, err := h.db.OffersWithRevisions(ctx, u.ID)
 	if err != nil {
 		return err
 	}
@@ -34,6 +40,7 @@ func (h *Handler) handleProviderOffers(c echo.Context) error {
 			ID: id, Title: o.Title, URL: "/offers/" + id, EditURL: "/provider/offers/" + id + "/edit",
 			StateURL: "/provider/offers/" + id + "/state", Summary: offerSummary(o), Price: o.PriceCentsPerDeviceHour.String(),
 			Review: string(o.Review), ReviewLabel: reviewLabel(o.Review), ReviewNote: o.ReviewNote, State: string(o.State),
+			EditPending: edits[o.ID],
 			CanEdit:     o.State != market.OfferWithdrawn,
 			CanPause:    o.State == market.OfferActive,
 			CanResume:   o.State == market.OfferPaused,
@@ -55,6 +62,33 @@ func reviewLabel(r market.ReviewState) string {
 		return "changes requested"
 	}
 	return string(r)
+}
+
+// unlistedReason says in words why an offer that is not listed is not:
+// "it is pending review", "it is paused", or both.
+func unlistedReason(o market.Offer) string {
+	var why []string
+	switch o.Review {
+	case market.ReviewApproved:
+	case market.ReviewPending:
+		why = append(why, "it is pending review")
+	case market.ReviewChangesRequested:
+		why = append(why, "the reviewer asked for changes")
+	case market.ReviewRejected:
+		why = append(why, "the reviewer rejected it")
+	default:
+		why = append(why, "its review is "+reviewLabel(o.Review))
+	}
+	switch o.State {
+	case market.OfferActive:
+	case market.OfferPaused:
+		why = append(why, "it is paused")
+	case market.OfferWithdrawn:
+		why = append(why, "it is withdrawn")
+	default:
+		why = append(why, "it is "+string(o.State))
+	}
+	return strings.Join(why, ", and ")
 }
 
 // offerForm renders the offer form with values as typed. Every figure
@@ -133,12 +167,19 @@ func (h *Handler) handleOfferEdit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	o, err := h.db.FindProviderOffer(c.Request().Context(), currentUser(c).ID, id)
+	ctx := c.Request().Context()
+	o, err := h.db.FindProviderOffer(ctx, currentUser(c).ID, id)
 	if err != nil {
 		return err
 	}
 	if o.State == market.OfferWithdrawn {
 		return market.Errorf(market.CodeConflict, "This offer is withdrawn and can no longer be edited.")
+	}
+	// An edit waiting for review is what the provider goes on editing.
+	if rev, held, err := h.db.FindOfferRevision(ctx, currentUser(c).ID, id); err != nil {
+		return err
+	} else if held {
+		o = rev
 	}
 	return h.offerForm(c, http.StatusOK, "Edit offer", fmt.Sprintf("/provider/offers/%d", id), "Save and resubmit for review", offerFormValues(o), nil, o.ReviewNote, false)
 }
@@ -183,6 +224,9 @@ func (h *Handler) handleOfferUpdate(c echo.Context) error {
 		return c.Redirect(http.StatusSeeOther, "/provider/offers")
 	case workflow.EditApproved:
 		h.setFlash(c, "ok", fmt.Sprintf("“%s” is saved and listed: approved automatically on your track record.", updated.Title))
+		return c.Redirect(http.StatusSeeOther, "/provider/offers")
+	case workflow.EditHeld:
+		h.setFlash(c, "ok", fmt.Sprintf("Your edit of “%s” is saved and waits for review; the offer stays listed as it was until an admin approves the edit.", updated.Title))
 		return c.Redirect(http.StatusSeeOther, "/provider/offers")
 	}
 	h.setFlash(c, "ok", fmt.Sprintf("“%s” is saved and back in review.", updated.Title))

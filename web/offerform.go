@@ -238,7 +238,7 @@ func figureStep(k market.FigureKind) string {
 func newOfferDefaults(now time.Time) views.OfferFormValues {
 	start := now.Truncate(time.Hour).Add(time.Hour)
 	v := offerFormValues(market.Offer{
-		DevicesPerNode: 8, Nodes: 1, Interconnect: market.InterconnectNVLink, NetworkID: "none",
+		DevicesPerNode: 8, Nodes: 1, NetworkID: "none", // no interconnect: the provider says which their box has
 		CPUCores: 64, RAMGB: 512, StorageGB: 4000, OSImage: "Ubuntu 22.04", ContainerRuntime: "Docker with NVIDIA Container Toolkit",
 		AvailableFrom: start, AvailableUntil: start.AddDate(0, 3, 0), MinRentalHours: 1, MaxRentalHours: 720,
 		ProvisioningMins: 10, BillingBasis: market.BillingWallClock, UptimeBP: 9950,
@@ -262,6 +262,7 @@ func offerFormOptions(v *views.OfferFormView) {
 		v.Networks = append(v.Networks, views.Option{Value: n.ID, Label: n.Label})
 	}
 	v.Interconnects = []views.Option{
+		{Value: "", Label: "Choose…"},
 		{Value: string(market.InterconnectNVLink), Label: market.InterconnectNVLink.Label()},
 		{Value: string(market.InterconnectPCIe), Label: market.InterconnectPCIe.Label()},
 	}

@@ -108,6 +108,18 @@ func resaleAdjust(r market.Reservation, v *views.ReservationView) {
 		v.Billing.PaymentStatus = "Paid " + v.Resale.Paid + " on resale with your saved card. The original booking's payment covers the provider."
 		v.Billing.PayURL = ""
 	}
+	if r.ResaleOf != 0 {
+		// The resale's own terms: one price for all of it, no cancellation
+		// and no rejection (ResaleLocked), not the original booking's.
+		for i := range v.Pieces {
+			v.Pieces[i].Amount = "in the resale price"
+			if v.Resale.Paid != "" {
+				v.Pieces[i].Amount = "in the " + v.Resale.Paid + " resale price"
+			}
+			v.Pieces[i].Cancellation = "Bought on resale: cannot be cancelled or rejected."
+			v.Pieces[i].Acceptance = ""
+		}
+	}
 	if !r.ResoldAt.IsZero() && !r.ResoldAt.After(r.Start()) {
 		v.Access = views.ReservationAccessView{}
 	}

@@ -54,7 +54,19 @@ func (h *Handler) handleReservations(c echo.Context) error {
 	}
 	v := views.ReservationsView{}
 	for _, r := range list {
-		v.Rows = append(v.Rows, reservationRow(r, h.now()))
+		row := reservationRow(r, h.now())
+		if r.ResaleOf != 0 { // its amount is the resale's price, not the pieces' (0)
+			ls, err := h.db.ListReservationResales(c.Request().Context(), r.ID)
+			if err != nil {
+				return err
+			}
+			for _, l := range ls {
+				if l.SoldReservationID == r.ID {
+					row.Amount = l.Price.String()
+				}
+			}
+		}
+		v.Rows = append(v.Rows, row)
 	}
 	return render(c, http.StatusOK, views.Reservations(h.page(c, "My reservations"), v))
 }
@@ -160,6 +172,12 @@ func (h *Handler) handleProviderReservations(c echo.Context) error {
 		return err
 	}
 	v := views.ProviderReservationsView{}
+	boughtFrom := map[int64]int64{} // original reservation → the one bought from it on resale
+	for _, p := range pieces {
+		if p.ResaleOf != 0 {
+			boughtFrom[p.ResaleOf] = p.ReservationID
+		}
+	}
 	for _, p := range pieces {
 		if p.State == market.ReservationCancelled || p.State == market.ReservationExpired {
 			continue
@@ -167,11 +185,27 @@ func (h *Handler) handleProviderReservations(c echo.Context) error {
 		if !p.Piece.End.After(now) && p.State != market.ReservationActive {
 			continue
 		}
-		v.Rows = append(v.Rows, views.ProviderReservationRow{
+		row := views.ProviderReservationRow{
 			ReservationID: strconv.FormatInt(p.ReservationID, 10), OfferTitle: p.OfferTitle, Buyer: p.BuyerName,
 			Devices: strconv.Itoa(p.Piece.Devices), Window: formatTime(p.Piece.Start) + " – " + formatTime(p.Piece.End),
 			State: string(p.State), StateLabel: p.State.Label(), Amount: p.Piece.AmountCents.String(),
-		})
+		}
+		switch {
+		case p.ResaleOf != 0:
+			row.Resale, row.ResaleID = "bought on resale from", strconv.FormatInt(p.ResaleOf, 10)
+			row.Amount = "paid in #" + row.ResaleID
+		case !p.ResoldAt.IsZero():
+			row.Resale = "from " + formatTime(p.ResoldAt) + " to"
+			if id, ok := boughtFrom[p.ReservationID]; ok {
+				row.ResaleID = strconv.FormatInt(id, 10)
+			}
+		}
+		if row.ResaleID != "" {
+			row.ResaleURL = "/provider/bookings/" + row.ResaleID
+		} else {
+			row.Resale = ""
+		}
+		v.Rows = append(v.Rows, row)
 	}
 	offers, err := h.db.ListProviderOffers(ctx, u.ID)
 	if err != nil {

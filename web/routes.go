@@ -44,6 +44,10 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.POST("/provider/offers", h.handleAPIOfferCreate, requireScope(scopeWrite), h.requireVerified)
 	api.PUT("/provider/offers/:id", h.handleAPIOfferUpdate, requireScope(scopeWrite))
 	api.POST("/provider/offers/:id/state", h.handleAPIOfferState, requireScope(scopeWrite))
+	api.GET("/templates", h.handleAPITemplates) // environment templates
+	api.POST("/templates", h.handleAPITemplateCreate, requireScope(scopeWrite), h.requireVerified)
+	api.PUT("/templates/:id", h.handleAPITemplateUpdate, requireScope(scopeWrite))
+	api.DELETE("/templates/:id", h.handleAPITemplateDelete, requireScope(scopeWrite))
 	api.GET("/orders", h.handleAPIOrders) // standing orders
 	api.POST("/orders", h.handleAPIOrderCreate, requireScope(scopeWrite), h.requireVerified)
 	api.POST("/orders/:id/cancel", h.handleAPIOrderCancel, requireScope(scopeWrite))
@@ -59,6 +63,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	agent.GET("/assignments", h.handleAgentAssignments)
 	agent.POST("/assignments/:piece_id/installed", h.handleAgentInstalled)
 	agent.POST("/assignments/:piece_id/removed", h.handleAgentRemoved)
+	agent.POST("/assignments/:piece_id/remove_failed", h.handleAgentRemoveFailed)
 	agent.POST("/assignments/:piece_id/acceptance", h.handleAgentAcceptance)
 	agent.POST("/assignments/:piece_id/container", h.handleAgentContainer)
 
@@ -137,6 +142,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	// Environment templates (docs/runtime.md).
 	b.GET("/templates", h.handleTemplates, requireUser)
 	b.POST("/templates", h.handleTemplateSave, requireUser)
+	b.GET("/templates/:id/edit", h.handleTemplateEdit, requireUser)
+	b.POST("/templates/:id", h.handleTemplateUpdate, requireUser)
 	b.POST("/templates/:id/delete", h.handleTemplateDelete, requireUser)
 	b.POST("/reservations", h.handleReserve, requireUser, h.requireVerified)
 	b.GET("/reservations", h.handleReservations, requireUser)

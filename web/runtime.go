@@ -43,6 +43,9 @@ func containerRow(row *views.AccessRow, c store.PieceContainer) {
 		return
 	}
 	row.Container, row.ContainerMessage = c.Phase.Label(), c.Message
+	if c.Phase == market.PhasePulling && c.Progress > 0 {
+		row.Container = fmt.Sprintf("%s %d %%", c.Phase.Label(), c.Progress)
+	}
 	var ports []string
 	for _, m := range c.Ports {
 		ports = append(ports, fmt.Sprintf("%d → %d", m.Container, m.Host))

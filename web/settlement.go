@@ -113,6 +113,9 @@ func (h *Handler) handleBuyerStatement(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if r.ResaleOf != 0 {
+		return h.resaleHolderStatement(c, r, fmt.Sprintf("/reservations/%d", r.ID))
+	}
 	return h.renderStatement(c, r, 0, fmt.Sprintf("/reservations/%d", r.ID))
 }
 
@@ -342,8 +345,10 @@ func (h *Handler) statementView(ctx context.Context, s store.Settlement, provide
 	if len(st.Pending) > 0 {
 		v.Pending = fmt.Sprintf("%d incident report(s) were not acknowledged and are not counted; they went to the admins as disputes.", len(st.Pending))
 	}
-	if st.ResaleCredit > 0 && !forProvider {
-		v.Pending = joinSentences(v.Pending, fmt.Sprintf("Of the refund, %s of SLA credits for incidents in the hours you resold went to their buyer, refunded to their card (resale).", st.ResaleCredit))
+	if st.ResaleListingID != 0 && !forProvider {
+		if err := h.resaleSellerLines(ctx, &v, st, s.ReservationID, refund+dt.credit); err != nil {
+			return v, err
+		}
 	}
 	account := market.BuyerAccount(s.BuyerID)
 	if forProvider {
@@ -494,6 +499,91 @@ func summaryLines(st market.Statement, t summaryTotals, forProvider bool) ([]vie
 		check += fmt.Sprintf(" − %s borne by the marketplace", d.loss)
 	}
 	return lines, check + fmt.Sprintf(" = %s paid.", t.paid)
+}
+
+// resaleSellerLines makes the statement of a reservation whose time was
+// resold (total refunded at settlement, dispute credits included) say what came back to its seller in all, and why: the refund at
+// settlement less the resold hours' SLA credits, which went to their buyer
+// (Statement.ResaleCredit), plus the sale's credit (price less the
+// platform's fee), refunded when the time sold — instead of a "Refund to
+// you" that counts the buyer's part and leaves out the sale.
+func (h *Handler) resaleSellerLines(ctx context.Context, v *views.StatementView, st market.Statement, reservationID int64, total market.Cents) error {
+	ls, err := h.db.ListReservationResales(ctx, reservationID)
+	if err != nil {
+		return err
+	}
+	var sale market.ResaleListing
+	for _, l := range ls {
+		if l.ID == st.ResaleListingID {
+			sale = l
+		}
+	}
+	if sale.ID == 0 {
+		return nil
+	}
+	var lines []views.StatementLine
+	for _, l := range v.Lines {
+		if l.TestID != "statement-refund" {
+			lines = append(lines, l)
+			continue
+		}
+		mine := total - st.ResaleCredit
+		lines = append(lines,
+			views.StatementLine{Label: "SLA credits of the hours you resold, to their buyer", Amount: "−" + st.ResaleCredit.String(), TestID: "statement-resale-sla"},
+			views.StatementLine{Label: "Refund to you at settlement", Amount: mine.String(), TestID: "statement-refund"},
+			views.StatementLine{Label: fmt.Sprintf("Resale credit: the price %s less the %s platform fee", sale.Price, sale.Fee), Amount: sale.Credit.String(), TestID: "statement-resale-credit"},
+			views.StatementLine{Label: "Came back to you in all", Amount: (mine + sale.Credit).String(), TestID: "statement-back-in-all", Total: true})
+		v.Pending = joinSentences(v.Pending, fmt.Sprintf("You resold this booking's time from %s for %s: %s of it, after the platform fee, was refunded to your card as the resale credit. At settlement the refund is %s: %s of it are the SLA credits of incidents in the hours you resold, which went to their buyer, and %s came to you. So %s came back to you in all.",
+			formatTime(sale.From), sale.Price, sale.Credit, total, st.ResaleCredit, mine, mine+sale.Credit))
+	}
+	v.Lines = lines
+	return nil
+}
+
+// resaleHolderStatement is the statement of time bought on resale: it
+// settles with the booking it was bought from (market.SettleResold), so
+// its page shows what the holder paid and what of the original's
+// statement came back to them — the SLA credits of their hours.
+func (h *Handler) resaleHolderStatement(c echo.Context, r market.Reservation, back string) error {
+	ctx := c.Request().Context()
+	ls, err := h.db.ListReservationResales(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	var sale market.ResaleListing
+	for _, l := range ls {
+		if l.SoldReservationID == r.ID {
+			sale = l
+		}
+	}
+	if sale.ID == 0 {
+		return market.Errorf(market.CodeNotFound, "There is no statement for this reservation yet.")
+	}
+	title := fmt.Sprintf("Statement %d", r.ID)
+	v := views.StatementView{ReservationID: strconv.FormatInt(r.ID, 10), BackURL: back, Simulated: h.simulated(),
+		Lead: fmt.Sprintf("Time bought on resale settles with the booking it was bought from (#%d), under its terms.", sale.ReservationID)}
+	s, err := h.db.FindSettlement(ctx, sale.ReservationID)
+	if market.ErrorCode(err) == market.CodeNotFound {
+		v.State, v.Awaiting = "waiting", true
+		v.StateNote = "The statement is computed when the booking your time was bought from is settled, after its end."
+		return render(c, http.StatusOK, views.Statement(h.page(c, title), v))
+	}
+	if err != nil {
+		return err
+	}
+	credit := s.Statement.ResaleCredit
+	state := "refunded to your card"
+	if credit > 0 && !sale.SLACreditDone {
+		state = "being refunded to your card"
+	}
+	v.State = "settled"
+	v.Lines = []views.StatementLine{
+		{Label: "Paid on resale", Amount: sale.Price.String(), TestID: "statement-paid", Total: true},
+		{Label: "SLA credits for incidents in your hours, " + state, Amount: credit.String(), TestID: "statement-sla-refund"},
+		{Label: "Refund to you", Amount: credit.String(), TestID: "statement-refund", Total: true},
+	}
+	v.Check = fmt.Sprintf("You paid %s for the time from %s; the provider is paid through the original booking, so nothing of your price is a payout or fee on this statement.", sale.Price, formatTime(sale.From))
+	return render(c, http.StatusOK, views.Statement(h.page(c, title), v))
 }
 
 // ledgerRows are a reservation's ledger entries that debit or credit

@@ -21,7 +21,7 @@ func (a *testApp) containerOffer(region string, cents market.Cents) market.Offer
 	o := a.listedOffer("nvidia-h100-80gb-sxm", 8, 1, region, cents)
 	o.Containers = market.ContainerSupport{Engine: market.EnginePodman, CDI: true}
 	ctx := context.Background()
-	if _, err := a.db.UpdateOffer(ctx, o.ProviderID, o, testNow); err != nil {
+	if _, _, err := a.db.UpdateOffer(ctx, o.ProviderID, o, testNow); err != nil {
 		a.t.Fatal(err)
 	}
 	if err := a.db.ReviewOffer(ctx, o.ID, market.ReviewApproved, "", testNow); err != nil {
@@ -146,7 +146,7 @@ func TestContainerFailureOpensAnIncident(t *testing.T) {
 	o := app.twoNodeOffer(prov.userID())
 	o.Containers = market.ContainerSupport{Engine: market.EngineDocker, CDI: true}
 	ctx := context.Background()
-	if _, err := app.db.UpdateOffer(ctx, o.ProviderID, o, testNow); err != nil {
+	if _, _, err := app.db.UpdateOffer(ctx, o.ProviderID, o, testNow); err != nil {
 		t.Fatal(err)
 	}
 	if err := app.db.ReviewOffer(ctx, o.ID, market.ReviewApproved, "", testNow); err != nil {
@@ -186,6 +186,16 @@ func TestContainerFailureOpensAnIncident(t *testing.T) {
 		fmt.Sprint(as[0].DeviceIndices) != "[0 1 2 3 4 5 6 7]" {
 		t.Fatalf("before the start: %+v", as)
 	}
+	// The pull's progress, as the agent reports it, is on the buyer's page.
+	progress := map[string]any{"phase": "pulling", "message": "pulling: 1 of 2 layers seen done, copying 70030d7b3694", "progress": 42}
+	if res := app.agentPost(token, fmt.Sprintf("/agent/v1/assignments/%d/container", p.ID), progress); res.status != http.StatusOK {
+		t.Fatalf("pulling report: %d %s", res.status, res.body)
+	}
+	pulling := buyer.get(fmt.Sprintf("/reservations/%d", r.ID)).body
+	if got := testidText(pulling, "container-phase"); got != "pulling image… 42 %" {
+		t.Errorf("while pulling the page shows %q", got)
+	}
+	mustContain(t, pulling, "copying 70030d7b3694")
 	app.tick(p.Start)
 	if as = beat(2); len(as) != 1 || as[0].State != "install" || as[0].Runtime == nil || len(as[0].Runtime.Env) != 1 {
 		t.Fatalf("at the start: %+v", as)
@@ -214,4 +224,26 @@ func TestContainerFailureOpensAnIncident(t *testing.T) {
 	if res := app.agentPost(token, path, map[string]any{"phase": "exploded"}); res.status != http.StatusBadRequest {
 		t.Errorf("an unknown phase: %d", res.status)
 	}
+
+	// A container the agent cannot remove at the end: the provider is
+	// told, and the admins see it on their hosts page until it is removed.
+	admin := app.client()
+	admin.signUp("boxadmin@example.com", false)
+	if err := app.makeAdmin(ctx, admin.userID(), true); err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, admin.get("/admin/hosts").body, `data-testid="remove-failed-none"`)
+	app.tick(p.End.Add(time.Minute))
+	if res := app.agentPost(token, path, map[string]any{"phase": "remove_failed", "message": "device or resource busy"}); res.status != http.StatusOK {
+		t.Fatalf("remove_failed report: %d %s", res.status, res.body)
+	}
+	hosts := admin.get("/admin/hosts").body
+	mustContain(t, hosts, `data-testid="host-remove-failed-row"`, "Two nodes of H100",
+		fmt.Sprintf("Reservation #%d, piece %d: the buyer&#39;s container could not be removed (device or resource busy).", r.ID, p.ID))
+	mustNotContain(t, hosts, `data-testid="remove-failed-none"`)
+	mustContain(t, prov.get("/notifications").body, "could not remove the buyer")
+	if res := app.agentPost(token, path, map[string]any{"phase": "removed"}); res.status != http.StatusOK {
+		t.Fatalf("removed report: %d %s", res.status, res.body)
+	}
+	mustContain(t, admin.get("/admin/hosts").body, `data-testid="remove-failed-none"`)
 }

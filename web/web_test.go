@@ -539,11 +539,14 @@ func TestOfferLifecycleAndCatalogue(t *testing.T) {
 		t.Fatalf("the price cut is not in the audit trail: %+v", audit)
 	}
 
-	// A higher price, or any claim (here the title), puts it back in review.
+	// A higher price, or any claim (here the title), is held for review
+	// while the listed version stays on the market as it was.
+	admin := app.client()
+	admin.signUp("reviewer@example.com", false)
+	if err := app.makeAdmin(context.Background(), admin.userID(), true); err != nil {
+		t.Fatal(err)
+	}
 	for _, change := range []struct{ field, value string }{{"price", "2.29"}, {"title", "8× H100 SXM, Oregon (new)"}} {
-		if err := app.db.ReviewOffer(context.Background(), id, market.ReviewApproved, "", testNow); err != nil {
-			t.Fatal(err)
-		}
 		form := validOfferForm()
 		form.Set("price", "2.19")
 		form.Set("available_until", "2027-04-01T00:00")
@@ -551,10 +554,41 @@ func TestOfferLifecycleAndCatalogue(t *testing.T) {
 		if r := prov.post("/provider/offers/"+itoa(id)+"/edit", "/provider/offers/"+itoa(id), form); r.status != http.StatusSeeOther {
 			t.Fatalf("edit %s: %d\n%s", change.field, r.status, r.body)
 		}
-		if o, err := app.db.FindOfferByID(context.Background(), id); err != nil || o.Offer.Review != market.ReviewPending {
-			t.Fatalf("after changing %s: %v, %v; want back in review", change.field, o.Offer.Review, err)
+		mine := prov.get("/provider/offers").body
+		mustContain(t, mine, "waits for review", `data-testid="edit-pending"`)
+		o, err := app.db.FindOfferByID(context.Background(), id)
+		if err != nil || o.Offer.Review != market.ReviewApproved || o.Offer.Title != "8× H100 SXM, Oregon" || o.Offer.PriceCentsPerDeviceHour != 219 {
+			t.Fatalf("after changing %s the listed offer is %+v, %v; want it as it was", change.field, o.Offer, err)
 		}
-		mustNotContain(t, visitor.get("/").body, "8× H100 SXM, Oregon")
+		mustContain(t, visitor.get("/?max_price=2.20").body, "8× H100 SXM, Oregon", "1 offer")
+		// The provider goes on editing what they submitted.
+		mustContain(t, prov.get("/provider/offers/"+itoa(id)+"/edit").body, "value=\""+change.value+"\"")
+		queue := admin.get("/admin/offers").body
+		mustContain(t, queue, `data-testid="review-edit"`, "An edit of a listed offer")
+		if change.field == "price" {
+			// Rejected: the edit is dropped, the offer stays listed at 2.19.
+			if r := admin.post("/admin/offers", "/admin/offers/"+itoa(id)+"/review", url.Values{"decision": {"rejected"}, "note": {"No reason for a dearer hour."}}); r.status != http.StatusSeeOther {
+				t.Fatalf("reject the edit: %d", r.status)
+			}
+			if o, _ := app.db.FindOfferByID(context.Background(), id); o.Offer.Review != market.ReviewApproved || o.Offer.PriceCentsPerDeviceHour != 219 {
+				t.Fatalf("after the edit's rejection: %+v", o.Offer)
+			}
+			mine := prov.get("/provider/offers").body
+			mustNotContain(t, mine, `data-testid="edit-pending"`)
+			mustContain(t, prov.get("/notifications").body, "stays listed as it was", "No reason for a dearer hour.")
+			mustContain(t, visitor.get("/?max_price=2.20").body, "8× H100 SXM, Oregon")
+			continue
+		}
+		// Approved: the edit replaces the listed version.
+		if r := admin.post("/admin/offers", "/admin/offers/"+itoa(id)+"/review", url.Values{"decision": {"approved"}}); r.status != http.StatusSeeOther {
+			t.Fatalf("approve the edit: %d", r.status)
+		}
+		o, err = app.db.FindOfferByID(context.Background(), id)
+		if err != nil || o.Offer.Review != market.ReviewApproved || o.Offer.Title != change.value {
+			t.Fatalf("after approving the edit: %+v, %v", o.Offer, err)
+		}
+		mustContain(t, visitor.get("/").body, change.value)
+		mustContain(t, admin.get("/admin/offers").body, `data-testid="review-empty"`)
 	}
 }
 

@@ -517,10 +517,14 @@ func (s *Service) RevokeAPIToken(ctx context.Context, userID, id int64) error {
 // AddSSHKey adds a public key (parsed and checked by the caller) to the
 // user's keys, sent to the machines they rent from now on.
 func (s *Service) AddSSHKey(ctx context.Context, userID int64, k market.SSHKey) (market.SSHKey, error) {
-	return s.db.AddSSHKey(ctx, userID, k, s.now())
+	added, err := s.db.AddSSHKey(ctx, userID, k, s.now())
+	s.agent.cache.dropAssignments() // the agents of the user's rentals are sent the keys
+	return added, err
 }
 
 // RemoveSSHKey removes the user's key with the id.
 func (s *Service) RemoveSSHKey(ctx context.Context, userID, keyID int64) error {
-	return s.db.RemoveSSHKey(ctx, userID, keyID)
+	err := s.db.RemoveSSHKey(ctx, userID, keyID)
+	s.agent.cache.dropAssignments()
+	return err
 }

@@ -41,14 +41,42 @@ func (s *Service) measureTick(ctx context.Context, now time.Time) {
 type agentState struct {
 	hub  agentHub
 	seen seenCache
+	// cache: the host tokens and assignments served from memory
+	// (agentcache.go).
+	cache agentCache
+	// reads holds the agentReadSlots taken.
+	reads chan struct{}
 	// writeAll: absorb nothing (Config.WriteEveryHeartbeat).
 	writeAll bool
-	counts   struct{ heartbeats, written, absorbed, flushes, flushed, reports atomic.Int64 }
+	// writing is the heartbeats being written in full now, waiting for
+	// the writer or in its transaction (ErrHeartbeatsBehind).
+	writing atomic.Int64
+	counts  struct{ heartbeats, written, absorbed, flushes, flushed, reports, refused atomic.Int64 }
 }
+
+// maxHeartbeatWrites is how many heartbeats may wait to be written in
+// full at once; beyond it a heartbeat that needs a write is refused
+// (ErrHeartbeatsBehind) rather than left to time out in the writer's
+// queue, with the payments and bookings queued behind it.
+const maxHeartbeatWrites = 32
+
+// HeartbeatRetryAfter is when an agent whose heartbeat was refused because
+// the writer is behind is asked to send it again (the agent adds a random
+// share of it, so that agents refused together do not come back
+// together): far inside the grace period.
+const HeartbeatRetryAfter = 5 * time.Second
+
+// ErrHeartbeatsBehind refuses a heartbeat that needs a write while
+// maxHeartbeatWrites others wait for the database's writer (answered 429
+// with Retry-After: HeartbeatRetryAfter). Nothing of it is recorded; the
+// agent sends it again, later.
+var ErrHeartbeatsBehind = &market.Error{Code: market.CodeRateLimited,
+	Message: "The marketplace is writing many heartbeats just now; send this one again after the Retry-After seconds."}
 
 func newAgentState(writeAll bool) *agentState {
 	return &agentState{hub: agentHub{waiters: map[int64]map[chan struct{}]struct{}{}},
-		seen: seenCache{nodes: map[int64]*seenNode{}, pending: map[int64]*store.HeartbeatSeen{}}, writeAll: writeAll}
+		seen: seenCache{nodes: map[int64]*seenNode{}, pending: map[int64]*store.HeartbeatSeen{}}, cache: newAgentCache(),
+		reads: make(chan struct{}, agentReadSlots), writeAll: writeAll}
 }
 
 // AgentCounts counts, since the start, what the agents' requests cost the
@@ -56,8 +84,10 @@ func newAgentState(writeAll bool) *agentState {
 // transaction each) and those absorbed; the batches of absorbed ones
 // written (one transaction each) and the nodes they held; the reports on
 // assignments (installed, removed, acceptance: one transaction each).
+// Refused counts the heartbeats refused because the writer was behind
+// (ErrHeartbeatsBehind), counted in Heartbeats too.
 type AgentCounts struct {
-	Heartbeats, Written, Absorbed, Flushes, Flushed, Reports int64
+	Heartbeats, Written, Absorbed, Flushes, Flushed, Reports, Refused int64
 }
 
 // WritesPerHeartbeat is the write transactions per heartbeat (full writes
@@ -72,13 +102,14 @@ func (c AgentCounts) WritesPerHeartbeat() float64 {
 // Sub is the counts between before and c.
 func (c AgentCounts) Sub(before AgentCounts) AgentCounts {
 	return AgentCounts{c.Heartbeats - before.Heartbeats, c.Written - before.Written, c.Absorbed - before.Absorbed,
-		c.Flushes - before.Flushes, c.Flushed - before.Flushed, c.Reports - before.Reports}
+		c.Flushes - before.Flushes, c.Flushed - before.Flushed, c.Reports - before.Reports, c.Refused - before.Refused}
 }
 
 // AgentCounts returns the counts so far.
 func (s *Service) AgentCounts() AgentCounts {
 	c := &s.agent.counts
-	return AgentCounts{c.heartbeats.Load(), c.written.Load(), c.absorbed.Load(), c.flushes.Load(), c.flushed.Load(), c.reports.Load()}
+	return AgentCounts{c.heartbeats.Load(), c.written.Load(), c.absorbed.Load(), c.flushes.Load(), c.flushed.Load(), c.reports.Load(),
+		c.refused.Load()}
 }
 
 // RecordHeartbeat records a heartbeat of the token's node (authenticated
@@ -92,14 +123,16 @@ func (s *Service) AgentCounts() AgentCounts {
 // numbers (heartbeats lost, or sent to another replica) costs one read:
 // absorbed still when the store holds no later heartbeat of the node.
 // Anything else — a change, a long silence, a node with a problem to
-// measure — is written at once (store.RecordHeartbeatRun).
+// measure — is written at once (store.RecordHeartbeatRun), unless
+// maxHeartbeatWrites others are being written: then it is refused with
+// ErrHeartbeatsBehind and nothing of it is kept.
 func (s *Service) RecordHeartbeat(ctx context.Context, tok store.HostToken, hb market.Heartbeat) (bool, error) {
 	now := s.now()
 	digest := heartbeatDigest(hb)
 	s.agent.counts.heartbeats.Add(1)
 	outcome := seenWrite
 	if !s.agent.writeAll {
-		outcome = s.agent.seen.absorb(tok.ID, hb.Seq, digest, now)
+		outcome = s.agent.seen.absorb(tok.ID, hb.Seq, digest, now, func() string { return devicesJSON(hb) })
 	}
 	if outcome == seenCheck {
 		// Heartbeats were lost in between (timed out, say), or went to
@@ -121,6 +154,12 @@ func (s *Service) RecordHeartbeat(ctx context.Context, tok store.HostToken, hb m
 		}
 		return true, nil
 	}
+	if s.agent.writing.Add(1) > maxHeartbeatWrites {
+		s.agent.writing.Add(-1)
+		s.agent.counts.refused.Add(1)
+		return false, ErrHeartbeatsBehind
+	}
+	defer s.agent.writing.Add(-1)
 	// What this replica absorbed of the node goes first, so that the
 	// write below measures from the node's true last heartbeat.
 	if p := s.agent.seen.takeNode(tok.ID); p != nil {
@@ -177,16 +216,25 @@ func heartbeatDigest(hb market.Heartbeat) [sha256.Size]byte {
 		devices[i] = d
 	}
 	b, _ := json.Marshal(struct {
-		V, P, E string
-		D       []market.HostDevice
-	}{hb.AgentVersion, hb.Probe, hb.Error, devices})
+		V, P, E, I string
+		D          []market.HostDevice
+	}{hb.AgentVersion, hb.Probe, hb.Error, string(hb.Isolation), devices})
 	return sha256.Sum256(b)
 }
 
-// telemetryEvery is how often a node's heartbeat is written in full even
-// when it reports the same thing: the devices' telemetry on the hosts page
-// is at most this old.
+// telemetryEvery is how often an absorbed heartbeat carries its devices
+// into the batch write (their telemetry: temperature, utilisation, power),
+// so the hosts page shows them at most this old (and a flush late).
 const telemetryEvery = 5 * time.Minute
+
+// devicesJSON is the heartbeat's devices as the hosts table keeps them.
+func devicesJSON(hb market.Heartbeat) string {
+	if hb.Devices == nil {
+		return "[]"
+	}
+	b, _ := json.Marshal(hb.Devices)
+	return string(b)
+}
 
 // quietHeartbeat reports whether a heartbeat leaves nothing for the SLA to
 // measure on any piece of its node: devices reported, every one healthy,
@@ -218,7 +266,7 @@ type seenNode struct {
 	digest  [sha256.Size]byte
 	seq     int64
 	at      time.Time // service clock
-	written time.Time // of the last full write, service clock
+	written time.Time // of the devices' last write (telemetryEvery), service clock
 	offerID int64
 	node    int
 	runID   int64
@@ -234,8 +282,10 @@ const (
 	seenCheck                       // absorbable but for a gap in the sequence numbers: check the store
 )
 
-// absorb decides a heartbeat's fate against the node's last one here.
-func (c *seenCache) absorb(tokenID, seq int64, digest [sha256.Size]byte, now time.Time) seenOutcome {
+// absorb decides a heartbeat's fate against the node's last one here;
+// when the node's telemetry is due (telemetryEvery), an absorbed heartbeat
+// carries devices() into the batch.
+func (c *seenCache) absorb(tokenID, seq int64, digest [sha256.Size]byte, now time.Time, devices func() string) seenOutcome {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.nodes[tokenID]
@@ -245,12 +295,16 @@ func (c *seenCache) absorb(tokenID, seq int64, digest [sha256.Size]byte, now tim
 	case seq <= n.seq:
 		return seenReplay
 	case digest != n.digest || !n.quiet || now.Before(n.at) ||
-		now.Sub(n.at) >= market.HeartbeatGrace(market.HeartbeatInterval)/2 || now.Sub(n.written) >= telemetryEvery:
+		now.Sub(n.at) >= market.HeartbeatGrace(market.HeartbeatInterval)/2:
 		return seenWrite
 	case seq != n.seq+1:
 		return seenCheck
 	}
 	c.absorbLocked(tokenID, n, seq, now)
+	if now.Sub(n.written) >= telemetryEvery {
+		c.pending[tokenID].Devices = devices()
+		n.written = now
+	}
 	return seenAbsorbed
 }
 
@@ -365,21 +419,34 @@ func (c *seenCache) forget(tokenID int64) {
 // place on the token's node for a piece (store.RecordInstalled).
 func (s *Service) RecordInstalled(ctx context.Context, tok store.HostToken, pieceID int64, conn market.Connection) (store.PieceAccess, error) {
 	s.agent.counts.reports.Add(1)
-	return s.db.RecordInstalled(ctx, tok.ID, pieceID, conn, s.now())
+	a, err := s.db.RecordInstalled(ctx, tok.ID, pieceID, conn, s.now())
+	s.agent.cache.dropOffers([]int64{tok.OfferID})
+	return a, err
 }
 
 // RecordRemoved records the agent's confirmation that the buyer's keys
 // are gone from the token's node (store.RecordRemoved).
 func (s *Service) RecordRemoved(ctx context.Context, tok store.HostToken, pieceID int64, removedAt time.Time) (store.PieceAccess, error) {
 	s.agent.counts.reports.Add(1)
-	return s.db.RecordRemoved(ctx, tok.ID, pieceID, removedAt, s.now())
+	a, err := s.db.RecordRemoved(ctx, tok.ID, pieceID, removedAt, s.now())
+	s.agent.cache.dropOffers([]int64{tok.OfferID})
+	return a, err
+}
+
+// RecordRemoveFailed records that the agent could not end a piece's
+// access on the token's node (store.RecordRemoveFailed).
+func (s *Service) RecordRemoveFailed(ctx context.Context, tok store.HostToken, pieceID int64, msg string) error {
+	s.agent.counts.reports.Add(1)
+	return s.db.RecordRemoveFailed(ctx, tok.ID, pieceID, msg, s.now())
 }
 
 // RecordAcceptance records the acceptance test of a piece on the token's
 // node (store.RecordAcceptance).
 func (s *Service) RecordAcceptance(ctx context.Context, tok store.HostToken, pieceID int64, res market.AcceptanceResult) (store.AcceptanceRecord, error) {
 	s.agent.counts.reports.Add(1)
-	return s.db.RecordAcceptance(ctx, tok.ID, pieceID, res, s.now())
+	rec, err := s.db.RecordAcceptance(ctx, tok.ID, pieceID, res, s.now())
+	s.agent.cache.dropOffers([]int64{tok.OfferID})
+	return rec, err
 }
 
 // NodeAssignments are a node's assignments at a moment and their version.
@@ -389,14 +456,12 @@ type NodeAssignments struct {
 	Version     string
 }
 
-// Assignments returns the token's node's assignments now.
+// Assignments returns the token's node's assignments now (from memory
+// when nothing about the node changed since they were last read:
+// agentcache.go).
 func (s *Service) Assignments(ctx context.Context, tok store.HostToken) (NodeAssignments, error) {
-	now := s.now()
-	as, _, err := s.db.NodeAssignments(ctx, tok.ID, now)
-	if err != nil {
-		return NodeAssignments{}, err
-	}
-	return NodeAssignments{At: now, Assignments: as, Version: assignmentsVersion(as)}, nil
+	na, _, err := s.nodeAssignments(ctx, tok, s.now())
+	return na, err
 }
 
 // WaitAssignments is the long-poll of docs/agent.md: it returns the token's
@@ -413,12 +478,12 @@ func (s *Service) WaitAssignments(ctx context.Context, tok store.HostToken, know
 		// wakes it.
 		woken, cancel := s.agent.hub.subscribe(tok.OfferID)
 		now := s.now()
-		as, next, err := s.db.NodeAssignments(ctx, tok.ID, now)
+		var next time.Time
+		na, next, err = s.nodeAssignments(ctx, tok, now)
 		if err != nil {
 			cancel()
 			return NodeAssignments{}, false, err
 		}
-		na = NodeAssignments{At: now, Assignments: as, Version: assignmentsVersion(as)}
 		left := time.Until(deadline)
 		if na.Version != known || left <= 0 {
 			cancel()

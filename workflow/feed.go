@@ -31,7 +31,9 @@ type feedQueue struct {
 	// loss of the connection).
 	joined    bool
 	downSince time.Time
-	wake      chan struct{}
+	// told: the loss since downSince was logged (once per outage).
+	told bool
+	wake chan struct{}
 }
 
 func newFeedQueue() *feedQueue {
@@ -102,23 +104,28 @@ func (q *feedQueue) done(retry []int64) {
 
 // joinedAfterReload marks the feed connected with the index reloaded: the
 // changes pending from before were committed before the reload read the
-// database, so it covers them.
-func (q *feedQueue) joinedAfterReload() {
+// database, so it covers them. It returns how long the feed was down.
+func (q *feedQueue) joinedAfterReload() (down time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	clear(q.pending)
 	q.pendingSince = time.Time{}
-	q.joined = true
+	q.joined, q.told = true, false
+	return time.Since(q.downSince)
 }
 
 // lost marks the feed down: changes committed from now on are not heard
-// until it reconnects and the index is reloaded.
-func (q *feedQueue) lost() {
+// until it reconnects and the index is reloaded. It reports whether this
+// is the first failure since the feed was last joined (or since the
+// start), the one worth logging: the feed retries twice a second.
+func (q *feedQueue) lost() (first bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.joined {
 		q.joined, q.downSince = false, time.Now()
 	}
+	first, q.told = !q.told, true
+	return first
 }
 
 // lag is how far behind the feed the index is: the age of the oldest

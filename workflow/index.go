@@ -133,6 +133,8 @@ func (s *Service) RefreshOffer(ctx context.Context, offerID int64) {
 // finds the index in step when the write returns. A batch whose read
 // fails stays queued for the next commit, or for Follow's applier.
 func (s *Service) heardCommit(ch store.OfferChanges) {
+	s.agent.cache.dropOffers(ch.Listings)
+	s.agent.cache.dropOffers(ch.Commitments)
 	for _, id := range ch.Listings {
 		s.feed.add(id)
 	}
@@ -195,22 +197,28 @@ func (s *Service) Follow(ctx context.Context) {
 		<-ctx.Done() // no other replica to hear: the applier only retries
 		return
 	}
-	s.db.FollowOffers(ctx, func(offerID int64) {
-		s.feed.add(offerID)
+	s.db.FollowOffers(ctx, func(offerID int64, own bool) {
+		if !own { // this replica's own commits were applied as they committed (heardCommit)
+			s.feed.add(offerID)
+		}
+		s.agent.cache.dropOffers([]int64{offerID})
 		s.agent.hub.wake(offerID) // the agents' long-polls on this replica read their assignments again
 	},
 		func() error {
 			if err := s.ReloadIndex(ctx); err != nil {
 				return err
 			}
-			s.feed.joinedAfterReload()
+			s.agent.cache.dropAll()
+			if down := s.feed.joinedAfterReload(); ctx.Err() == nil {
+				s.log.Info("index: change feed joined; index reloaded", "down_for", down.Round(time.Millisecond).String())
+			}
 			s.agent.hub.wakeAll()
 			s.orders.noteAll() // changes made while the feed was down were not heard: re-match every open order
 			return nil
 		},
 		func(err error) {
-			s.feed.lost()
-			if ctx.Err() == nil {
+			s.agent.cache.dropAll()
+			if s.feed.lost() && ctx.Err() == nil {
 				s.log.Warn("index: change feed lost; reconnecting", "err", err)
 			}
 		})

@@ -28,31 +28,39 @@ type EditOutcome int
 
 // Edit outcomes.
 const (
-	// EditInReview: the edit waits for an admin; the offer is out of the
-	// matcher until it is approved.
+	// EditInReview: the edit of an offer not listed yet waits for an
+	// admin; the offer is out of the matcher until it is approved.
 	EditInReview EditOutcome = iota
 	// EditListed: a change that cannot mislead (market.EditNeedsReview) —
 	// listed at once, audited.
 	EditListed
 	// EditApproved: a claim change approved at once by moderation.
 	EditApproved
+	// EditHeld: a claim change to a listed offer waits for an admin while
+	// the listed version stays on the market.
+	EditHeld
 )
 
 // UpdateOffer saves a provider's edit of their offer: a lower price or a
-// longer window stays listed at once; any other change goes back to
-// review (out of the matcher) unless moderation approves it at once.
+// longer window applies at once; a claim change to a listed offer is held
+// for review while the listed version stays on the market; an offer not
+// listed yet goes back to review. Moderation may approve a claim change
+// at once.
 func (s *Service) UpdateOffer(ctx context.Context, providerID int64, o market.Offer) (market.Offer, EditOutcome, error) {
-	updated, err := s.db.UpdateOffer(ctx, providerID, o, s.now())
+	updated, held, err := s.db.UpdateOffer(ctx, providerID, o, s.now())
 	if err != nil {
 		return market.Offer{}, EditInReview, err
 	}
-	s.log.Info("offer updated", "offer_id", updated.ID, "provider_id", providerID, "review", updated.Review)
-	if updated.Review == market.ReviewApproved {
+	s.log.Info("offer updated", "offer_id", updated.ID, "provider_id", providerID, "review", updated.Review, "held", held)
+	if !held && updated.Review == market.ReviewApproved {
 		return updated, EditListed, nil
 	}
 	if s.moderate(ctx, updated) {
 		updated.Review = market.ReviewApproved
 		return updated, EditApproved, nil
+	}
+	if held {
+		return updated, EditHeld, nil
 	}
 	return updated, EditInReview, nil
 }

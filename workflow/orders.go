@@ -113,7 +113,14 @@ func (s *Service) PlaceStandingOrder(ctx context.Context, o market.StandingOrder
 			return market.StandingOrder{}, err
 		}
 	}
-	o, err := s.db.CreateStandingOrder(ctx, o, s.now())
+	// The fill runs in the request's runtime, its secrets filled from its
+	// template as a booking's are (kept with the order, not in its JSON).
+	rt, err := s.bookingRuntime(ctx, o.BuyerID, o.Request.Runtime)
+	if err != nil {
+		return market.StandingOrder{}, err
+	}
+	o.Request.Runtime = rt
+	o, err = s.db.CreateStandingOrder(ctx, o, s.now())
 	if err != nil {
 		return market.StandingOrder{}, err
 	}

@@ -16,7 +16,7 @@ func (f *fixture) acceptancePeriod(minutes int) {
 	f.t.Helper()
 	o := f.offer
 	o.RejectMinutes = minutes
-	got, err := f.db.UpdateOffer(f.ctx, f.prov.ID, o, f.now)
+	got, _, err := f.db.UpdateOffer(f.ctx, f.prov.ID, o, f.now)
 	if err != nil {
 		f.t.Fatal(err)
 	}

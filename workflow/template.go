@@ -25,6 +25,16 @@ func (s *Service) SaveTemplate(ctx context.Context, authorID int64, t market.Tem
 	return out, nil
 }
 
+// UpdateTemplate edits an author's template.
+func (s *Service) UpdateTemplate(ctx context.Context, authorID, id int64, t market.Template) (store.Template, error) {
+	out, err := s.db.UpdateTemplate(ctx, authorID, id, t, s.now())
+	if err != nil {
+		return store.Template{}, err
+	}
+	s.log.Info("template edited", "template_id", out.ID, "author_id", authorID, "public", out.Public)
+	return out, nil
+}
+
 // DeleteTemplate deletes an author's template.
 func (s *Service) DeleteTemplate(ctx context.Context, authorID, id int64) error {
 	return s.db.DeleteTemplate(ctx, authorID, id)
@@ -83,6 +93,7 @@ func (s *Service) bookWithRuntime(ctx context.Context, buyerID int64, pieces []m
 // node (store.RecordContainer: a failure before the end opens an incident).
 func (s *Service) RecordContainer(ctx context.Context, tokenID, pieceID int64, rep market.ContainerReport) (store.PieceContainer, error) {
 	c, err := s.db.RecordContainer(ctx, tokenID, pieceID, rep, s.now())
+	s.agent.cache.dropNode(tokenID)
 	if err != nil {
 		return store.PieceContainer{}, err
 	}

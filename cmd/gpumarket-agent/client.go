@@ -58,6 +58,9 @@ var errUnauthorized = errors.New("the marketplace refused the host token (revoke
 type httpError struct {
 	Status  int
 	Message string
+	// RetryAfter is the server's Retry-After (whole seconds), on a 429 or
+	// 503: when it asks to be called again; zero when it did not say.
+	RetryAfter time.Duration
 }
 
 func (e *httpError) Error() string {
@@ -136,6 +139,11 @@ func (c *client) removed(ctx context.Context, piece int64, r removedReport) erro
 	return c.post(ctx, agentapi.AssignmentPath(piece, agentapi.ReportRemoved), r, nil)
 }
 
+// removeFailed reports that the piece's access could not be ended.
+func (c *client) removeFailed(ctx context.Context, piece int64, msg string) error {
+	return c.post(ctx, agentapi.AssignmentPath(piece, agentapi.ReportRemoveFailed), agentapi.RemoveFailed{Message: msg}, nil)
+}
+
 // container reports where a piece's container stands (container mode).
 func (c *client) container(ctx context.Context, piece int64, r agentapi.ContainerReport) error {
 	return c.post(ctx, agentapi.AssignmentPath(piece, agentapi.ReportContainer), r, nil)
@@ -187,7 +195,11 @@ func (c *client) do(req *http.Request, path string, out any) error {
 		}
 		return errUnauthorized
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		return fmt.Errorf("%s /%s: %w", req.Method, path, &httpError{Status: resp.StatusCode, Message: errorMessage(b)})
+		e := &httpError{Status: resp.StatusCode, Message: errorMessage(b)}
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			e.RetryAfter = time.Duration(min(secs, 3600)) * time.Second
+		}
+		return fmt.Errorf("%s /%s: %w", req.Method, path, e)
 	}
 	if out == nil {
 		return nil
@@ -234,6 +246,18 @@ func (b *backoff) wait() time.Duration {
 
 // reset starts over after a success.
 func (b *backoff) reset() { b.next = 0 }
+
+// retryAfter is the wait the server asked for in a refusal's Retry-After
+// (a 429 when its database writer is behind, docs/agent.md), plus a random
+// share of it up to as much again, so that agents refused together do not
+// come back together; false when the error asks for no particular wait.
+func retryAfter(err error, jitter func(time.Duration) time.Duration) (time.Duration, bool) {
+	var he *httpError
+	if !errors.As(err, &he) || he.RetryAfter <= 0 {
+		return 0, false
+	}
+	return he.RetryAfter + jitter(he.RetryAfter), true
+}
 
 // checkServerURL accepts https URLs, and http for a server on this machine
 // (tests, a local demo): the host token must not cross a network in clear.

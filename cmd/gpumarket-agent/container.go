@@ -64,7 +64,8 @@ func (e engine) imageExists(image string) []string {
 	return e.cmd("image", "exists", image)
 }
 
-func (e engine) pull(image string) []string { return e.cmd("pull", "--quiet", image) }
+// pull pulls an image, printing its progress (pullProgress reads it).
+func (e engine) pull(image string) []string { return e.cmd("pull", image) }
 
 // imageSize prints the image's size in bytes.
 func (e engine) imageSize(image string) []string {
@@ -221,6 +222,9 @@ type containers struct {
 	dir     string // where each piece's mounted directory is made
 	maxGB   int    // images larger are refused (0: no limit)
 	runProg func(ctx context.Context, env []string, argv []string) ([]byte, []byte, error)
+	// pullProg runs a pull giving each line of its output as it comes
+	// (runEnginePull); nil: runProg, the lines given at the end.
+	pullProg func(ctx context.Context, argv []string, line func(string)) error
 }
 
 // exec runs one engine command with a timeout; the error carries the first
@@ -240,10 +244,17 @@ func (c *containers) exec(ctx context.Context, timeout time.Duration, env []stri
 }
 
 // ensureImage pulls the image unless it is present, and refuses one over
-// the size limit.
-func (c *containers) ensureImage(ctx context.Context, image string) error {
+// the size limit. progress, if not nil, is told how far a pull is each
+// time that changes.
+func (c *containers) ensureImage(ctx context.Context, image string, progress func(percent int, msg string)) error {
 	if _, err := c.exec(ctx, engineTimeout, nil, c.engine.imageExists(image)); err != nil {
-		if _, err := c.exec(ctx, pullTimeout, nil, c.engine.pull(image)); err != nil {
+		var p pullProgress
+		line := func(l string) {
+			if p.feed(l) && progress != nil {
+				progress(p.percent(), p.message())
+			}
+		}
+		if err := c.pull(ctx, image, line); err != nil {
 			return fmt.Errorf("the image %s could not be pulled: %w", image, err)
 		}
 	}
@@ -259,6 +270,33 @@ func (c *containers) ensureImage(ctx context.Context, image string) error {
 	return nil
 }
 
+// pull runs the engine's pull, giving each line of its output to line.
+func (c *containers) pull(ctx context.Context, image string, line func(string)) error {
+	ctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	argv := c.engine.pull(image)
+	if c.pullProg != nil {
+		if err := c.pullProg(ctx, argv, line); err != nil {
+			return fmt.Errorf("%s pull: %w", c.engine.kind, err)
+		}
+		return nil
+	}
+	out, errOut, err := c.runProg(ctx, nil, argv)
+	for _, l := range strings.Split(string(errOut)+"\n"+string(out), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			line(l)
+		}
+	}
+	if err != nil {
+		msg := firstLine(errOut)
+		if msg == "" {
+			msg = err.Error()
+		}
+		return fmt.Errorf("%s pull: %s", c.engine.kind, msg)
+	}
+	return nil
+}
+
 // pieceDir is the piece's directory, mounted read-only at /etc/gpumarket.
 func (c *containers) pieceDir(piece int64) string {
 	return filepath.Join(c.dir, "piece-"+strconv.FormatInt(piece, 10))
@@ -268,6 +306,14 @@ func (c *containers) pieceDir(piece int64) string {
 // script, the on-start script and the notebook token.
 func (c *containers) writeFiles(as assignment, token string) error {
 	dir := c.pieceDir(as.PieceID)
+	// The pieces' files (keys, notebook tokens) are for their containers
+	// only: no Unix user of the host may pass the directory above them.
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(c.dir, 0o700); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -288,7 +334,7 @@ func (c *containers) writeFiles(as assignment, token string) error {
 // start creates the piece's container and returns its published ports.
 // A container left from an earlier start of the agent is replaced.
 func (c *containers) start(ctx context.Context, as assignment, token string) ([]market.PortMapping, error) {
-	if err := c.ensureImage(ctx, as.Runtime.Image); err != nil {
+	if err := c.ensureImage(ctx, as.Runtime.Image, nil); err != nil {
 		return nil, err
 	}
 	if err := c.writeFiles(as, token); err != nil {
@@ -359,6 +405,9 @@ func (a *agent) report(ctx context.Context, piece int64, phase market.ContainerP
 	return err == nil
 }
 
+// pullReportEvery is the least time between two progress reports of a pull.
+const pullReportEvery = 3 * time.Second
+
 // prepare pulls a piece's image before its start, once, in the background
 // so heartbeats go on.
 func (a *agent) prepare(ctx context.Context, as assignment) error {
@@ -388,7 +437,15 @@ func (a *agent) prepare(ctx context.Context, as assignment) error {
 			a.mu.Unlock()
 		}()
 		a.report(ctx, as.PieceID, market.PhasePulling, "pulling "+as.Runtime.Image, 0, nil)
-		err := a.containers.ensureImage(ctx, as.Runtime.Image)
+		// Progress goes to the server as it changes, at most every
+		// pullReportEvery (the server limits each token's rate).
+		var last time.Time
+		err := a.containers.ensureImage(ctx, as.Runtime.Image, func(percent int, msg string) {
+			if now := a.now(); now.Sub(last) >= pullReportEvery && percent < 100 {
+				last = now
+				a.report(ctx, as.PieceID, market.PhasePulling, msg, percent, nil)
+			}
+		})
 		if ctx.Err() != nil {
 			return
 		}

@@ -36,12 +36,12 @@ func TestEngineCommandLines(t *testing.T) {
 			[]string{"podman", "--runtime", "runc", "container", "exists", "gpumarket-piece-31"},
 			[]string{"podman", "--runtime", "runc", "rm", "--force", "--volumes", "--ignore", "--time", "10", "gpumarket-piece-31"},
 			[]string{"podman", "--runtime", "runc", "image", "exists", "docker.io/pytorch/pytorch:2.3.1"},
-			[]string{"podman", "--runtime", "runc", "pull", "--quiet", "docker.io/pytorch/pytorch:2.3.1"}},
+			[]string{"podman", "--runtime", "runc", "pull", "docker.io/pytorch/pytorch:2.3.1"}},
 		{engine{kind: "docker", argv: []string{"docker"}},
 			[]string{"docker", "container", "inspect", "--format", "{{.Id}}", "gpumarket-piece-31"},
 			[]string{"docker", "rm", "--force", "--volumes", "gpumarket-piece-31"},
 			[]string{"docker", "image", "inspect", "--format", "{{.Id}}", "docker.io/pytorch/pytorch:2.3.1"},
-			[]string{"docker", "pull", "--quiet", "docker.io/pytorch/pytorch:2.3.1"}},
+			[]string{"docker", "pull", "docker.io/pytorch/pytorch:2.3.1"}},
 	}
 	as := testAssignment()
 	for _, c := range cases {

@@ -31,12 +31,15 @@ type fakeServer struct {
 	token      string
 	pieces     []assignment // placed on this node; State is computed
 	fail       []int        // statuses to answer the next heartbeats with
+	retryAfter string       // Retry-After on a failing 429, when not ""
 	maxSeq     int64
 	heartbeats []heartbeatRequest // accepted ones
 	seqs       []int64            // every seq received, accepted or not
 	installed  map[int64][]installedReport
 	removed    map[int64][]removedReport
 	acceptance map[int64][]acceptanceReport
+	// removeFailed holds the messages of remove_failed reports, by piece.
+	removeFailed map[int64][]string
 	// hold, when set, is called inside the heartbeat handler before it answers.
 	hold func(r *http.Request)
 	// push: the heartbeat's answer offers the long-poll (version and push);
@@ -49,7 +52,7 @@ type fakeServer struct {
 
 func newFakeServer(t *testing.T, now func() time.Time) *fakeServer {
 	s := &fakeServer{now: now, token: testToken, installed: map[int64][]installedReport{},
-		removed: map[int64][]removedReport{}, acceptance: map[int64][]acceptanceReport{}}
+		removed: map[int64][]removedReport{}, acceptance: map[int64][]acceptanceReport{}, removeFailed: map[int64][]string{}}
 	mux := http.NewServeMux()
 	s.changed = make(chan struct{})
 	mux.HandleFunc("POST /agent/v1/heartbeat", s.auth(s.handleHeartbeat))
@@ -101,6 +104,9 @@ func (s *fakeServer) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	if len(s.fail) > 0 {
 		status := s.fail[0]
 		s.fail = s.fail[1:]
+		if status == http.StatusTooManyRequests && s.retryAfter != "" {
+			w.Header().Set("Retry-After", s.retryAfter)
+		}
 		writeJSON(w, status, map[string]any{"error": map[string]string{"message": "try later"}})
 		return
 	}
@@ -222,6 +228,10 @@ func (s *fakeServer) handleReport(w http.ResponseWriter, r *http.Request) {
 		var v acceptanceReport
 		decodeErr = json.NewDecoder(r.Body).Decode(&v)
 		s.acceptance[piece] = append(s.acceptance[piece], v)
+	case "remove_failed":
+		var v struct{ Message string }
+		decodeErr = json.NewDecoder(r.Body).Decode(&v)
+		s.removeFailed[piece] = append(s.removeFailed[piece], v.Message)
 	default:
 		http.NotFound(w, r)
 		return

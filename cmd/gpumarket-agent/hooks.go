@@ -35,6 +35,7 @@ const maxCommandOutput = 64 << 10
 type hooks struct {
 	install, remove []string        // the provider's commands, or nil for keys
 	keys            *authorizedKeys // the built-in hook
+	users           *rentalUsers    // -rental-users, or nil
 	conn            connection      // what the flags say the buyer connects to
 }
 
@@ -43,6 +44,12 @@ type hooks struct {
 // standard output to replace the flags' (a container with its own port);
 // other output is only logged.
 func (h hooks) Install(ctx context.Context, a assignment) (connection, string, error) {
+	if h.users != nil {
+		conn := h.conn
+		name, err := h.users.install(ctx, a.PieceID, a.SSHKeys)
+		conn.User = name
+		return conn, "", err
+	}
 	if h.install == nil {
 		return h.conn, "", h.keys.install(a.PieceID, a.SSHKeys)
 	}
@@ -72,10 +79,24 @@ func (h hooks) Install(ctx context.Context, a assignment) (connection, string, e
 // Remove takes the piece's keys away. Removing keys that are not there is
 // not an error.
 func (h hooks) Remove(ctx context.Context, a assignment) (string, error) {
+	if h.users != nil {
+		return "", h.users.remove(ctx, a.PieceID)
+	}
 	if h.remove == nil {
 		return "", h.keys.remove(a.PieceID)
 	}
 	return runCommand(ctx, h.remove, "remove", a, hookTimeout)
+}
+
+// isolation is how these hooks keep renters apart, as heartbeats report it.
+func (h hooks) isolation() string {
+	switch {
+	case h.users != nil:
+		return isolationRentalUsers
+	case h.install != nil:
+		return isolationHooks
+	}
+	return isolationSharedUser
 }
 
 // runCommand runs one of the provider's commands for an assignment: the

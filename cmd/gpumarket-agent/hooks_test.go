@@ -311,3 +311,39 @@ func TestHookTimeout(t *testing.T) {
 		t.Errorf("the hook ran %s past its timeout", time.Since(start))
 	}
 }
+
+// TestRemovalFailureIsReportedOnce: a remove hook that fails is tried again
+// at each heartbeat; the server is told of the failure once (not at every
+// retry), and "removed" once it succeeds.
+func TestRemovalFailureIsReportedOnce(t *testing.T) {
+	dir := t.TempDir()
+	stuck := filepath.Join(dir, "stuck")
+	if err := os.WriteFile(stuck, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	remove := filepath.Join(dir, "remove.sh")
+	script := "#!/bin/sh\nif [ -e " + stuck + " ]; then echo 'processes still running' >&2; exit 3; fi\n"
+	if err := os.WriteFile(remove, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeClock{t: t0}
+	srv := newFakeServer(t, clock.Now)
+	srv.pieces = []assignment{{ReservationID: 12, PieceID: 31, Devices: 8, Start: t0, End: t0.Add(20 * time.Second), SSHKeys: []string{buyerKey}}}
+	args := []string{"-server", srv.URL, "-state", filepath.Join(dir, "state.json"), "-simulate", "H100 80GB SXM x8",
+		"-host", "203.0.113.7", "-ssh-user", "gpu", "-install-hook", "/bin/true", "-remove-hook", remove}
+	a, ctx := newTestAgent(t, args, clock, func() bool {
+		if clock.Now().Sub(t0) >= 70*time.Second {
+			os.Remove(stuck) // fixed by hand
+		}
+		return clock.Now().Sub(t0) > 100*time.Second
+	})
+	if err := a.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.removeFailed[31]; len(got) != 1 || !strings.Contains(got[0], "exit status 3") || !strings.Contains(got[0], "processes still running") {
+		t.Errorf("remove_failed reports %q, want one naming the failure", got)
+	}
+	if got := srv.removed[31]; len(got) != 1 || got[0].RemovedAt.Before(t0.Add(70*time.Second)) {
+		t.Errorf("removed reports %+v, want one after the fix", got)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"os/exec"
@@ -89,7 +90,9 @@ type config struct {
 	// The provider's commands, split at spaces (no shell); nil: built in.
 	installHook, removeHook, acceptanceCmd []string
 	authorizedKeys                         authorizedKeys
-	conn                                   connection
+	// rentalUsers is the per-rental Unix users mode (-rental-users), or nil.
+	rentalUsers *rentalUsers
+	conn        connection
 	// Container mode (container.go): nil engine argv means off.
 	engine       engine
 	runOpts      runOptions
@@ -133,6 +136,11 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	memPerDevice := fs.Int("memory-gb-per-device", 0, "memory limit of a container per device it holds, GB (0: none)")
 	pidsLimit := fs.Int("pids-limit", 4096, "most processes in a container (0: none)")
 	maxImageGB := fs.Int("max-image-gb", 0, "largest image pulled, GB (0: no limit); say the same on the offer")
+	perRental := fs.Bool("rental-users", false, "give each rental its own Unix user, keys in a root-owned file, removed with all its processes at the end (needs root; docs/agent.md)")
+	keysDir := fs.String("keys-dir", "/etc/gpumarket/keys", "with -rental-users: sshd's AuthorizedKeysFile directory (AuthorizedKeysFile /etc/gpumarket/keys/%u)")
+	homeBase := fs.String("home-base", "/home", "with -rental-users: where the rental users' homes are made")
+	userPrefix := fs.String("user-prefix", "rent", "with -rental-users: a rental user is this and the piece id, e.g. rent31")
+	rentalGroup := fs.String("rental-group", "gpurent", "with -rental-users: the group of every rental user (sshd_config's Match Group)")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -195,9 +203,11 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		return config{}, fmt.Errorf("-host %q is not a DNS name or an IP address", cfg.conn.Host)
 	case cfg.conn.Port < 1 || cfg.conn.Port > 65535:
 		return config{}, errors.New("-port must be from 1 to 65535")
-	case cfg.conn.User == "":
-		return config{}, errors.New("-ssh-user is required: the user buyers log in as")
-	case !sshUserRe.MatchString(cfg.conn.User):
+	case cfg.conn.User == "" && !*perRental:
+		return config{}, errors.New("-ssh-user is required: the user buyers log in as (or -rental-users: a user per rental)")
+	case cfg.conn.User != "" && *perRental:
+		return config{}, errors.New("-ssh-user and -rental-users do not go together: with -rental-users each rental is its own user")
+	case cfg.conn.User != "" && !sshUserRe.MatchString(cfg.conn.User):
 		return config{}, fmt.Errorf("-ssh-user %q is not a user name", cfg.conn.User)
 	}
 
@@ -213,7 +223,20 @@ func parseConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 	if cfg.acceptanceCmd, err = command("-acceptance-cmd", *acceptanceCmd); err != nil {
 		return config{}, err
 	}
-	if cfg.installHook == nil {
+	switch {
+	case *perRental:
+		if cfg.installHook != nil || *keysPath != "" {
+			return config{}, errors.New("-rental-users writes its own keys files: it takes neither -install-hook nor -authorized-keys")
+		}
+		cfg.rentalUsers = &rentalUsers{keysDir: filepath.Clean(*keysDir), homeBase: filepath.Clean(*homeBase), prefix: *userPrefix,
+			group: *rentalGroup, shell: "/bin/bash", tempDirs: []string{"/tmp", "/var/tmp", "/dev/shm"}, run: runProgram}
+		if err := cfg.rentalUsers.check(); err != nil {
+			return config{}, err
+		}
+		if err := privateToRoot(*tokenFile); err != nil {
+			return config{}, err
+		}
+	case cfg.installHook == nil:
 		if cfg.authorizedKeys, err = keysFile(*keysPath, cfg.conn.User); err != nil {
 			return config{}, err
 		}
@@ -256,6 +279,25 @@ func readToken(file string, getenv func(string) string, log *slog.Logger) (strin
 		return "", errors.New("the host token is not one the hosts page gives (gph_ and 43 letters, digits, '-' or '_'); copy it again")
 	}
 	return token, nil
+}
+
+// privateToRoot refuses, with -rental-users, a token file that a renter
+// could read: renters are other Unix users on the same host.
+func privateToRoot(file string) error {
+	if file == "" {
+		return nil // from the environment: /proc/PID/environ is the agent's own
+	}
+	fi, err := os.Stat(file)
+	if err != nil {
+		return fmt.Errorf("-token-file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("-token-file %s can be read by other users, renters included: chmod 600 it", file)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("-token-file %s belongs to uid %d, not the agent's: chown it", file, st.Uid)
+	}
+	return nil
 }
 
 // command splits one of the provider's command lines at spaces (no shell:
@@ -308,8 +350,11 @@ type agent struct {
 	// tests replace both.
 	now   func() time.Time
 	sleep func(ctx context.Context, d time.Duration) bool
-	start time.Time
-	retry backoff
+	// jitter is a random wait in [0, d), added to a Retry-After; nil:
+	// math/rand's (tests replace it).
+	jitter func(d time.Duration) time.Duration
+	start  time.Time
+	retry  backoff
 	// offset is the server's clock less ours, from the last server_time:
 	// the times the agent reports and the rental's end are on the server's
 	// clock.
@@ -337,7 +382,7 @@ func newAgent(cfg config, log *slog.Logger, now func() time.Time) (*agent, error
 		cfg:     cfg,
 		log:     log,
 		client:  newClient(cfg.server, cfg.token),
-		hooks:   hooks{install: cfg.installHook, remove: cfg.removeHook, keys: &keys, conn: cfg.conn},
+		hooks:   hooks{install: cfg.installHook, remove: cfg.removeHook, keys: &keys, users: cfg.rentalUsers, conn: cfg.conn},
 		state:   st,
 		now:     now,
 		sleep:   sleepContext,
@@ -347,7 +392,7 @@ func newAgent(cfg config, log *slog.Logger, now func() time.Time) (*agent, error
 		pulling: map[int64]bool{},
 	}
 	if cfg.engine.argv != nil {
-		a.containers = &containers{engine: cfg.engine, opts: cfg.runOpts, dir: cfg.containerDir, maxGB: cfg.maxImageGB, runProg: runEngine}
+		a.containers = &containers{engine: cfg.engine, opts: cfg.runOpts, dir: cfg.containerDir, maxGB: cfg.maxImageGB, runProg: runEngine, pullProg: runEnginePull}
 	}
 	a.tester = acceptanceTester{command: cfg.acceptanceCmd, now: a.clock, log: log}
 	switch cfg.probe {
@@ -399,7 +444,10 @@ func (a *agent) run(ctx context.Context) error {
 			continue
 		case err != nil:
 			failures++
-			wait := a.retry.wait()
+			wait, asked := retryAfter(err, a.jitterOf)
+			if !asked {
+				wait = a.retry.wait()
+			}
 			a.log.Warn("heartbeat failed; retrying", "err", err, "failures", failures, "retry_in", wait)
 			a.pause(ctx, wait)
 			continue
@@ -418,6 +466,14 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	a.log.Info("stopping", "seq", a.state.seq())
 	return nil
+}
+
+// jitterOf is a random wait in [0, d) (agent.jitter).
+func (a *agent) jitterOf(d time.Duration) time.Duration {
+	if a.jitter != nil {
+		return a.jitter(d)
+	}
+	return rand.N(d)
 }
 
 // pause waits d, or until the next rental with keys installed ends if that
@@ -510,6 +566,7 @@ func (a *agent) beat(ctx context.Context) (heartbeatResponse, error) {
 		Probe:        a.probe.Name(),
 		Devices:      report.Devices,
 		Error:        report.Error,
+		Isolation:    a.hooks.isolation(),
 	}
 	// The call under way finishes even if the agent is asked to stop.
 	resp, err := a.client.heartbeat(context.WithoutCancel(ctx), hb)
@@ -654,6 +711,7 @@ func (a *agent) remove(ctx context.Context, as assignment) error {
 		out, err := a.hooks.Remove(context.WithoutCancel(ctx), as)
 		a.logOutput("remove hook", as.PieceID, out)
 		if err != nil {
+			a.reportRemoveFailed(ctx, as.PieceID, err)
 			return err
 		}
 		now := a.serverNow()
@@ -699,12 +757,30 @@ func (a *agent) expire(ctx context.Context) {
 		a.logOutput("remove hook", id, out)
 		if err != nil {
 			a.log.Error("rental over; removing the keys failed", "piece", id, "err", err)
+			a.reportRemoveFailed(ctx, id, err)
 			continue
 		}
 		if err := a.state.update(id, func(p *pieceState) { p.RemovedAt = now }); err != nil {
 			a.log.Error("state", "err", err)
 		}
 		a.log.Info("rental over: keys removed", "piece", id, "end", p.End)
+	}
+}
+
+// reportRemoveFailed tells the server, once per distinct failure, that the
+// piece's access could not be ended (an incident for the provider and the
+// admins); the removal is tried again at each heartbeat.
+func (a *agent) reportRemoveFailed(ctx context.Context, piece int64, cause error) {
+	msg := clip(cause.Error(), 500)
+	if p, _ := a.state.piece(piece); p.RemoveFailed == msg || p.InstalledAt.IsZero() {
+		return
+	}
+	if err := a.client.removeFailed(context.WithoutCancel(ctx), piece, msg); err != nil {
+		a.log.Error("report remove failed", "piece", piece, "err", err)
+		return
+	}
+	if err := a.state.update(piece, func(p *pieceState) { p.RemoveFailed = msg }); err != nil {
+		a.log.Error("state", "err", err)
 	}
 }
 

@@ -227,6 +227,31 @@ func TestHeartbeatRetriedWithBackoff(t *testing.T) {
 	}
 }
 
+// TestHeartbeatRefusedWaitsRetryAfterWithJitter: a 429 with Retry-After
+// (the server's writer is behind) is sent again after the wait it names
+// plus a random share of it, not on the backoff, which a later failure
+// starts from its beginning.
+func TestHeartbeatRefusedWaitsRetryAfterWithJitter(t *testing.T) {
+	dir := t.TempDir()
+	clock := &fakeClock{t: t0}
+	srv := newFakeServer(t, clock.Now)
+	srv.fail = []int{http.StatusTooManyRequests, http.StatusTooManyRequests, http.StatusServiceUnavailable}
+	srv.retryAfter = "5"
+	a, ctx := newTestAgent(t, agentArgs(srv, dir, "-interval", "10s"), clock, func() bool { return len(srv.accepted()) == 2 })
+	var asked []time.Duration
+	a.jitter = func(d time.Duration) time.Duration { asked = append(asked, d); return d * 3 / 10 }
+	if err := a.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := time.Second
+	if got, want := clock.sleeps(), []time.Duration{6500 * time.Millisecond, 6500 * time.Millisecond, 1 * s, 10 * s, 10 * s}; !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
+	if want := []time.Duration{5 * s, 5 * s}; !slices.Equal(asked, want) {
+		t.Errorf("jitter asked for %v, want %v", asked, want)
+	}
+}
+
 // TestServerDownThenUp: a server that cannot be reached at all is retried
 // the same way.
 func TestServerDownThenUp(t *testing.T) {
@@ -359,6 +384,15 @@ func TestFlags(t *testing.T) {
 	}
 	base := []string{"-state", filepath.Join(dir, "s.json"), "-host", "h.example", "-ssh-user", "gpu",
 		"-authorized-keys", filepath.Join(dir, "ak")}
+	readableToken := filepath.Join(dir, "token-644")
+	if err := os.WriteFile(readableToken, []byte(testToken+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// -rental-users needs root before anything else it checks.
+	rentalUsersRefusal, rentalUsersTokenRefusal, rentalUsersDirRefusal := "neither -install-hook", "needs root", "needs root"
+	if os.Geteuid() == 0 {
+		rentalUsersTokenRefusal, rentalUsersDirRefusal = "chmod 600", "absolute"
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -383,6 +417,10 @@ func TestFlags(t *testing.T) {
 		{"one hook only", append([]string{"-server", "https://m.example", "-install-hook", "/bin/true"}, base...), map[string]string{tokenEnv: testToken}, "go together"},
 		{"hook not found", append([]string{"-server", "https://m.example", "-install-hook", "/nonexistent/hook", "-remove-hook", "/bin/true"}, base...), map[string]string{tokenEnv: testToken}, "-install-hook"},
 		{"bad interval", append([]string{"-server", "https://m.example", "-interval", "0s"}, base...), map[string]string{tokenEnv: testToken}, "-interval must be positive"},
+		{"rental users with ssh user", append([]string{"-server", "https://m.example", "-rental-users"}, base...), map[string]string{tokenEnv: testToken}, "do not go together"},
+		{"rental users with a hook", []string{"-server", "https://m.example", "-host", "h.example", "-rental-users", "-install-hook", "/bin/true", "-remove-hook", "/bin/true"}, map[string]string{tokenEnv: testToken}, rentalUsersRefusal},
+		{"rental users, readable token", []string{"-server", "https://m.example", "-host", "h.example", "-rental-users", "-token-file", readableToken}, nil, rentalUsersTokenRefusal},
+		{"rental users, relative keys dir", []string{"-server", "https://m.example", "-host", "h.example", "-rental-users", "-keys-dir", "keys"}, map[string]string{tokenEnv: testToken}, rentalUsersDirRefusal},
 		{"stray argument", append(append([]string{"-server", "https://m.example"}, base...), "serve"), map[string]string{tokenEnv: testToken}, "unexpected argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

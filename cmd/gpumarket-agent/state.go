@@ -34,6 +34,9 @@ type pieceState struct {
 	// posted while it differs from Connection.
 	Reported  connection `json:"reported,omitzero"`
 	RemovedAt time.Time  `json:"removed_at,omitzero"`
+	// RemoveFailed is the last removal failure the server accepted, so
+	// each is reported once, not on every retry.
+	RemoveFailed string `json:"remove_failed,omitempty"`
 	// RemovalReported is set once the server accepted "removed".
 	RemovalReported bool `json:"removal_reported,omitempty"`
 	// Acceptance is the acceptance test's result, kept so the test runs

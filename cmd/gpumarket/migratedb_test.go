@@ -21,7 +21,13 @@ import (
 )
 
 // TestMain stops the PostgreSQL server that TestMigrateDB starts.
-func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
 
 // trading is what tradeOnDemo did on the demo marketplace.
 type trading struct {

@@ -359,6 +359,7 @@ type replicaMarket struct {
 	filler, watcher string   // buyers' API tokens
 	bookers         []string // 64 buyers' API tokens; booker i is booker<i>@replicas.test
 	race, paused    int64    // offers: the raced one; one paused
+	load            int64    // an offer booked by the hour under load
 }
 
 // replicaWinner is a booker whose booking was made, and the reservation.
@@ -367,7 +368,7 @@ type replicaWinner struct {
 	reservation int64
 }
 
-// seedReplicaMarket stores, through the store, a provider with two approved
+// seedReplicaMarket stores, through the store, a provider with three approved
 // offers of 2 nodes of 8 H100s (one paused) and no payout account yet, and
 // 66 buyers with write tokens, all with the password replicaPassword.
 func seedReplicaMarket(t *testing.T, dsn string) replicaMarket {
@@ -424,6 +425,7 @@ func seedReplicaMarket(t *testing.T, dsn string) replicaMarket {
 	}
 	m.race = offer("2 × 8 H100, raced", 317)
 	m.paused = offer("2 × 8 H100, paused", 289)
+	m.load = offer("2 × 8 H100, booked under load", 301)
 	if err := db.SetOfferState(ctx, prov.ID, m.paused, market.OfferPaused, now); err != nil {
 		t.Fatal(err)
 	}
@@ -438,15 +440,32 @@ func seedReplicaMarket(t *testing.T, dsn string) replicaMarket {
 
 const replicaPassword = "a long enough password"
 
-// buildServerBinary builds this command into a temporary directory.
+// buildServerBinary builds this command, once per test run, into a
+// temporary directory removed when the run ends (TestMain).
 func buildServerBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "gpumarket")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "gpumarket-bin-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.dir, built.bin = dir, filepath.Join(dir, "gpumarket")
+		if out, err := exec.Command("go", "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("%v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatalf("build: %v", built.err)
 	}
-	return bin
+	return built.bin
+}
+
+// built is the server binary buildServerBinary built.
+var built struct {
+	once     sync.Once
+	dir, bin string
+	err      error
 }
 
 // replicaEnv is the test's environment without GPUMARKET_* settings.
@@ -465,6 +484,7 @@ func replicaEnv() []string {
 type replicaFleet struct {
 	bin, dsn, sessionKey string
 	names                []string
+	args                 []string // more flags for every replica
 	offset               time.Duration
 	reps                 []*replicaProc
 }
@@ -494,6 +514,7 @@ func (f *replicaFleet) start(t *testing.T, offset time.Duration) {
 		r.proc = exec.Command(f.bin, "serve", "-addr", addr, "-db", f.dsn, "-base-url", r.url, "-session-key", f.sessionKey,
 			"-replica", name, "-tick", "1s", "-metrics-addr", maddr, "-platform-fee-bp", "1200",
 			"-clock-offset", fmt.Sprintf("%ds", int64(f.offset/time.Second)))
+		r.proc.Args = append(r.proc.Args, f.args...)
 		r.proc.Env = replicaEnv()
 		r.proc.Stdout, r.proc.Stderr = r.output, r.output
 		if err := r.proc.Start(); err != nil {

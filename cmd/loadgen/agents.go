@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,14 +40,28 @@ type simAgent struct {
 	rec      *fleetRecorder
 
 	seq       int64
+	devices   json.RawMessage // fleetDevices, encoded once
 	installed map[int64]bool
 	accepted  map[int64]bool
 	removed   map[int64]bool
 }
 
 func newSimAgent(node fleetNode, base string, client *http.Client, push bool, interval time.Duration, rec *fleetRecorder) *simAgent {
-	return &simAgent{node: node, base: base, client: client, push: push, interval: interval, rec: rec,
+	devices, _ := json.Marshal(fleetDevices())
+	return &simAgent{node: node, base: base, client: client, push: push, interval: interval, rec: rec, devices: devices,
 		installed: map[int64]bool{}, accepted: map[int64]bool{}, removed: map[int64]bool{}}
+}
+
+// simHeartbeat is agentapi.Heartbeat with its devices encoded once: the
+// load tool shares the cores with the server it measures, so it spends
+// little of them.
+type simHeartbeat struct {
+	Seq          int64           `json:"seq"`
+	SentAt       time.Time       `json:"sent_at"`
+	AgentVersion string          `json:"agent_version"`
+	Probe        string          `json:"probe"`
+	Devices      json.RawMessage `json:"devices"`
+	Error        string          `json:"error"`
 }
 
 // run beats from after delay until ctx ends.
@@ -58,9 +75,17 @@ func (a *simAgent) run(ctx context.Context, delay time.Duration) {
 	for ctx.Err() == nil {
 		began := time.Now()
 		a.seq++
-		hb := agentapi.Heartbeat{Seq: a.seq, SentAt: began.UTC(), AgentVersion: "loadgen", Probe: "simulate", Devices: fleetDevices()}
+		hb := simHeartbeat{Seq: a.seq, SentAt: began.UTC(), AgentVersion: "loadgen", Probe: "simulate", Devices: a.devices}
 		var resp agentapi.HeartbeatResponse
 		err := a.call(ctx, http.MethodPost, agentapi.PathHeartbeat, hb, &resp)
+		var refused *refusal
+		if errors.As(err, &refused) {
+			// The writer is behind: sent again after Retry-After and a
+			// random share of it, as the agent does.
+			a.rec.heartbeatRefused()
+			sleepCtx(ctx, refused.retryAfter+rand.N(refused.retryAfter))
+			continue
+		}
 		a.rec.heartbeat(time.Since(began), err)
 		if err == nil {
 			a.act(ctx, resp.Assignments)
@@ -158,6 +183,9 @@ func (a *simAgent) call(ctx context.Context, method, path string, in, out any) e
 	if err != nil {
 		return err
 	}
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 && resp.StatusCode == http.StatusTooManyRequests {
+		return &refusal{retryAfter: time.Duration(secs) * time.Second}
+	}
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("%s /%s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
@@ -166,6 +194,11 @@ func (a *simAgent) call(ctx context.Context, method, path string, in, out any) e
 	}
 	return nil
 }
+
+// refusal is a 429 with Retry-After.
+type refusal struct{ retryAfter time.Duration }
+
+func (r *refusal) Error() string { return fmt.Sprintf("429, retry after %s", r.retryAfter) }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
@@ -189,6 +222,7 @@ type fleetRecorder struct {
 	measuring bool
 	hb        []time.Duration
 	hbErrors  int
+	refused   int // heartbeats answered 429
 	pollErrs  int
 	repErrs   int
 	firstErr  string
@@ -218,6 +252,14 @@ func (r *fleetRecorder) heartbeat(d time.Duration, err error) {
 		return
 	}
 	r.hb = append(r.hb, d)
+}
+
+func (r *fleetRecorder) heartbeatRefused() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.measuring {
+		r.refused++
+	}
 }
 
 func (r *fleetRecorder) pollFailed(err error) {
@@ -285,7 +327,7 @@ func (r *fleetRecorder) window(on bool) {
 	defer r.mu.Unlock()
 	r.measuring = on
 	if on {
-		r.hb, r.hbErrors, r.pollErrs, r.repErrs, r.firstErr = nil, 0, 0, 0, ""
+		r.hb, r.hbErrors, r.refused, r.pollErrs, r.repErrs, r.firstErr = nil, 0, 0, 0, 0, ""
 	}
 }
 
@@ -317,6 +359,7 @@ type fleetRow struct {
 	heartbeatsPerSec      float64
 	hbP50, hbP99          time.Duration
 	hbErrors, otherErrors int
+	refused               int
 	firstErr              string
 	counts                workflow.AgentCounts
 	push, old             []time.Duration // pay → keys installed
@@ -328,6 +371,10 @@ type fleetRow struct {
 // runFleet is `loadgen -fleet`: the fleet server in a child process, then
 // for each size the agents, the quote yardstick and the payments beside.
 func runFleet(ctx context.Context, cfg fleetConfig, stdout, stderr io.Writer) error {
+	// The agents' process collects its garbage less often than Go's
+	// default, so that it takes less of the cores it shares with the server
+	// it measures (the server child keeps the default).
+	debug.SetGCPercent(400)
 	maxN := slices.Max(cfg.sizes)
 	self, err := os.Executable()
 	if err != nil {
@@ -522,7 +569,7 @@ func fleetSize(ctx context.Context, cfg fleetConfig, n int, base, apiToken, cont
 	rec.mu.Lock()
 	hb := slices.Clone(rec.hb)
 	row := fleetRow{agents: n, heartbeatsPerSec: float64(len(hb)) / elapsed.Seconds(), hbErrors: rec.hbErrors,
-		otherErrors: rec.pollErrs + rec.repErrs, firstErr: rec.firstErr, counts: after.Sub(before), missed: missed}
+		otherErrors: rec.pollErrs + rec.repErrs, refused: rec.refused, firstErr: rec.firstErr, counts: after.Sub(before), missed: missed}
 	rec.mu.Unlock()
 	slices.Sort(hb)
 	row.hbP50, row.hbP99 = quantile(hb, 0.5), quantile(hb, 0.99)
@@ -538,15 +585,15 @@ func fleetSize(ctx context.Context, cfg fleetConfig, n int, base, apiToken, cont
 
 func printFleetRow(w io.Writer, r fleetRow) {
 	fmt.Fprintf(w, "\n== %d agents\n", r.agents)
-	fmt.Fprintf(w, "heartbeats: %.0f/s, p50 %s, p99 %s, %d failed; other agent requests failed: %d", r.heartbeatsPerSec,
-		fmtDur(r.hbP50), fmtDur(r.hbP99), r.hbErrors, r.otherErrors)
+	fmt.Fprintf(w, "heartbeats: %.0f/s, p50 %s, p99 %s, %d failed, %d refused (429, sent again); other agent requests failed: %d", r.heartbeatsPerSec,
+		fmtDur(r.hbP50), fmtDur(r.hbP99), r.hbErrors, r.refused, r.otherErrors)
 	if r.firstErr != "" {
 		fmt.Fprintf(w, " (first: %s)", r.firstErr)
 	}
 	fmt.Fprintln(w)
 	c := r.counts
-	fmt.Fprintf(w, "database: %d heartbeats, %d written in full, %d absorbed in %d batch writes: %.3f write transactions per heartbeat; %d reports\n",
-		c.Heartbeats, c.Written, c.Absorbed, c.Flushes, c.WritesPerHeartbeat(), c.Reports)
+	fmt.Fprintf(w, "database: %d heartbeats, %d written in full, %d absorbed in %d batch writes, %d refused: %.3f write transactions per heartbeat; %d reports\n",
+		c.Heartbeats, c.Written, c.Absorbed, c.Flushes, c.Refused, c.WritesPerHeartbeat(), c.Reports)
 	line := func(name string, ds []time.Duration) string {
 		if len(ds) == 0 {
 			return name + ": none"

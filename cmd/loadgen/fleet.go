@@ -54,13 +54,16 @@ type fleetServer struct {
 	db    *store.DB
 	wf    *workflow.Service
 	local *billing.Local
-	buyer int64
+	buyers []int64
 	http  *http.Server
 	done  chan struct{}
 	stop  context.CancelFunc
 	mu    sync.Mutex
 	seq   int
 }
+
+// fleetBuyers is how many buyers pay for the fleet's rentals, in turn.
+const fleetBuyers = 8
 
 // fleetDevices is what a fleet node's agent reports: 8 healthy H100s, as
 // the offers list them.
@@ -149,15 +152,19 @@ func (fs *fleetServer) seedFleet(ctx context.Context, nodes int) error {
 	if err != nil {
 		return err
 	}
-	buyer, err := fs.db.CreateUser(ctx, market.User{Email: "fleet-buyer@load.gpumarket.test", DisplayName: "Fleet buyer", IsBuyer: true},
-		[]byte("not a password hash"), now)
-	if err != nil {
-		return err
-	}
-	fs.buyer = buyer.ID
-	if _, err := fs.db.AddSSHKey(ctx, buyer.ID, market.SSHKey{Type: "ssh-ed25519", Bits: 256, Fingerprint: "SHA256:fleet-load-key", Comment: "fleet@load",
-		Line: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG01hsMAM7RpPI0A/8qBgEd+reLeY9Y/YXcvCKwu2ocf fleet@load"}, now); err != nil {
-		return fmt.Errorf("fleet buyer's key: %w", err)
+	// Several buyers, since each may hold only a few unpaid reservations
+	// and a payment beside a busy writer can take more than a second.
+	for i := range fleetBuyers {
+		buyer, err := fs.db.CreateUser(ctx, market.User{Email: fmt.Sprintf("fleet-buyer-%d@load.gpumarket.test", i), DisplayName: "Fleet buyer", IsBuyer: true},
+			[]byte("not a password hash"), now)
+		if err != nil {
+			return err
+		}
+		fs.buyers = append(fs.buyers, buyer.ID)
+		if _, err := fs.db.AddSSHKey(ctx, buyer.ID, market.SSHKey{Type: "ssh-ed25519", Bits: 256, Fingerprint: "SHA256:fleet-load-key", Comment: "fleet@load",
+			Line: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG01hsMAM7RpPI0A/8qBgEd+reLeY9Y/YXcvCKwu2ocf fleet@load"}, now); err != nil {
+			return fmt.Errorf("fleet buyer's key: %w", err)
+		}
 	}
 	var batch []market.Offer
 	for i := range nodes {
@@ -201,7 +208,8 @@ func (fs *fleetServer) pay(ctx context.Context, node int) (fleetPaid, error) {
 	fs.mu.Unlock()
 	now := time.Now().UTC().Truncate(time.Second)
 	p := market.ReservationPiece{OfferID: fs.Nodes[node].OfferID, Devices: 8, Start: now, End: now.Add(time.Hour), PriceCents: 249, AmountCents: 8 * 249}
-	r, err := fs.wf.Book(ctx, fs.buyer, []market.ReservationPiece{p}, `{"version":1}`, 30*time.Minute)
+	buyer := fs.buyers[key%len(fs.buyers)]
+	r, err := fs.wf.Book(ctx, buyer, []market.ReservationPiece{p}, `{"version":1}`, 30*time.Minute)
 	if err != nil {
 		return fleetPaid{}, fmt.Errorf("book: %w", err)
 	}
@@ -210,7 +218,7 @@ func (fs *fleetServer) pay(ctx context.Context, node int) (fleetPaid, error) {
 	if err != nil {
 		return fleetPaid{}, err
 	}
-	if err := fs.db.RecordCheckout(ctx, fs.buyer, r.ID, co.ID, r.AmountCents, now); err != nil {
+	if err := fs.db.RecordCheckout(ctx, buyer, r.ID, co.ID, r.AmountCents, now); err != nil {
 		return fleetPaid{}, err
 	}
 	evs, err := fs.local.CompleteCheckout(co.ID, true, now)

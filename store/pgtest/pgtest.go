@@ -88,11 +88,11 @@ func ensure() error {
 		adminURL = u
 		return nil
 	}
-	u, stop, err := Start()
+	srv, err := start(false)
 	if err != nil {
 		return err
 	}
-	adminURL, stopFn = u, stop
+	adminURL, stopFn = srv.URL, srv.Remove
 	return nil
 }
 
@@ -132,8 +132,8 @@ func DurableDatabase(tb testing.TB) string {
 	if durableURL == "" {
 		if u := os.Getenv("GPUMARKET_TEST_POSTGRES_URL"); u != "" {
 			durableURL = u
-		} else if u, stop, err := start(true); err == nil {
-			durableURL, durableStop = u, stop
+		} else if srv, err := start(true); err == nil {
+			durableURL, durableStop = srv.URL, srv.Remove
 		} else {
 			mu.Unlock()
 			tb.Fatalf("pgtest: durable server: %v", err)
@@ -176,17 +176,53 @@ func createDatabase(admin string) (string, error) {
 // Run as root, the cluster runs as the "postgres" user (initdb refuses
 // root). Durability is off (fsync, full_page_writes): the data is thrown
 // away.
-func Start() (string, func() error, error) { return start(false) }
-
-// start is Start, with PostgreSQL's durability kept when durable.
-func start(durable bool) (string, func() error, error) {
-	bin, err := binDir()
+func Start() (string, func() error, error) {
+	s, err := start(false)
 	if err != nil {
 		return "", nil, err
 	}
+	return s.URL, s.Remove, nil
+}
+
+// Server is a throwaway PostgreSQL cluster of one test's own (StartServer),
+// which the test may stop and start again — an outage — on the same port
+// with the same data.
+type Server struct {
+	// URL is the cluster's "postgres" database.
+	URL string
+
+	run                 func(name string, args ...string) *exec.Cmd
+	dir, data, opts, lg string
+	mu                  sync.Mutex
+	running             bool
+}
+
+// StartServer is Start, returning a Server the test can stop and start;
+// it is removed when t ends.
+func StartServer(t testing.TB) *Server {
+	t.Helper()
+	s, err := start(false)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Remove(); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	return s
+}
+
+// start starts a new cluster, with PostgreSQL's durability kept when
+// durable.
+func start(durable bool) (*Server, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "gpumarket-pg-")
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	cleanup := func() { os.RemoveAll(dir) }
 	asRoot := os.Geteuid() == 0
@@ -201,24 +237,24 @@ func start(durable bool) (string, func() error, error) {
 		pg, err := user.Lookup("postgres")
 		if err != nil {
 			cleanup()
-			return "", nil, fmt.Errorf("running as root needs a \"postgres\" user to run the server (apt-get install postgresql creates it): %w", err)
+			return nil, fmt.Errorf("running as root needs a \"postgres\" user to run the server (apt-get install postgresql creates it): %w", err)
 		}
 		uid, _ := strconv.Atoi(pg.Uid)
 		gid, _ := strconv.Atoi(pg.Gid)
 		if err := os.Chown(dir, uid, gid); err != nil {
 			cleanup()
-			return "", nil, err
+			return nil, err
 		}
 	}
 	data := filepath.Join(dir, "data")
 	if out, err := run("initdb", "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
 		cleanup()
-		return "", nil, fmt.Errorf("initdb: %v\n%s", err, out)
+		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
 	port, err := freePort()
 	if err != nil {
 		cleanup()
-		return "", nil, err
+		return nil, err
 	}
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=300", port, dir)
 	if durable {
@@ -226,21 +262,53 @@ func start(durable bool) (string, func() error, error) {
 	} else {
 		opts += " -c fsync=off -c full_page_writes=off"
 	}
-	logFile := filepath.Join(dir, "log")
-	if out, err := run("pg_ctl", "-D", data, "-l", logFile, "-o", opts, "-w", "-t", "60", "start").CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(logFile)
+	s := &Server{URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
+		run: run, dir: dir, data: data, opts: opts, lg: filepath.Join(dir, "log")}
+	if err := s.Start(); err != nil {
 		cleanup()
-		return "", nil, fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
+		return nil, err
 	}
-	stop := func() error {
-		out, err := run("pg_ctl", "-D", data, "-m", "immediate", "-w", "stop").CombinedOutput()
-		cleanup()
-		if err != nil {
-			return fmt.Errorf("pg_ctl stop: %v\n%s", err, out)
-		}
+	return s, nil
+}
+
+// Start starts the stopped server again (a new one is started already).
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running {
 		return nil
 	}
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port), stop, nil
+	if out, err := s.run("pg_ctl", "-D", s.data, "-l", s.lg, "-o", s.opts, "-w", "-t", "60", "start").CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(s.lg)
+		return fmt.Errorf("pg_ctl start: %v\n%s\n%s", err, out, log)
+	}
+	s.running = true
+	return nil
+}
+
+// Stop stops the server as an operator's stop does (pg_ctl's fast mode:
+// sessions are ended, clients see the connection closed), keeping its
+// data for Start.
+func (s *Server) Stop() error { return s.stop("fast") }
+
+func (s *Server) stop(mode string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running {
+		return nil
+	}
+	if out, err := s.run("pg_ctl", "-D", s.data, "-m", mode, "-w", "stop").CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctl stop: %v\n%s", err, out)
+	}
+	s.running = false
+	return nil
+}
+
+// Remove stops the server if it runs and removes its folder.
+func (s *Server) Remove() error {
+	err := s.stop("immediate")
+	os.RemoveAll(s.dir)
+	return err
 }
 
 // binDir finds the server binaries: PG_BIN, else the newest

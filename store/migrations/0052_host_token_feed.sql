@@ -1,0 +1,6 @@
+-- A host token revoked (by its provider, by a new token for the node, by
+-- the provider's suspension) is a change of its offer on the store's
+-- commit feed (store/feed.go), so every replica's cache of authenticated
+-- host tokens (workflow/agentcache.go) drops it at once. On SQLite the note
+-- is a TEMP trigger on the writer's connection (store/sqlite.go); this
+-- number carries the PostgreSQL half (migrations/postgres/0052_host_token_feed.sql).

@@ -1,0 +1,148 @@
+package workflow
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gpumarket/gpumarket/market"
+	"github.com/gpumarket/gpumarket/store"
+)
+
+func quietHeartbeat8(seq int64) market.Heartbeat {
+	devs := make([]market.HostDevice, 8)
+	for i := range devs {
+		devs[i] = market.HostDevice{Index: i, UUID: "GPU-" + string(rune('a'+i)), Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Healthy: true}
+	}
+	return market.Heartbeat{Seq: seq, AgentVersion: "1.0.0", Probe: "simulate", Devices: devs}
+}
+
+// TestHostTokenCacheFollowsRevocation: a host token authenticated once is
+// served from memory, and a revocation — by the provider, or by a new token
+// for the node — refuses it on the next request, with no call after the
+// revocation but the store's own change feed.
+func TestHostTokenCacheFollowsRevocation(t *testing.T) {
+	f := newFixture(t, nil)
+	tok, raw, err := f.wf.CreateHostToken(f.ctx, f.prov.ID, f.offer.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		got, err := f.wf.AuthenticateHost(f.ctx, raw)
+		if err != nil || got.ID != tok.ID {
+			t.Fatalf("authenticate: %+v, %v", got, err)
+		}
+	}
+	// Revoked behind the workflow's back, through the store alone: the
+	// feed still carries it.
+	if err := f.db.RevokeHostToken(f.ctx, f.prov.ID, tok.ID, f.now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.wf.AuthenticateHost(f.ctx, raw); market.ErrorCode(err) != market.CodeUnauthorized {
+		t.Fatalf("revoked token: %v, want unauthorized", err)
+	}
+
+	// A new token for the node revokes the old one, which was cached.
+	_, raw2, err := f.wf.CreateHostToken(f.ctx, f.prov.ID, f.offer.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.wf.AuthenticateHost(f.ctx, raw2); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.db.CreateHostToken(f.ctx, f.prov.ID, f.offer.ID, 0, f.now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.wf.AuthenticateHost(f.ctx, raw2); market.ErrorCode(err) != market.CodeUnauthorized {
+		t.Fatalf("replaced token: %v, want unauthorized", err)
+	}
+}
+
+// TestAssignmentsCacheFollowsPayment: a node's assignments are served from
+// memory until a payment on its offer, heard on the feed, makes them read
+// again: the paid rental is there at once.
+func TestAssignmentsCacheFollowsPayment(t *testing.T) {
+	f := newFixture(t, nil)
+	tok, raw, err := f.wf.CreateHostToken(f.ctx, f.prov.ID, f.offer.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err = f.wf.AuthenticateHost(f.ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	f.now = t0.Add(time.Hour)
+	before, err := f.wf.Assignments(f.ctx, tok)
+	if err != nil || len(before.Assignments) != 0 {
+		t.Fatalf("before: %+v, %v", before, err)
+	}
+	r := f.book(f.now)
+	f.pay(r)
+	after, err := f.wf.Assignments(f.ctx, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Assignments) != 1 || after.Assignments[0].ReservationID != r.ID || after.Assignments[0].State != market.AccessInstall {
+		t.Fatalf("after the payment: %+v", after.Assignments)
+	}
+	if after.Version == before.Version {
+		t.Error("the version did not change with the assignments")
+	}
+	// At the rental's end (the clock alone) the assignment asks for removal
+	// only once installed; without it there is nothing to do.
+	f.now = r.Pieces[0].End
+	ended, err := f.wf.Assignments(f.ctx, tok)
+	if err != nil || len(ended.Assignments) != 0 {
+		t.Fatalf("after the end: %+v, %v", ended.Assignments, err)
+	}
+}
+
+// TestHeartbeatRefusedWhileWriterBehind: while maxHeartbeatWrites
+// heartbeats wait for the writer, one that needs a write is refused with
+// ErrHeartbeatsBehind and nothing of it is kept (the same seq is accepted
+// later); one that is absorbed is not refused.
+func TestHeartbeatRefusedWhileWriterBehind(t *testing.T) {
+	f := newFixture(t, nil)
+	tok, raw, err := f.wf.CreateHostToken(f.ctx, f.prov.ID, f.offer.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err = f.wf.AuthenticateHost(f.ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	beat := func(seq int64) (bool, error) {
+		hb := quietHeartbeat8(seq)
+		if err := market.ValidateHeartbeat(&hb); err != nil {
+			t.Fatal(err)
+		}
+		return f.wf.RecordHeartbeat(f.ctx, tok, hb)
+	}
+	f.wf.agent.writing.Store(maxHeartbeatWrites)
+	if _, err := beat(1); !errors.Is(err, ErrHeartbeatsBehind) || market.ErrorCode(err) != market.CodeRateLimited {
+		t.Fatalf("first heartbeat while behind: %v", err)
+	}
+	if st, err := f.db.ListProviderHosts(f.ctx, f.prov.ID, f.now); err != nil || len(st) != 1 || nodeReported(st[0].Nodes) {
+		t.Fatalf("the refused heartbeat was recorded: %+v, %v", st, err)
+	}
+	f.wf.agent.writing.Store(0)
+	if ok, err := beat(1); !ok || err != nil {
+		t.Fatalf("the same heartbeat later: %v, %v", ok, err)
+	}
+	f.wf.agent.writing.Store(maxHeartbeatWrites)
+	f.now = f.now.Add(10 * time.Second)
+	if ok, err := beat(2); !ok || err != nil {
+		t.Fatalf("a heartbeat absorbed while behind: %v, %v", ok, err)
+	}
+	c := f.wf.AgentCounts()
+	if c.Refused != 1 || c.Written != 1 || c.Absorbed != 1 {
+		t.Errorf("counts %+v, want 1 refused, 1 written, 1 absorbed", c)
+	}
+}
+
+func nodeReported(nodes []store.HostNode) bool {
+	for _, n := range nodes {
+		if n.Reported {
+			return true
+		}
+	}
+	return false
+}
