@@ -131,6 +131,19 @@ func MeteredPerMinute(pricePerDeviceHour Cents, devices int) Cents {
 	return Cents((int64(pricePerDeviceHour)*int64(devices) + 59) / 60)
 }
 
+// MeteredMustStop reports whether a running rental with balance left must
+// stop: it cannot cover the minutes not drawn yet (MeteredDrawLag) and
+// MeteredStopCoverMinutes more.
+func MeteredMustStop(balance, pricePerDeviceHour Cents, devices int) bool {
+	return !MeteredCovers(balance, MeteredStopCoverMinutes+int64(MeteredDrawLag/time.Minute), pricePerDeviceHour, devices)
+}
+
+// MeteredRunsLow reports whether the buyer of a running rental is to be
+// warned: the balance covers less than MeteredWarnMinutes more.
+func MeteredRunsLow(balance, pricePerDeviceHour Cents, devices int) bool {
+	return !MeteredCovers(balance, MeteredWarnMinutes+int64(MeteredDrawLag/time.Minute), pricePerDeviceHour, devices)
+}
+
 // MeteredCovers reports whether balance covers minutes more of a rental.
 func MeteredCovers(balance Cents, minutes int64, pricePerDeviceHour Cents, devices int) bool {
 	return balance >= Cents(minutes)*MeteredPerMinute(pricePerDeviceHour, devices)
@@ -272,4 +285,82 @@ func RefundPlan(amount Cents, left []Cents) []Cents {
 		}
 	}
 	return out
+}
+
+// MeteredDrawLag is how far behind now a running rental's draws stay: a
+// host failure is measured only once the node has been silent past the
+// heartbeat grace period (HeartbeatGrace), so minutes younger than this may
+// still turn out unusable. Draws never bill them early; the last draw is
+// made once the stop is this far in the past.
+const MeteredDrawLag = 2 * time.Minute
+
+// NodeReadiness is what a node's agent reported of a metered rental's start
+// there: the buyer's access handed over (zero: not yet), the acceptance
+// test's result (zero: none yet; failed: it ran with an error), the buyer's
+// container running (zero: not reported ready).
+type NodeReadiness struct {
+	InstalledAt, AcceptedAt time.Time
+	AcceptanceFailed        bool
+	ContainerReadyAt        time.Time
+}
+
+// MeteredUsableAt is when a rental's machine became usable: the last of
+// its nodes to become usable, a node being usable once its access is
+// handed over and its acceptance test passed (the later of the two), or
+// once the buyer's container runs. Not every node usable yet: false.
+func MeteredUsableAt(nodes []NodeReadiness) (time.Time, bool) {
+	if len(nodes) == 0 {
+		return time.Time{}, false
+	}
+	var at time.Time
+	for _, n := range nodes {
+		var ready time.Time
+		switch {
+		case !n.ContainerReadyAt.IsZero():
+			ready = n.ContainerReadyAt
+		case !n.InstalledAt.IsZero() && !n.AcceptedAt.IsZero() && !n.AcceptanceFailed:
+			ready = n.InstalledAt
+			if n.AcceptedAt.After(ready) {
+				ready = n.AcceptedAt
+			}
+		default:
+			return time.Time{}, false
+		}
+		if ready.After(at) {
+			at = ready
+		}
+	}
+	return at, true
+}
+
+// MeteredExcludes reports whether minutes in a measured outage of kind are
+// left unbilled: the host failed, or had fewer devices than rented.
+func MeteredExcludes(kind IncidentKind) bool {
+	return kind == IncidentHostFailure || kind == IncidentFewerDevices
+}
+
+// Why a metered rental stopped.
+const (
+	MeteredStopBuyer   = "buyer"   // the buyer stopped it
+	MeteredStopBalance = "balance" // the balance could not cover the next minutes
+	MeteredStopNotice  = "notice"  // its capacity is booked ahead: stopped at the provider's notice
+	MeteredStopMax     = "max"     // it reached the buyer's maximum
+	MeteredStopRemoved = "removed" // the agent removed access first
+)
+
+// MeteredStopLabel says in words why a rental stopped.
+func MeteredStopLabel(reason string) string {
+	switch reason {
+	case MeteredStopBuyer:
+		return "stopped by you"
+	case MeteredStopBalance:
+		return "stopped: the balance ran out"
+	case MeteredStopNotice:
+		return "stopped before a booking of the same devices"
+	case MeteredStopMax:
+		return "stopped at the maximum you set"
+	case MeteredStopRemoved:
+		return "access removed by the host"
+	}
+	return "running"
 }

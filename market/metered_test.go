@@ -156,3 +156,30 @@ func TestSummarizeBalance(t *testing.T) {
 		t.Error("a key used twice passed")
 	}
 }
+
+func TestMeteredUsableAt(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	m := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+	cases := []struct {
+		name  string
+		nodes []NodeReadiness
+		at    time.Time
+		ok    bool
+	}{
+		{"nothing reported", []NodeReadiness{{}}, time.Time{}, false},
+		{"access without acceptance", []NodeReadiness{{InstalledAt: m(2)}}, time.Time{}, false},
+		{"acceptance after access", []NodeReadiness{{InstalledAt: m(2), AcceptedAt: m(5)}}, m(5), true},
+		{"access after acceptance", []NodeReadiness{{InstalledAt: m(7), AcceptedAt: m(5)}}, m(7), true},
+		{"failed acceptance", []NodeReadiness{{InstalledAt: m(2), AcceptedAt: m(5), AcceptanceFailed: true}}, time.Time{}, false},
+		{"container running", []NodeReadiness{{ContainerReadyAt: m(4)}}, m(4), true},
+		{"the last node counts", []NodeReadiness{{InstalledAt: m(1), AcceptedAt: m(3)}, {ContainerReadyAt: m(9)}}, m(9), true},
+		{"one node not ready", []NodeReadiness{{InstalledAt: m(1), AcceptedAt: m(3)}, {InstalledAt: m(2)}}, time.Time{}, false},
+		{"no nodes", nil, time.Time{}, false},
+	}
+	for _, c := range cases {
+		at, ok := MeteredUsableAt(c.nodes)
+		if ok != c.ok || !at.Equal(c.at) {
+			t.Errorf("%s: got %v %v, want %v %v", c.name, at, ok, c.at, c.ok)
+		}
+	}
+}
