@@ -264,7 +264,7 @@ func TestMeteredRentalStopsWhenTheBalanceRunsOut(t *testing.T) {
 	if warned != 1 {
 		t.Errorf("warned %d times, want once", warned)
 	}
-	if !stoppedAt.Equal(c.Add(13*time.Minute)) {
+	if !stoppedAt.Equal(c.Add(13 * time.Minute)) {
 		t.Fatalf("stopped at %s, want c+13m", stoppedAt)
 	}
 	got, err := db.FindMeteredRental(ctx, rental.ReservationID)
