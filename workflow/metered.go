@@ -43,6 +43,72 @@ func (s *Service) TopUpWithSavedCard(ctx context.Context, buyerID int64, amount 
 	return s.chargeTopUp(ctx, t)
 }
 
+// StartTopUpCheckout starts a top-up of the buyer's balance by amount on
+// the processor's hosted payment page and returns where to send the buyer:
+// the top-up is recorded pending with the checkout, and is paid when the
+// buyer comes back to urls.Success ("?top_up=<id>" added: CompleteTopUpCheckout)
+// or the processor's checkout event arrives, whichever is first.
+func (s *Service) StartTopUpCheckout(ctx context.Context, buyerID int64, amount market.Cents, urls CheckoutURLs) (string, error) {
+	if err := market.ValidateTopUp(amount); err != nil {
+		return "", err
+	}
+	t, err := s.db.CreateTopUp(ctx, buyerID, amount, store.TopUpCheckout, s.now())
+	if err != nil {
+		return "", err
+	}
+	co, err := s.pay.CreateCheckout(ctx, billing.CheckoutInput{TopUpID: t.ID, Amount: amount, Description: fmt.Sprintf("Balance top-up #%d", t.ID),
+		SuccessURL: urls.Success + "?top_up=" + strconv.FormatInt(t.ID, 10), CancelURL: urls.Cancel, IdempotencyKey: market.TopUpKey(t.ID)})
+	if err != nil {
+		return "", err
+	}
+	if err := s.db.SetTopUpCheckout(ctx, t.ID, co.ID, s.now()); err != nil {
+		return "", err
+	}
+	return co.URL, nil
+}
+
+// CompleteTopUpCheckout is the buyer's return from a top-up's hosted
+// payment: the checkout is read from the processor and, once paid, the
+// top-up recorded paid (once, whichever of this and the event comes
+// first). Another buyer's top-up is not found; one not paid yet a conflict.
+func (s *Service) CompleteTopUpCheckout(ctx context.Context, buyerID, topUpID int64) (store.TopUp, error) {
+	t, err := s.db.FindTopUp(ctx, buyerID, topUpID)
+	if err != nil {
+		return store.TopUp{}, err
+	}
+	if t.State == store.TopUpPaid {
+		return t, nil
+	}
+	if t.CheckoutID == "" {
+		return store.TopUp{}, market.Errorf(market.CodeConflict, "This top-up has not been paid.")
+	}
+	if err := s.completeTopUpCheckout(ctx, t.ID, t.CheckoutID, ""); err != nil {
+		return store.TopUp{}, err
+	}
+	return s.db.FindTopUp(ctx, buyerID, topUpID)
+}
+
+// completeTopUpCheckout records a top-up paid by its checkout, read from
+// the processor (an event's word alone is not taken for the amount).
+func (s *Service) completeTopUpCheckout(ctx context.Context, topUpID int64, checkoutID, paymentIntentID string) error {
+	co, err := s.pay.RetrieveCheckout(ctx, checkoutID)
+	if err != nil {
+		return err
+	}
+	if !co.Paid {
+		return market.Errorf(market.CodeConflict, "This top-up has not been paid yet.")
+	}
+	if co.PaymentIntentID != "" {
+		paymentIntentID = co.PaymentIntentID
+	}
+	t, err := s.db.RecordTopUpPaid(ctx, topUpID, paymentIntentID, s.now())
+	if err != nil {
+		return err
+	}
+	s.log.Info("balance topped up on the payment page", "buyer_id", t.BuyerID, "top_up_id", t.ID, "amount_cents", int64(t.Amount))
+	return nil
+}
+
 // chargeTopUp makes a pending saved-card top-up's charge and records its
 // outcome.
 func (s *Service) chargeTopUp(ctx context.Context, t store.TopUp) (store.TopUp, error) {
