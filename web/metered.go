@@ -13,6 +13,7 @@ import (
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/views"
+	"github.com/gpumarket/gpumarket/workflow"
 )
 
 // Metered rentals and the prepaid balance (docs/metered.md): the balance
@@ -122,6 +123,51 @@ func (h *Handler) handleTopUp(c echo.Context) error {
 	}
 	v.Amount, v.AmountError = raw, market.ErrorMessage(err)
 	return render(c, http.StatusUnprocessableEntity, views.BalancePage(h.page(c, "Prepaid balance"), v))
+}
+
+// handleTopUpCheckout starts a top-up on the processor's payment page
+// (workflow.StartTopUpCheckout); a bad amount re-renders the page with 422.
+func (h *Handler) handleTopUpCheckout(c echo.Context) error {
+	ctx := c.Request().Context()
+	u := currentUser(c)
+	raw := c.FormValue("amount")
+	amount, perr := market.ParseCents(raw)
+	var err error = market.Errorf(market.CodeInvalid, "Enter an amount in dollars, e.g. 20.00.")
+	if perr == nil {
+		var to string
+		if to, err = h.wf.StartTopUpCheckout(ctx, u.ID, amount, workflow.CheckoutURLs{Success: h.absURL("/balance/top-up/return"), Cancel: h.absURL("/balance")}); err == nil {
+			return c.Redirect(http.StatusSeeOther, to)
+		}
+	}
+	if market.ErrorCode(err) != market.CodeInvalid {
+		return err
+	}
+	v, verr := h.balanceView(ctx, u.ID)
+	if verr != nil {
+		return verr
+	}
+	v.CheckoutAmount, v.CheckoutError = raw, market.ErrorMessage(err)
+	return render(c, http.StatusUnprocessableEntity, views.BalancePage(h.page(c, "Prepaid balance"), v))
+}
+
+// handleTopUpReturn is where the payment page sends the buyer back: the
+// top-up is read from the processor and recorded paid
+// (workflow.CompleteTopUpCheckout).
+func (h *Handler) handleTopUpReturn(c echo.Context) error {
+	id, err := strconv.ParseInt(c.QueryParam("top_up"), 10, 64)
+	if err != nil {
+		return market.Errorf(market.CodeNotFound, "That top-up could not be found.")
+	}
+	t, err := h.wf.CompleteTopUpCheckout(c.Request().Context(), currentUser(c).ID, id)
+	switch {
+	case market.ErrorCode(err) == market.CodeConflict:
+		h.setFlash(c, "error", market.ErrorMessage(err))
+	case err != nil:
+		return err
+	default:
+		h.setFlash(c, "ok", fmt.Sprintf("Your balance is topped up by %s.", t.Amount))
+	}
+	return c.Redirect(http.StatusSeeOther, "/balance")
 }
 
 // handleBalanceRefund refunds the unused balance (workflow.RefundBalance).

@@ -149,3 +149,47 @@ func TestMeteredAPI(t *testing.T) {
 	app.tick(testNow.Add(time.Hour + 5*time.Minute))
 	requireReconciled(t, app.testApp)
 }
+
+// A top-up on the payment page with no saved card: the local test
+// processor's page, paid, back on the balance page with 15.00; the return
+// link afterwards changes nothing; a bad amount is a 422 next to the field.
+func TestTopUpOnThePaymentPage(t *testing.T) {
+	app := newBillingApp(t)
+	buyer := app.client()
+	buyer.signUp("topup-page@example.com", false)
+	r := buyer.post("/balance", "/balance/top-up/checkout", url.Values{"amount": {"1.00"}})
+	if r.status != http.StatusUnprocessableEntity || !strings.Contains(testidText(r.body, "checkout-amount-error"), "between $5.00") {
+		t.Fatalf("1.00: %d %q", r.status, testidText(r.body, "checkout-amount-error"))
+	}
+	r = buyer.post("/balance", "/balance/top-up/checkout", url.Values{"amount": {"15.00"}})
+	if r.status != http.StatusSeeOther || !strings.HasPrefix(r.location, "/pay/local/") {
+		t.Fatalf("top up on the page: %d → %q\n%s", r.status, r.location, r.body)
+	}
+	payPage := buyer.get(r.location)
+	mustContain(t, payPage.body, "Balance top-up #", "$15.00")
+	// Another buyer cannot pay it.
+	other := app.client()
+	other.signUp("topup-other@example.com", false)
+	if o := other.get(r.location); o.status != http.StatusNotFound {
+		t.Fatalf("another buyer's top-up page: %d", o.status)
+	}
+	done := buyer.post(r.location, r.location, url.Values{"outcome": {"pay"}})
+	if done.status != http.StatusSeeOther || done.location != "/balance" {
+		t.Fatalf("pay: %d → %q\n%s", done.status, done.location, done.body)
+	}
+	if got := testidText(buyer.get("/balance").body, "balance-amount"); got != "$15.00" {
+		t.Fatalf("balance %q, want $15.00", got)
+	}
+	tops, err := app.db.ListTopUps(context.Background(), buyer.userID())
+	if err != nil || len(tops) != 1 || tops[0].State != "paid" || tops[0].Method != "checkout" {
+		t.Fatalf("top-ups %+v %v", tops, err)
+	}
+	if back := buyer.get(fmt.Sprintf("/balance/top-up/return?top_up=%d", tops[0].ID)); back.status != http.StatusSeeOther {
+		t.Fatalf("return: %d", back.status)
+	}
+	bal, err := app.db.FindBalance(context.Background(), buyer.userID())
+	if err != nil || bal.TopUps != 1500 || bal.Balance != 1500 {
+		t.Fatalf("balance after the return link %+v %v", bal, err)
+	}
+	requireReconciled(t, app.testApp)
+}

@@ -151,6 +151,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	// Metered rentals and the prepaid balance (docs/metered.md).
 	b.GET("/balance", h.handleBalance, requireUser)
 	b.POST("/balance/top-up", h.handleTopUp, requireUser, h.requireVerified)
+	b.POST("/balance/top-up/checkout", h.handleTopUpCheckout, requireUser, h.requireVerified)
+	b.GET("/balance/top-up/return", h.handleTopUpReturn, requireUser)
 	b.POST("/balance/refund", h.handleBalanceRefund, requireUser)
 	b.POST("/offers/:id/metered", h.handleMeteredStart, requireUser, h.requireVerified)
 	b.POST("/reservations/:id/stop", h.handleMeteredStop, requireUser)
