@@ -16,6 +16,20 @@ import (
 // background tick draws its usable minutes from the balance to the
 // provider, exactly once under the background lease.
 
+// refuseMetered refuses what is for blocks of hours (extending, reselling,
+// rejecting for a refund of what was paid up front) on a metered rental,
+// which runs until stopped and is paid by the minute.
+func (s *Service) refuseMetered(ctx context.Context, reservationID int64) error {
+	_, err := s.db.FindMeteredRental(ctx, reservationID)
+	switch market.ErrorCode(err) {
+	case market.CodeNotFound:
+		return nil
+	case "":
+		return market.Errorf(market.CodeConflict, "A metered rental runs until you stop it and is paid by the minute: it cannot be extended, resold or rejected for a refund. Stop it instead.")
+	}
+	return err
+}
+
 // SetOfferMetered lets the provider's offer be rented metered, with the
 // provider's notice to stop a rental for a booking (0: the default), or
 // stops allowing it.

@@ -408,3 +408,24 @@ func TestMeteredDrawsOnceAcrossReplicas(t *testing.T) {
 	}
 	f.requireReconciled()
 }
+
+// What is for blocks is refused on a metered rental: extending, reselling,
+// rejecting for a refund.
+func TestMeteredRentalRefusesBlockActions(t *testing.T) {
+	f := newFixture(t, nil)
+	f.meteredSetup(2000)
+	f.now = t0.Add(time.Hour)
+	m, err := f.wf.StartMetered(f.ctx, f.buyer.ID, f.offer.ID, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.wf.Extend(f.ctx, f.buyer.ID, m.ReservationID, 1, 249, 30*time.Minute); market.ErrorCode(err) != market.CodeConflict {
+		t.Errorf("extend: %v, want a conflict", err)
+	}
+	if _, err := f.wf.Reject(f.ctx, f.buyer.ID, m.ReservationID, ""); market.ErrorCode(err) != market.CodeConflict {
+		t.Errorf("reject: %v, want a conflict", err)
+	}
+	if _, err := f.wf.ListRemainingTime(f.ctx, f.buyer.ID, m.ReservationID, f.now.Add(time.Hour), 100); market.ErrorCode(err) != market.CodeConflict {
+		t.Errorf("resale: %v, want a conflict", err)
+	}
+}
