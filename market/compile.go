@@ -15,6 +15,7 @@ const (
 	flagInterruptible
 	flagVerified
 	flagContainers // runs buyer containers with CDI (ContainerSupport.RunsContainers)
+	flagAgent      // the hosts run the provider agent (AccessMode.Agent)
 )
 
 // slot is an offer in the matcher's compact form. Prices in cents, times in
@@ -104,6 +105,9 @@ func makeSlot(c Candidate) (slot, error) {
 	if o.Containers.RunsContainers() {
 		s.flags |= flagContainers
 	}
+	if o.Access.Agent() {
+		s.flags |= flagAgent
+	}
 	if o.Interruptible && o.InterruptibleCentsPerDH > 0 && o.InterruptibleCentsPerDH <= o.PriceCentsPerDeviceHour {
 		s.flags |= flagInterruptible
 		s.intrPrice = int32(o.InterruptibleCentsPerDH)
@@ -154,6 +158,7 @@ type query struct {
 	minCUDA          uint32
 	vrank            []uint32 // the index's version ranks while the query runs
 	verified         bool
+	agent            bool // only hosts that run the agent
 	containers       bool // the request has a runtime
 	minReliability   uint16
 	maxCarbon        uint16
@@ -206,7 +211,7 @@ func compile(req Request, now time.Time) (*query, error) {
 		hours:    int64(w.Hours),
 		maxPrice: int32(c.MaxPricePerDeviceHour), offers: c.OfferIDs, budget: int64(c.BudgetCents),
 		minInterconnect: uint8(c.MinInterconnect.Rank()), minNet: clampU16(int64(c.MinNetworkGbps)),
-		verified: c.RequireVerified, containers: req.Runtime.Image != "", minReliability: uint16(c.MinReliabilityBP), maxCarbon: uint16(c.MaxCarbonGPerKWh),
+		verified: c.RequireVerified, agent: c.RequireAgent, containers: req.Runtime.Image != "", minReliability: uint16(c.MinReliabilityBP), maxCarbon: uint16(c.MaxCarbonGPerKWh),
 		allowIntr: c.AllowInterruption, dataRegion: -1, datasetGB: int64(w.DatasetGB),
 		checkpointMins: int64(w.CheckpointMins), restartMins: int64(w.RestartMins),
 	}
@@ -344,6 +349,8 @@ func (q *query) eval(s *slot, f *fit) int {
 		return rContainer
 	case q.verified && s.flags&flagVerified == 0:
 		return rVerified
+	case q.agent && s.flags&flagAgent == 0:
+		return rAgent
 	case s.reliability < q.minReliability:
 		return rReliability
 	case q.maxCarbon > 0 && s.carbon > q.maxCarbon:

@@ -25,6 +25,7 @@ const (
 	ConstraintSoftware     Constraint = "software"
 	ConstraintContainer    Constraint = "container"
 	ConstraintVerified     Constraint = "verified"
+	ConstraintAgent        Constraint = "agent"
 	ConstraintReliability  Constraint = "reliability"
 	ConstraintCarbon       Constraint = "carbon"
 	ConstraintDevices      Constraint = "devices"
@@ -50,6 +51,7 @@ var reasons = [...]struct {
 	{ConstraintSoftware, "driver or CUDA too old"},
 	{ConstraintContainer, "do not run containers"},
 	{ConstraintVerified, "no verified figures"},
+	{ConstraintAgent, "run no agent"},
 	{ConstraintReliability, "reliability too low"},
 	{ConstraintCarbon, "carbon intensity too high"},
 	{ConstraintDevices, "too few devices"},
@@ -69,6 +71,7 @@ const (
 	rSoftware
 	rContainer
 	rVerified
+	rAgent
 	rReliability
 	rCarbon
 	rDevices

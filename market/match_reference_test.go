@@ -324,6 +324,8 @@ func refClassify(in instance) []refOffer {
 			r.reason = ConstraintSoftware
 		case c.RequireVerified && !verified:
 			r.reason = ConstraintVerified
+		case c.RequireAgent && !o.Access.Agent():
+			r.reason = ConstraintAgent
 		case rel < c.MinReliabilityBP:
 			r.reason = ConstraintReliability
 		case c.MaxCarbonGPerKWh > 0 && o.CarbonGPerKWh > c.MaxCarbonGPerKWh:

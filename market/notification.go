@@ -69,6 +69,12 @@ const (
 	NoticeOutageToProvider   NoticeKind = "outage_to_provider"   // Reservation, Incident, Devices, Start, End, ShortBP
 )
 
+// Notice kinds of a reservation's messages (access.go).
+const (
+	NoticeMessageFromBuyer    NoticeKind = "message_from_buyer"    // to the providers: Reservation, Text: the message's start
+	NoticeMessageFromProvider NoticeKind = "message_from_provider" // to the buyer: Reservation, Text: the message's start
+)
+
 // Notice kinds of disputes.
 const (
 	NoticeDisputeOpened         NoticeKind = "dispute_opened"          // to the providers: Reservation, Dispute
@@ -247,6 +253,10 @@ func (n Notice) Text() string {
 		return fmt.Sprintf("The provider acknowledged your incident report on reservation #%d (%s); it counts in settlement.", r, p.Incident.Label())
 	case NoticeIncidentNote:
 		return fmt.Sprintf("The provider added a note to the %s its agent measured on reservation #%d.", p.Incident.Label(), r)
+	case NoticeMessageFromBuyer:
+		return fmt.Sprintf("The buyer of booking #%d wrote: “%s” Answer in the booking's messages.", r, p.Text)
+	case NoticeMessageFromProvider:
+		return fmt.Sprintf("The provider of reservation #%d wrote: “%s” Answer in the reservation's messages.", r, p.Text)
 	case NoticeOutageToBuyer:
 		return fmt.Sprintf("The provider's agent measured an outage on reservation #%d (%s); it counts in settlement.", r, p.outage())
 	case NoticeOutageToProvider:

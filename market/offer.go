@@ -257,6 +257,11 @@ type Offer struct {
 	// Containers is whether and how the host runs buyers' environments
 	// (runtime.go).
 	Containers ContainerSupport
+	// Access is whether the hosts run the provider agent (access.go);
+	// AccessInstructions, for an offer without it, how the provider gives
+	// access, shown to the buyer after payment.
+	Access             AccessMode
+	AccessInstructions string
 
 	// Location and power.
 	RegionID      string
@@ -410,6 +415,7 @@ func ValidateOffer(o *Offer, now time.Time) error {
 	textField(p, "os_image", o.OSImage, false)
 	textField(p, "container_runtime", o.ContainerRuntime, false)
 	validateContainerSupport(p, &o.Containers)
+	validateAccess(p, o)
 
 	region, ok := FindRegion(o.RegionID)
 	if !ok {

@@ -181,6 +181,7 @@ func (e *engine) relax(src source, q *query, now time.Time, perRun, left int) (_
 			r.Constraints.MinDriverVersion, r.Constraints.MinCUDAVersion = "", ""
 		}},
 		{c.RequireVerified, ConstraintVerified, "accept unverified figures", func(r *Request) { r.Constraints.RequireVerified = false }},
+		{c.RequireAgent, ConstraintAgent, "accept hosts without the agent (access given by the provider)", func(r *Request) { r.Constraints.RequireAgent = false }},
 		{len(c.OfferIDs) > 0, ConstraintOffer, "quote any offer, not only the ones asked for", func(r *Request) { r.Constraints.OfferIDs = nil }},
 	} {
 		if !d.active {

@@ -103,6 +103,9 @@ type Constraints struct {
 	MinDriverVersion      string
 	MinCUDAVersion        string
 	RequireVerified       bool // at least one platform-verified figure
+	// RequireAgent keeps offers whose hosts run the provider agent (access
+	// handed over automatically, outages measured; access.go).
+	RequireAgent bool
 	// OfferIDs pins the request to these offers (empty = any offer), as
 	// "Quote this offer" on an offer's page does.
 	OfferIDs []int64

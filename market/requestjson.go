@@ -66,6 +66,7 @@ type constraintsJSON struct {
 	MinDriverVersion      string       `json:"min_driver_version,omitempty"`
 	MinCUDAVersion        string       `json:"min_cuda_version,omitempty"`
 	RequireVerified       bool         `json:"require_verified,omitempty"`
+	RequireAgent          bool         `json:"require_agent,omitempty"`
 	OfferIDs              []int64      `json:"offers,omitempty"`
 }
 
@@ -102,7 +103,7 @@ func EncodeRequestJSON(r Request) ([]byte, error) {
 			AllowInterruption: c.AllowInterruption, MaxPricePerDeviceHour: c.MaxPricePerDeviceHour,
 			BudgetCents: c.BudgetCents, MinReliabilityBP: c.MinReliabilityBP, MaxCarbonGPerKWh: c.MaxCarbonGPerKWh,
 			MinDriverVersion: c.MinDriverVersion, MinCUDAVersion: c.MinCUDAVersion, RequireVerified: c.RequireVerified,
-			OfferIDs: c.OfferIDs,
+			RequireAgent: c.RequireAgent, OfferIDs: c.OfferIDs,
 		},
 		Preferences: preferencesJSON(p),
 		Limit:       r.Limit,
@@ -154,7 +155,7 @@ func DecodeRequestJSON(data []byte) (Request, error) {
 			AllowInterruption: c.AllowInterruption, MaxPricePerDeviceHour: c.MaxPricePerDeviceHour,
 			BudgetCents: c.BudgetCents, MinReliabilityBP: c.MinReliabilityBP, MaxCarbonGPerKWh: c.MaxCarbonGPerKWh,
 			MinDriverVersion: c.MinDriverVersion, MinCUDAVersion: c.MinCUDAVersion, RequireVerified: c.RequireVerified,
-			OfferIDs: c.OfferIDs,
+			RequireAgent: c.RequireAgent, OfferIDs: c.OfferIDs,
 		},
 		Preferences: Preferences(doc.Preferences),
 		Limit:       doc.Limit,
@@ -216,6 +217,11 @@ type offerJSON struct {
 	Figures []figureJSON `json:"figures,omitempty"`
 
 	Containers *containersJSON `json:"containers,omitempty"`
+
+	// Access is "agent" (absent: the hosts run the provider agent) or
+	// "manual", with AccessInstructions.
+	Access             AccessMode `json:"access,omitempty"`
+	AccessInstructions string     `json:"access_instructions,omitempty"`
 }
 
 type figureJSON struct {
@@ -252,6 +258,7 @@ func EncodeOfferJSON(o Offer) ([]byte, error) {
 		CreditSchedule: o.CreditSchedule, CreditCapBP: o.CreditCapBP, FreeCancelHours: o.FreeCancelHours,
 		CancelFeeBP: o.CancelFeeBP, RejectMinutes: &o.RejectMinutes,
 		Containers: encodeContainersJSON(o.Containers),
+		Access:     o.Access, AccessInstructions: o.AccessInstructions,
 	}
 	for _, f := range o.Figures {
 		basis := f.Basis
@@ -301,6 +308,7 @@ func DecodeOfferJSON(data []byte, now time.Time) (Offer, error) {
 		CreditSchedule: doc.CreditSchedule, CreditCapBP: doc.CreditCapBP, FreeCancelHours: doc.FreeCancelHours,
 		CancelFeeBP: doc.CancelFeeBP, RejectMinutes: DefaultRejectMinutes, Review: ReviewPending, State: OfferActive,
 		Containers: decodeContainersJSON(doc.Containers),
+		Access:     doc.Access, AccessInstructions: doc.AccessInstructions,
 	}
 	if doc.RejectMinutes != nil {
 		o.RejectMinutes = *doc.RejectMinutes

@@ -86,6 +86,7 @@ func TestOfferJSONRoundTrip(t *testing.T) {
 	o := benchOffer(42, 3)
 	o.Title = "8× H100 in Oregon"
 	o.Figures = []Figure{{Kind: FigureRelThroughput, Value: 3100, Basis: FigureEstimated, Method: "MLPerf GPT-3 175B, batch 2048"}}
+	o.Access, o.AccessInstructions = AccessManual, "Send your public key in the messages;\nI add it within the hour."
 	data, err := EncodeOfferJSON(o)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ type OfferSearch struct {
 	Devices        Range // devices per node × nodes
 	PriceCents     Range // on-demand price per device-hour
 	Interruptible  *bool // nil: any; true: sells interruptible capacity; false: does not
+	Agent          *bool // nil: any; true: the hosts run the provider agent; false: access by the provider's hand
 	// Free, when set, keeps offers that can be booked for its window with
 	// devices free on their nodes (FreeAdmits); the store checks it against
 	// the commitments, not in SQL.
@@ -145,6 +146,9 @@ var queryFields = []queryField{
 		expected: "a country code: " + strings.Join(Countries(), ", ")},
 	{name: "interruptible", aliases: []string{"spot"}, kind: kindBool,
 		meaning: "sells interruptible (preemptible) capacity", example: "interruptible=yes",
+		expected: "yes or no"},
+	{name: "agent", aliases: []string{"automatic_access"}, kind: kindBool,
+		meaning: "the hosts run the provider agent: access handed over automatically, outages measured", example: "agent=yes",
 		expected: "yes or no"},
 	{name: "available", aliases: []string{"from", "free_from"}, kind: kindFreeFrom,
 		meaning:  "devices free from then (UTC) for the hours asked, or the offer's shortest rental; with devices>=N, N of them",
@@ -401,10 +405,14 @@ func (s *OfferSearch) applyBool(f queryField, c Condition) error {
 	if c.Op.Text == "!=" {
 		b = !b
 	}
-	if s.Interruptible != nil && *s.Interruptible != b {
-		return queryErr(c.Values[0], "a value that fits the conditions before it: an offer is interruptible or not, not both")
+	dst, what := &s.Interruptible, "is interruptible"
+	if f.name == "agent" {
+		dst, what = &s.Agent, "runs the agent"
 	}
-	s.Interruptible = &b
+	if *dst != nil && **dst != b {
+		return queryErr(c.Values[0], "a value that fits the conditions before it: an offer "+what+" or not, not both")
+	}
+	*dst = &b
 	return nil
 }
 

@@ -94,6 +94,7 @@ var notificationSubjects = map[string]string{
 	NotifyStatementReady:       "Your statement is ready",
 	NotifyPayoutHeld:           "A payout is held",
 	NotifyIncidentAcknowledged: "An incident was acknowledged",
+	NotifyReservationMessage:   "New message about a reservation",
 
 	NotifyOrderFilled:    "Your standing order filled",
 	NotifyOrderExpired:   "Your standing order expired",
@@ -113,7 +114,7 @@ func MailedNotificationKinds() []string {
 	return []string{
 		NotifyBookingHeld, NotifyBookingConfirmed, NotifyBookingExpired, NotifyPaymentFailed, NotifyReservationStarting,
 		NotifyBookingMade, NotifyBookingCancelled, NotifyStatementReady, NotifyRefundSent, NotifyPayoutSent, NotifyPayoutHeld,
-		NotifyIncidentReported, NotifyIncidentAcknowledged, NotifyDisputeOpened, NotifyDisputeAnswered, NotifyDisputeDecided,
+		NotifyReservationMessage, NotifyIncidentReported, NotifyIncidentAcknowledged, NotifyDisputeOpened, NotifyDisputeAnswered, NotifyDisputeDecided,
 		NotifyListingApproved, NotifyListingRejected, NotifyListingChanges,
 		NotifyAccountSuspended, NotifyAccountReinstated,
 		NotifyOrderFilled, NotifyOrderNote, NotifyOrderExpired, NotifyOrderCancelled,

@@ -87,6 +87,7 @@ const (
 	NotifyStatementReady       = "statement_ready"       // to the buyer and the providers
 	NotifyPayoutHeld           = "payout_held"           // to the provider: finish payout onboarding
 	NotifyIncidentAcknowledged = "incident_acknowledged" // to the buyer
+	NotifyReservationMessage   = "reservation_message"   // to the other side of a reservation's messages
 )
 
 // insertNotification adds n inside the caller's transaction, and queues

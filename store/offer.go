@@ -34,6 +34,7 @@ func offerFields(o market.Offer) ([]string, []any) {
 		"price_cents_per_device_hour", "interruptible", "interruptible_cents_per_dh", "storage_cents_per_gb_month", "egress_cents_per_gb",
 		"billing_basis", "uptime_bp", "credit_cap_bp", "free_cancel_hours", "cancel_fee_bp", "reject_minutes",
 		"container_engine", "container_cdi", "container_max_image_gb", "container_image_cache", "shared_host_user",
+		"access_mode", "access_instructions",
 	}
 	args := []any{
 		o.Title, o.AcceleratorID, o.MemoryGB, o.DevicesPerNode, o.Nodes, string(o.Interconnect), o.NetworkID,
@@ -44,6 +45,7 @@ func offerFields(o market.Offer) ([]string, []any) {
 		int64(o.PriceCentsPerDeviceHour), boolInt(o.Interruptible), int64(o.InterruptibleCentsPerDH), int64(o.StorageCentsPerGBMonth), int64(o.EgressCentsPerGB),
 		string(o.BillingBasis), o.UptimeBP, o.CreditCapBP, o.FreeCancelHours, o.CancelFeeBP, o.RejectMinutes,
 		string(o.Containers.Engine), boolInt(o.Containers.CDI), o.Containers.MaxImageGB, boolInt(o.Containers.ImageCache), boolInt(o.Containers.SharedHostUser),
+		string(accessMode(o.Access)), o.AccessInstructions,
 	}
 	return cols, args
 }
@@ -59,6 +61,7 @@ const (
 		o.price_cents_per_device_hour, o.interruptible, o.interruptible_cents_per_dh, o.storage_cents_per_gb_month, o.egress_cents_per_gb,
 		o.billing_basis, o.uptime_bp, o.credit_cap_bp, o.free_cancel_hours, o.cancel_fee_bp, o.reject_minutes,
 		o.container_engine, o.container_cdi, o.container_max_image_gb, o.container_image_cache, o.shared_host_user,
+		o.access_mode, o.access_instructions,
 		o.review, o.review_note, o.state, o.created_at, o.updated_at`
 	listingColumns = offerColumns + `, u.display_name, u.organisation, u.suspended`
 	listingFrom    = ` FROM offers o JOIN users u ON u.id = o.provider_id`
@@ -66,7 +69,7 @@ const (
 
 func scanOffer(s scanner, extra ...any) (market.Offer, error) {
 	var o market.Offer
-	var interconnect, basis, review, state, engine string
+	var interconnect, basis, review, state, engine, access string
 	var from, until, created, updated int64
 	var price, intPrice, storagePrice, egressPrice int64
 	dest := append([]any{
@@ -78,6 +81,7 @@ func scanOffer(s scanner, extra ...any) (market.Offer, error) {
 		&price, &o.Interruptible, &intPrice, &storagePrice, &egressPrice,
 		&basis, &o.UptimeBP, &o.CreditCapBP, &o.FreeCancelHours, &o.CancelFeeBP, &o.RejectMinutes,
 		&engine, &o.Containers.CDI, &o.Containers.MaxImageGB, &o.Containers.ImageCache, &o.Containers.SharedHostUser,
+		&access, &o.AccessInstructions,
 		&review, &o.ReviewNote, &state, &created, &updated,
 	}, extra...)
 	if err := s.Scan(dest...); err != nil {
@@ -85,6 +89,7 @@ func scanOffer(s scanner, extra ...any) (market.Offer, error) {
 	}
 	o.Interconnect = market.Interconnect(interconnect)
 	o.Containers.Engine = market.ContainerEngine(engine)
+	o.Access = market.AccessMode(access)
 	o.BillingBasis = market.BillingBasis(basis)
 	o.Review = market.ReviewState(review)
 	o.State = market.OfferState(state)
@@ -102,6 +107,15 @@ func scanListing(s scanner) (OfferListing, error) {
 	o, err := scanOffer(s, &l.ProviderName, &l.ProviderOrg, &l.ProviderSuspended)
 	l.Offer = o
 	return l, err
+}
+
+// accessMode is the mode as stored: an offer built without one (tests,
+// imports) runs the agent, as market.AccessMode.Agent reads it.
+func accessMode(m market.AccessMode) market.AccessMode {
+	if m.Agent() {
+		return market.AccessAgent
+	}
+	return market.AccessManual
 }
 
 const msgDuplicateFigure = "Each performance figure may be stated once."
@@ -648,6 +662,13 @@ func (db *DB) FindOffers(ctx context.Context, f OfferFilter) ([]OfferListing, in
 	between("o.price_cents_per_device_hour", f.PriceCents)
 	if f.Interruptible != nil {
 		where, args = append(where, "o.interruptible = ?"), append(args, boolInt(*f.Interruptible))
+	}
+	if f.Agent != nil {
+		mode := market.AccessManual
+		if *f.Agent {
+			mode = market.AccessAgent
+		}
+		where, args = append(where, "o.access_mode = ?"), append(args, string(mode))
 	}
 	order, ok := offerOrder[f.Sort]
 	if !ok {

@@ -30,3 +30,11 @@ func devicesText(n string) string {
 	}
 	return n + " devices"
 }
+
+// boolAttr writes a flag as an attribute value tests read: "yes" or "no".
+func boolAttr(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

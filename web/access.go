@@ -46,7 +46,7 @@ func accessState(r market.Reservation, p market.ReservationPiece, na store.NodeA
 	case running && na.Reported:
 		return accessInstalling, "The provider's agent is installing your keys; the connection appears here within a minute."
 	case running:
-		return accessInstalling, "No agent reports from this machine yet; contact the provider if the connection does not appear soon."
+		return accessInstalling, "No agent reports from this machine yet; if the connection does not appear soon, write to the provider in the messages below."
 	case now.Before(p.Start):
 		return accessScheduled, "Your keys are installed at the start, " + formatTime(p.Start) + "."
 	case a.Removed():

@@ -221,6 +221,9 @@ func (h *Handler) handleAPIOffers(c echo.Context) error {
 	}
 	out := apiOfferList{Offers: []apiOffer{}, Total: total}
 	for _, l := range listings {
+		// The access instructions are for the offer's buyers once they
+		// have paid (the reservation page), not for the catalogue.
+		l.Offer.AccessInstructions = ""
 		o, err := toAPIOffer(l.Offer, providerName(l))
 		if err != nil {
 			return err

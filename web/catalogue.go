@@ -27,6 +27,7 @@ var catalogueFormFields = []struct{ param, field, op string }{
 	{"country", "country", "="},
 	{"max_price", "price", "<="},
 	{"interruptible", "interruptible", "="},
+	{"agent", "agent", "="},
 	{"network", "network", ">="},
 	{"free_from", "available", "="},
 	{"free_hours", "hours", "="},
@@ -51,7 +52,7 @@ func readCatalogueFilter(q url.Values) (store.OfferFilter, views.CatalogueFilter
 	v := views.CatalogueFilter{
 		Accelerator: q.Get("model"), Family: q.Get("family"), MinMemory: q.Get("min_memory"),
 		MinDevices: q.Get("min_devices"), Region: q.Get("region"), Country: q.Get("country"),
-		MaxPrice: q.Get("max_price"), Interruptible: q.Get("interruptible"), Network: q.Get("network"), Sort: q.Get("sort"),
+		MaxPrice: q.Get("max_price"), Interruptible: q.Get("interruptible"), Agent: q.Get("agent"), Network: q.Get("network"), Sort: q.Get("sort"),
 		Query: q.Get("q"), FreeFrom: q.Get("free_from"), FreeHours: q.Get("free_hours"),
 	}
 	var f store.OfferFilter
@@ -248,6 +249,7 @@ func offerCard(l store.OfferListing) views.OfferCard {
 		Price:  o.PriceCentsPerDeviceHour.String(),
 		Window: "Available " + formatDate(o.AvailableFrom) + " – " + formatDate(o.AvailableUntil),
 		Carbon: fmt.Sprintf("%d gCO2/kWh", o.CarbonGPerKWh),
+		Access: accessModeView(o.Access),
 	}
 	if o.Interruptible {
 		card.InterruptiblePrice = o.InterruptibleCentsPerDH.String()
@@ -343,6 +345,7 @@ func offerDetail(l store.OfferListing) views.OfferDetailView {
 	v := views.OfferDetailView{
 		ID: strconv.FormatInt(o.ID, 10), Title: o.Title, Provider: providerName(l),
 		Headline: deviceLine(o) + " · " + reg.Name, Price: o.PriceCentsPerDeviceHour.String(),
+		Access: accessModeView(o.Access),
 	}
 	carbonBasis := "estimated"
 	carbonNote := fmt.Sprintf("%d gCO2/kWh", o.CarbonGPerKWh)

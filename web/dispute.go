@@ -216,8 +216,13 @@ func (h *Handler) handleAdminReservation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	t, err := h.db.AdminReservationThread(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
 	return render(c, http.StatusOK, views.AdminReservation(h.page(c, fmt.Sprintf("Reservation %d", id)),
-		views.AdminReservationView{ID: strconv.FormatInt(id, 10), Timeline: rows, Observations: observationRows(obs)}))
+		views.AdminReservationView{ID: strconv.FormatInt(id, 10), Timeline: rows, Observations: observationRows(obs),
+			Thread: threadView(t, currentUser(c).ID, "")}))
 }
 
 func (h *Handler) adminDisputePage(c echo.Context, status int, id int64, credit, reason string, errs map[string]string) error {
@@ -236,6 +241,11 @@ func (h *Handler) adminDisputePage(c echo.Context, status int, id int64, credit,
 		return err
 	}
 	v.Observations = observationRows(obs)
+	t, err := h.db.AdminReservationThread(ctx, d.ReservationID)
+	if err != nil {
+		return err
+	}
+	v.Thread = threadView(t, currentUser(c).ID, "")
 	if d.Status == store.DisputeOpen {
 		v.DecideAction, v.CreditValue, v.ReasonValue, v.Errors = fmt.Sprintf("/admin/disputes/%d/decide", d.ID), credit, reason, errs
 		v.MaxCredit = "what was paid"

@@ -293,6 +293,11 @@ func (h *Handler) providerBookingView(c echo.Context, r market.Reservation, mine
 	if settling {
 		v.StatementURL = base + "/statement"
 	}
+	t, err := h.db.ReservationThread(ctx, currentUser(c).ID, r.ID)
+	if err != nil {
+		return v, err
+	}
+	v.Thread = threadView(t, currentUser(c).ID, backBooking)
 	return v, nil
 }
 

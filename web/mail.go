@@ -33,6 +33,7 @@ var mailKindLabels = map[string]string{
 	store.NotifyPayoutHeld:           "A payout is held",
 	store.NotifyIncidentReported:     "An incident is reported",
 	store.NotifyIncidentAcknowledged: "An incident I reported is acknowledged",
+	store.NotifyReservationMessage:   "A message on one of my reservations or bookings",
 	store.NotifyDisputeOpened:        "A dispute is opened",
 	store.NotifyDisputeAnswered:      "A dispute is answered",
 	store.NotifyDisputeDecided:       "A dispute is decided",

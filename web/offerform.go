@@ -19,7 +19,7 @@ const formTimeLayout = "2006-01-02T15:04"
 var offerFieldOrder = []string{
 	"title", "accelerator", "memory_gb", "devices_per_node", "nodes", "interconnect", "network", "placement_group",
 	"cpu_cores", "ram_gb", "storage_gb", "driver_version", "cuda_version", "os_image", "container_runtime",
-	"container_engine", "container_max_image_gb",
+	"container_engine", "container_max_image_gb", "access", "access_instructions",
 	"region", "carbon", "power_note", "available_from", "available_until", "min_rental_hours", "max_rental_hours",
 	"provisioning_mins", "price", "storage_price", "egress_price", "interruptible_price", "preempt_notice_mins",
 	"billing_basis", "uptime", "credit_schedule", "credit_cap", "free_cancel_hours", "cancel_fee", "reject_minutes",
@@ -55,6 +55,7 @@ func readOfferForm(c echo.Context) views.OfferFormValues {
 		ContainerEngine: c.FormValue("container_engine"), ContainerCDI: c.FormValue("container_cdi") != "",
 		ContainerMaxImageGB: c.FormValue("container_max_image_gb"), ContainerImageCache: c.FormValue("container_image_cache") != "",
 		SharedHostUser: c.FormValue("shared_host_user") != "",
+		Access:         c.FormValue("access"), AccessInstructions: c.FormValue("access_instructions"),
 	}
 	for _, fk := range market.FigureKinds {
 		k := string(fk.Kind)
@@ -77,6 +78,7 @@ func offerFromForm(v views.OfferFormValues) (market.Offer, market.Problems) {
 		DriverVersion: v.DriverVersion, CUDAVersion: v.CUDAVersion, OSImage: v.OSImage, ContainerRuntime: v.ContainerRuntime,
 		RegionID: v.Region, PowerNote: strings.TrimSpace(v.PowerNote), Interruptible: v.Interruptible,
 		BillingBasis: market.BillingBasis(v.BillingBasis),
+		Access:       market.AccessMode(v.Access), AccessInstructions: v.AccessInstructions,
 		Containers: market.ContainerSupport{Engine: market.ContainerEngine(v.ContainerEngine), CDI: v.ContainerCDI,
 			ImageCache: v.ContainerImageCache, SharedHostUser: v.SharedHostUser},
 	}
@@ -196,6 +198,10 @@ func offerFormValues(o market.Offer) views.OfferFormValues {
 		RejectMinutes:   itoa(o.RejectMinutes),
 		ContainerEngine: string(o.Containers.Engine), ContainerCDI: o.Containers.CDI, ContainerImageCache: o.Containers.ImageCache,
 		SharedHostUser: o.Containers.SharedHostUser,
+		Access:         string(market.AccessAgent), AccessInstructions: o.AccessInstructions,
+	}
+	if !o.Access.Agent() {
+		v.Access = string(market.AccessManual)
 	}
 	if o.Containers.MaxImageGB > 0 {
 		v.ContainerMaxImageGB = itoa(o.Containers.MaxImageGB)

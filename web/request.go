@@ -230,6 +230,7 @@ func (h *Handler) quoteCard(ctx context.Context, req market.Request, q market.Qu
 			Model: acc.Name, Devices: strconv.Itoa(p.Devices), Region: reg.Name,
 			Start: formatTime(p.Start), End: formatTime(p.End),
 			Price: p.PriceCents.String() + "/device-hour", Interruptible: p.Interruptible, Verified: info.verified,
+			Access: accessModeView(info.offer.Access),
 		})
 	}
 	names := make([]string, 0, len(models))

@@ -45,6 +45,7 @@ func readRequestForm(q url.Values, now time.Time) views.RequestFormValues {
 		MinReliability: get("constraints.min_reliability"), MaxCarbon: get("constraints.max_carbon_g_per_kwh"),
 		MinDriver: get("constraints.min_driver_version"), MinCUDA: get("constraints.min_cuda_version"),
 		RequireVerified: q.Get("constraints.require_verified") != "",
+		RequireAgent:    q.Get("constraints.require_agent") != "",
 		CostWeight:      get("preferences.cost_weight"), CarbonWeight: get("preferences.carbon_weight"),
 		ReliabilityWeight: get("preferences.reliability_weight"), StartWeight: get("preferences.start_weight"),
 		ProvidersWeight: get("preferences.providers_weight"), PreferredWeight: get("preferences.preferred_weight"),
@@ -148,6 +149,7 @@ func requestFromValues(v views.RequestFormValues) (market.Request, map[string]st
 	num("constraints.max_carbon_g_per_kwh", v.MaxCarbon, &c.MaxCarbonGPerKWh)
 	c.MinDriverVersion, c.MinCUDAVersion = v.MinDriver, v.MinCUDA
 	c.RequireVerified = v.RequireVerified
+	c.RequireAgent = v.RequireAgent
 	for _, s := range nonEmpty(v.Offers) {
 		id, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
@@ -201,7 +203,7 @@ func requestValues(r market.Request) views.RequestFormValues {
 		Accelerators: c.AcceleratorIDs, Families: c.Families, MinMemory: itoa(c.MinMemoryGB),
 		MinInterconnect: string(c.MinInterconnect), MinNetwork: itoa(c.MinNetworkGbps), Regions: c.RegionIDs, Countries: c.Countries,
 		AllowInterruption: c.AllowInterruption, MaxCarbon: itoa(c.MaxCarbonGPerKWh),
-		MinDriver: c.MinDriverVersion, MinCUDA: c.MinCUDAVersion, RequireVerified: c.RequireVerified,
+		MinDriver: c.MinDriverVersion, MinCUDA: c.MinCUDAVersion, RequireVerified: c.RequireVerified, RequireAgent: c.RequireAgent,
 		CostWeight: itoa(pr.CostWeight), CarbonWeight: itoa(pr.CarbonWeight), ReliabilityWeight: itoa(pr.ReliabilityWeight),
 		StartWeight: itoa(pr.StartWeight), ProvidersWeight: itoa(pr.ProvidersWeight), PreferredWeight: itoa(pr.PreferredWeight),
 		PreferredAccelerators: pr.PreferredAcceleratorIDs, PreferredRegions: pr.PreferredRegionIDs,
@@ -279,6 +281,7 @@ func requestQuery(v views.RequestFormValues) string {
 	set("constraints.min_driver_version", v.MinDriver)
 	set("constraints.min_cuda_version", v.MinCUDA)
 	flag("constraints.require_verified", v.RequireVerified)
+	flag("constraints.require_agent", v.RequireAgent)
 	q["constraints.offers"] = v.Offers
 	set("preferences.cost_weight", v.CostWeight)
 	set("preferences.carbon_weight", v.CarbonWeight)

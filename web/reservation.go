@@ -129,6 +129,9 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 	if v.Access, err = h.reservationAccessView(c, r, now); err != nil {
 		return err
 	}
+	if v.Contact, err = h.reservationContact(ctx, currentUser(c).ID, r, backReservation); err != nil {
+		return err
+	}
 	acceptance, err := h.db.ListReservationAcceptance(ctx, r.ID)
 	if err != nil {
 		return err

@@ -38,6 +38,8 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.POST("/reservations/:id/cancel", h.handleAPIReservationCancel, requireScope(scopeWrite))
 	api.POST("/reservations/:id/reject", h.handleAPIReservationReject, requireScope(scopeWrite))
 	api.POST("/reservations/:id/observations", h.handleAPIObservation, requireScope(scopeWrite)) // the buyer's machine
+	api.GET("/reservations/:id/messages", h.handleAPIMessages)                                   // buyer and providers
+	api.POST("/reservations/:id/messages", h.handleAPIMessagePost, requireScope(scopeWrite))
 	api.GET("/provider/offers", h.handleAPIProviderOffers)
 	api.POST("/provider/offers", h.handleAPIOfferCreate, requireScope(scopeWrite), h.requireVerified)
 	api.PUT("/provider/offers/:id", h.handleAPIOfferUpdate, requireScope(scopeWrite))
@@ -157,6 +159,10 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/offers/:id/metered", h.handleMeteredStart, requireUser, h.requireVerified)
 	b.POST("/reservations/:id/stop", h.handleMeteredStop, requireUser)
 	b.POST("/provider/offers/:id/metered", h.handleOfferMetered, requireUser, requireProvider)
+	// A reservation's messages: its buyer and providers (the store checks
+	// who is a party); admins read them under /admin.
+	b.GET("/reservations/:id/messages", h.handleMessages, requireUser)
+	b.POST("/reservations/:id/messages", h.handleMessagePost, requireUser)
 	// Replacement after a host failure: the buyer confirms the
 	// one offered under the ask policy (the store checks whose).
 	b.GET("/replacements/:id", h.handleReplacementShow, requireUser)
@@ -240,6 +246,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	a.POST("/disputes/:id/decide", h.handleAdminDisputeDecide)
 	a.POST("/disputes/:id/refund", h.handleAdminDisputeRefund)
 	a.GET("/reservations/:id", h.handleAdminReservation)
+	a.GET("/reservations/:id/messages", h.handleAdminMessages)
 	a.GET("/hosts", h.handleAdminHosts)
 	a.GET("/mail", h.handleAdminMail)
 	a.GET("/mail/:id", h.handleAdminMailShow)

@@ -202,6 +202,10 @@ func demoProviders(start time.Time) []demoProvider {
 	community[1].UptimeBP = 9800
 	community[1].CreditSchedule = []market.CreditTier{{BelowBP: 9800, CreditBP: 1000}}
 	community[1].BillingBasis = market.BillingSuccessfulWork
+	// A home lab runs no agent: the provider hands over access by hand.
+	community[1].Access = market.AccessManual
+	community[1].AccessInstructions = "No agent here: after paying, send your SSH public key in the reservation's messages. " +
+		"I add it within an hour of the start and reply with the host and port; I remove it when the rental ends."
 
 	asia := []market.Offer{
 		demoOffer(start, "H100 PCIe ×4, Tokyo", "nvidia-h100-80gb-pcie", 4, 1, "ap-northeast-jp", 259),
