@@ -98,9 +98,11 @@ type Processor interface {
 	ParseWebhook(payload []byte, signatureHeader string) (Event, error)
 }
 
-// CheckoutInput is a buyer's payment of one reservation.
+// CheckoutInput is a buyer's payment of one reservation, or of a top-up
+// of the buyer's prepaid balance (TopUpID set, no reservation).
 type CheckoutInput struct {
 	ReservationID  int64
+	TopUpID        int64 // a balance top-up (market.TopUpKey): metadata top_up_id, no transfer group
 	Amount         market.Cents
 	Description    string // the line the buyer sees, e.g. "Reservation #12: 16 × H100 for 48 h"
 	BuyerEmail     string // optional, prefills the payment page
@@ -286,7 +288,10 @@ type Event struct {
 
 	// ReservationID is taken from the object's metadata, the checkout's
 	// client reference or the transfer group; zero when none says.
-	ReservationID   int64
+	ReservationID int64
+	// TopUpID is a balance top-up's id from the checkout's metadata
+	// (MetadataTopUpID); zero for a reservation's payment.
+	TopUpID         int64
 	PaymentIntentID string
 	CheckoutID      string
 	ChargeID        string
@@ -314,6 +319,10 @@ const MetadataReservationID = market.MetadataReservationID
 // MetadataUserID is the metadata key carrying the marketplace's user id on
 // customers and setup checkouts.
 const MetadataUserID = "user_id"
+
+// MetadataTopUpID is the metadata key carrying a balance top-up's id on
+// its checkout and payment intent.
+const MetadataTopUpID = "top_up_id"
 
 // CustomerKey is the idempotency key of creating a user's customer at the
 // processor, so a retried first setup creates one customer.

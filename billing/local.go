@@ -138,6 +138,7 @@ func (noLocalStore) ListLocalObjects(context.Context, string) ([]string, [][]byt
 type (
 	checkoutRecord struct {
 		ReservationID   int64        `json:"reservation_id"`
+		TopUpID         int64        `json:"top_up_id,omitempty"`
 		Amount          market.Cents `json:"amount"`
 		Description     string       `json:"description"`
 		BuyerEmail      string       `json:"buyer_email"`
@@ -206,7 +207,7 @@ func newCheckoutRecord(in CheckoutInput) checkoutRecord {
 		expires = expires.UTC()
 	}
 	return checkoutRecord{
-		ReservationID: in.ReservationID, Amount: in.Amount, Description: in.Description, BuyerEmail: in.BuyerEmail,
+		ReservationID: in.ReservationID, TopUpID: in.TopUpID, Amount: in.Amount, Description: in.Description, BuyerEmail: in.BuyerEmail,
 		SuccessURL: in.SuccessURL, CancelURL: in.CancelURL, ExpiresAt: expires, IdempotencyKey: in.IdempotencyKey, Status: "open",
 	}
 }
@@ -214,14 +215,14 @@ func newCheckoutRecord(in CheckoutInput) checkoutRecord {
 // sameInput reports whether two checkouts were created with the same
 // arguments.
 func (c checkoutRecord) sameInput(o checkoutRecord) bool {
-	return c.ReservationID == o.ReservationID && c.Amount == o.Amount && c.Description == o.Description &&
+	return c.ReservationID == o.ReservationID && c.TopUpID == o.TopUpID && c.Amount == o.Amount && c.Description == o.Description &&
 		c.BuyerEmail == o.BuyerEmail && c.SuccessURL == o.SuccessURL && c.CancelURL == o.CancelURL &&
 		c.ExpiresAt.Equal(o.ExpiresAt) && c.IdempotencyKey == o.IdempotencyKey
 }
 
 func (c checkoutRecord) input() CheckoutInput {
 	return CheckoutInput{
-		ReservationID: c.ReservationID, Amount: c.Amount, Description: c.Description, BuyerEmail: c.BuyerEmail,
+		ReservationID: c.ReservationID, TopUpID: c.TopUpID, Amount: c.Amount, Description: c.Description, BuyerEmail: c.BuyerEmail,
 		SuccessURL: c.SuccessURL, CancelURL: c.CancelURL, ExpiresAt: c.ExpiresAt, IdempotencyKey: c.IdempotencyKey,
 	}
 }
@@ -324,8 +325,8 @@ func (l *Local) CreateCheckout(ctx context.Context, in CheckoutInput) (Checkout,
 	if err := checkMutation("charge", in.Amount, in.IdempotencyKey); err != nil {
 		return Checkout{}, err
 	}
-	if in.ReservationID <= 0 {
-		return Checkout{}, fmt.Errorf("billing: checkout needs a reservation")
+	if in.ReservationID <= 0 && in.TopUpID <= 0 {
+		return Checkout{}, fmt.Errorf("billing: checkout needs a reservation or a top-up")
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -388,9 +389,13 @@ func (l *Local) CompleteCheckout(checkoutID string, succeed bool, now time.Time)
 	// The payment is stored before the checkout says complete, so a crash
 	// in between leaves an open checkout that pays again into the same
 	// payment, never a complete one without its payment.
+	group := market.TransferGroup(c.ReservationID)
+	if c.TopUpID > 0 {
+		group = "" // a balance top-up pays no reservation
+	}
 	p, err := createObject(ctx, l, localPayment, piID, c.IdempotencyKey, checkoutID, c.Amount, paymentRecord{
 		CheckoutID: checkoutID, ReservationID: c.ReservationID, Amount: c.Amount, AmountReceived: c.Amount,
-		Status: "succeeded", TransferGroup: market.TransferGroup(c.ReservationID), ChargeID: localID("ch", c.IdempotencyKey),
+		Status: "succeeded", TransferGroup: group, ChargeID: localID("ch", c.IdempotencyKey),
 	})
 	if err != nil {
 		return nil, err
@@ -403,7 +408,7 @@ func (l *Local) CompleteCheckout(checkoutID string, succeed bool, now time.Time)
 	}
 	return []Event{
 		{ID: localID("evt", checkoutID+":completed"), Type: EventCheckoutCompleted, StripeType: "checkout.session.completed",
-			Created: now.UTC(), ReservationID: c.ReservationID, CheckoutID: checkoutID, PaymentIntentID: piID,
+			Created: now.UTC(), ReservationID: c.ReservationID, TopUpID: c.TopUpID, CheckoutID: checkoutID, PaymentIntentID: piID,
 			AmountCents: c.Amount, Currency: market.Currency, PaymentStatus: "paid"},
 		{ID: localID("evt", piID+":succeeded"), Type: EventPaymentSucceeded, StripeType: "payment_intent.succeeded",
 			Created: now.UTC(), ReservationID: c.ReservationID, PaymentIntentID: piID, ChargeID: p.ChargeID, AmountCents: c.Amount,

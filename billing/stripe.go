@@ -73,8 +73,8 @@ func (s *Stripe) CreateCheckout(ctx context.Context, in CheckoutInput) (Checkout
 	if err := checkMutation("charge", in.Amount, in.IdempotencyKey); err != nil {
 		return Checkout{}, err
 	}
-	if in.ReservationID <= 0 || in.SuccessURL == "" || in.CancelURL == "" {
-		return Checkout{}, fmt.Errorf("billing: checkout needs a reservation and return URLs")
+	if (in.ReservationID <= 0 && in.TopUpID <= 0) || in.SuccessURL == "" || in.CancelURL == "" {
+		return Checkout{}, fmt.Errorf("billing: checkout needs a reservation or a top-up, and return URLs")
 	}
 	rid := strconv.FormatInt(in.ReservationID, 10)
 	desc := in.Description
@@ -82,9 +82,18 @@ func (s *Stripe) CreateCheckout(ctx context.Context, in CheckoutInput) (Checkout
 		desc = "Reservation #" + rid
 	}
 	meta := map[string]string{MetadataReservationID: rid}
+	ref, group := rid, stripe.String(market.TransferGroup(in.ReservationID))
+	if in.TopUpID > 0 {
+		// A balance top-up: no reservation, no transfer group.
+		tid := strconv.FormatInt(in.TopUpID, 10)
+		meta, ref, group = map[string]string{MetadataTopUpID: tid}, "topup_"+tid, nil
+		if in.Description == "" {
+			desc = "Balance top-up #" + tid
+		}
+	}
 	p := &stripe.CheckoutSessionParams{
 		Mode:              stripe.String(string(stripe.CheckoutSessionModePayment)),
-		ClientReferenceID: stripe.String(rid),
+		ClientReferenceID: stripe.String(ref),
 		SuccessURL:        stripe.String(in.SuccessURL),
 		CancelURL:         stripe.String(in.CancelURL),
 		Metadata:          meta,
@@ -98,7 +107,7 @@ func (s *Stripe) CreateCheckout(ctx context.Context, in CheckoutInput) (Checkout
 		}},
 		PaymentIntentData: &stripe.CheckoutSessionPaymentIntentDataParams{
 			Metadata:      meta,
-			TransferGroup: stripe.String(market.TransferGroup(in.ReservationID)),
+			TransferGroup: group,
 			Description:   stripe.String(desc),
 		},
 	}

@@ -322,3 +322,30 @@ func TestStripeErrors(t *testing.T) {
 		t.Error("plain errors are not retryable")
 	}
 }
+
+// A balance top-up's checkout (docs/metered.md) names the top-up, not a
+// reservation, and has no transfer group.
+func TestStripeTopUpCheckout(t *testing.T) {
+	s, rec := newMockStripe(t)
+	co, err := s.CreateCheckout(context.Background(), CheckoutInput{TopUpID: 7, Amount: 2000,
+		SuccessURL: "https://market.example/balance/top-up/return?top_up=7", CancelURL: "https://market.example/balance", IdempotencyKey: "topup_7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(co.ID, "cs_") || co.URL == "" {
+		t.Errorf("checkout = %+v", co)
+	}
+	got := rec.last(t)
+	wantForm(t, got, "POST", "/v1/checkout/sessions", "topup_7", map[string]string{
+		"client_reference_id":                           "topup_7",
+		"metadata[top_up_id]":                           "7",
+		"payment_intent_data[metadata][top_up_id]":      "7",
+		"line_items[0][price_data][unit_amount]":        "2000",
+		"line_items[0][price_data][product_data][name]": "Balance top-up #7",
+	})
+	for _, k := range []string{"metadata[reservation_id]", "payment_intent_data[transfer_group]"} {
+		if v := got.Form.Get(k); v != "" {
+			t.Errorf("%s = %q on a top-up's checkout", k, v)
+		}
+	}
+}

@@ -75,6 +75,9 @@ func parseWebhook(payload []byte, header, secret string) (Event, error) {
 		}
 		ev.CheckoutID, ev.AmountCents, ev.PaymentStatus, ev.Currency = cs.ID, market.Cents(cs.AmountTotal), string(cs.PaymentStatus), string(cs.Currency)
 		ev.ReservationID = reservationIDFrom(cs.Metadata, cs.ClientReferenceID, "")
+		if id, err := strconv.ParseInt(cs.Metadata[MetadataTopUpID], 10, 64); err == nil && id > 0 {
+			ev.TopUpID, ev.ReservationID = id, 0 // a balance top-up, not a reservation's payment
+		}
 		if cs.PaymentIntent != nil {
 			ev.PaymentIntentID = cs.PaymentIntent.ID
 		}

@@ -104,6 +104,8 @@ var notificationSubjects = map[string]string{
 	NotifyRentalReplaced:      "Your rental was moved after a host failure",
 	NotifyReplacementOffered:  "A host failed: confirm the replacement",
 	NotifyReplacementUnfilled: "A host failed: no replacement was booked",
+
+	NotifyMeteredRental: "Your metered rental",
 }
 
 // MailedNotificationKinds lists the notification kinds that are mailed, in
@@ -117,6 +119,7 @@ func MailedNotificationKinds() []string {
 		NotifyAccountSuspended, NotifyAccountReinstated,
 		NotifyOrderFilled, NotifyOrderNote, NotifyOrderExpired, NotifyOrderCancelled,
 		NotifyRentalReplaced, NotifyReplacementOffered, NotifyReplacementUnfilled,
+		NotifyMeteredRental,
 	}
 }
 

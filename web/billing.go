@@ -53,6 +53,9 @@ func (h *Handler) handleLocalPayPage(c echo.Context) error {
 		ReservationID: strconv.FormatInt(co.ReservationID, 10), Description: co.Description, Amount: co.Amount.String(),
 		Action: "/pay/local/" + url.PathEscape(c.Param("id")), CancelURL: fmt.Sprintf("/reservations/%d", co.ReservationID),
 	}
+	if co.TopUpID > 0 {
+		v.CancelURL = "/balance"
+	}
 	return render(c, http.StatusOK, views.LocalPay(h.page(c, "Pay (test mode)"), v))
 }
 
@@ -60,10 +63,20 @@ func (h *Handler) handleLocalPayPage(c echo.Context) error {
 // page. The events it produces go through the webhook's handling code.
 func (h *Handler) handleLocalPay(c echo.Context) error {
 	succeed := c.FormValue("outcome") != "decline"
+	co, err := h.wf.FindSimulatedCheckout(c.Request().Context(), currentUser(c).ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
 	p, err := h.wf.CompleteSimulatedCheckout(c.Request().Context(), logger(c), currentUser(c).ID, c.Param("id"), succeed)
 	switch {
 	case err != nil:
 		return err
+	case co.TopUpID > 0 && succeed:
+		h.setFlash(c, "ok", fmt.Sprintf("Payment received (simulated). Your balance is topped up by %s.", co.Amount))
+		return c.Redirect(http.StatusSeeOther, "/balance")
+	case co.TopUpID > 0:
+		h.setFlash(c, "error", "The payment was declined (simulated). Nothing was charged.")
+		return c.Redirect(http.StatusSeeOther, "/balance")
 	case p.Status == store.PaymentPaid:
 		h.setFlash(c, "ok", "Payment received (simulated). Your reservation is confirmed.")
 	case p.Status == store.PaymentRefundPending || p.Status == store.PaymentRefunded:

@@ -340,6 +340,10 @@ func (h *Handler) renderOfferShow(c echo.Context, id int64, status int, spot spo
 	if v.Spot, err = h.spotPanel(c.Request().Context(), o, u, listed, spot, spotErrs, spotErr); err != nil {
 		return err
 	}
+	if v.Metered, err = h.meteredStartView(c.Request().Context(), o, u, listed); err != nil {
+		return err
+	}
+	meteredFormFrom(c, &v.Metered)
 	return render(c, status, views.OfferDetail(h.page(c, o.Title), v))
 }
 

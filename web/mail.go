@@ -49,6 +49,7 @@ var mailKindLabels = map[string]string{
 	store.NotifyRentalReplaced:       "A rental of mine is moved after a host failure (with how to connect)",
 	store.NotifyReplacementOffered:   "A host failed and a replacement waits for my confirmation",
 	store.NotifyReplacementUnfilled:  "A host failed and no replacement was booked",
+	store.NotifyMeteredRental:        "My metered rental runs low on balance or stops",
 }
 
 var securityMailLabels = []string{"address verification", "password reset", "address change", "sign-up with your address", "sign-in method changes"}

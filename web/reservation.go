@@ -153,6 +153,9 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 		return err
 	}
 	v.Reject = rejectPanelView(r, acceptance, grounds, now)
+	if v.Metered, err = h.meteredPanel(ctx, r, now); err != nil {
+		return err
+	}
 	if v.Observe, err = h.observationPanel(ctx, r, "", ""); err != nil {
 		return err
 	}

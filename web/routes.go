@@ -81,6 +81,9 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.POST("/reservations/:id/resale", h.handleAPIResaleCreate, requireScope(scopeWrite), h.requireVerified)
 	api.POST("/resale/:id/withdraw", h.handleAPIResaleWithdraw, requireScope(scopeWrite))
 	api.POST("/resale/:id/buy", h.handleAPIResaleBuy, requireScope(scopeWrite), h.requireVerified)
+	api.GET("/balance", h.handleAPIBalance)
+	api.POST("/offers/:id/metered", h.handleAPIMeteredStart, requireScope(scopeWrite), h.requireVerified)
+	api.POST("/reservations/:id/stop", h.handleAPIMeteredStop, requireScope(scopeWrite))
 	api.GET("/provider/hosts", h.handleAPIHosts)
 	api.POST("/provider/hosts/tokens", h.handleAPIHostTokenCreate, requireScope(scopeWrite), h.requireVerified)
 	e.GET("/api/v1/openapi.json", h.handleOpenAPI)
@@ -154,6 +157,15 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/reservations/:id/reject", h.handleReservationReject, requireUser)
 	b.GET("/reservations/:id/extend", h.handleExtendConfirm, requireUser)
 	b.POST("/reservations/:id/extend", h.handleExtend, requireUser)
+	// Metered rentals and the prepaid balance (docs/metered.md).
+	b.GET("/balance", h.handleBalance, requireUser)
+	b.POST("/balance/top-up", h.handleTopUp, requireUser, h.requireVerified)
+	b.POST("/balance/top-up/checkout", h.handleTopUpCheckout, requireUser, h.requireVerified)
+	b.GET("/balance/top-up/return", h.handleTopUpReturn, requireUser)
+	b.POST("/balance/refund", h.handleBalanceRefund, requireUser)
+	b.POST("/offers/:id/metered", h.handleMeteredStart, requireUser, h.requireVerified)
+	b.POST("/reservations/:id/stop", h.handleMeteredStop, requireUser)
+	b.POST("/provider/offers/:id/metered", h.handleOfferMetered, requireUser, requireProvider)
 	// A reservation's messages: its buyer and providers (the store checks
 	// who is a party); admins read them under /admin.
 	b.GET("/reservations/:id/messages", h.handleMessages, requireUser)

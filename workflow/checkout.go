@@ -148,6 +148,7 @@ type (
 // SimulatedCheckout is what the local test processor's payment page shows.
 type SimulatedCheckout struct {
 	ReservationID int64
+	TopUpID       int64 // a balance top-up's page (metered.go) instead of a reservation's
 	Description   string
 	Amount        market.Cents
 }
@@ -165,6 +166,12 @@ func (s *Service) FindSimulatedCheckout(ctx context.Context, buyerID int64, chec
 	in, err := lp.CheckoutInput(checkoutID)
 	if err != nil {
 		return SimulatedCheckout{}, errNoSimulatedCheckout
+	}
+	if in.TopUpID > 0 {
+		if _, err := s.db.FindTopUp(ctx, buyerID, in.TopUpID); err != nil {
+			return SimulatedCheckout{}, err
+		}
+		return SimulatedCheckout{TopUpID: in.TopUpID, Description: in.Description, Amount: in.Amount}, nil
 	}
 	if _, err := s.db.FindBuyerReservation(ctx, buyerID, in.ReservationID); err != nil {
 		return SimulatedCheckout{}, err
@@ -188,6 +195,9 @@ func (s *Service) CompleteSimulatedCheckout(ctx context.Context, log *slog.Logge
 		if err := s.ApplyEvent(ctx, log, ev); err != nil {
 			return store.Payment{}, err
 		}
+	}
+	if co.TopUpID > 0 {
+		return store.Payment{}, nil // the top-up is recorded paid by its event (see FindTopUp)
 	}
 	return s.db.FindPayment(ctx, co.ReservationID)
 }

@@ -18,7 +18,14 @@ func (s *Service) ApplyEvent(ctx context.Context, log *slog.Logger, ev billing.E
 	now := s.now()
 	log = log.With("event_id", ev.ID, "event_type", ev.StripeType, "reservation_id", ev.ReservationID)
 	switch ev.Type {
-	case billing.EventPaymentSucceeded, billing.EventCheckoutCompleted:
+	case billing.EventCheckoutCompleted, billing.EventPaymentSucceeded:
+		if ev.TopUpID != 0 { // a balance top-up's hosted payment (metered.go)
+			if ev.Type == billing.EventCheckoutCompleted && ev.PaymentStatus == "paid" {
+				return s.completeTopUpCheckout(ctx, ev.TopUpID, ev.CheckoutID, ev.PaymentIntentID)
+			}
+			_, err := s.db.MarkEventProcessed(ctx, ev.ID, ev.StripeType, now)
+			return err
+		}
 		if ev.Type == billing.EventCheckoutCompleted && ev.PaymentStatus != "paid" {
 			// Delayed payment methods: the payment event follows.
 			_, err := s.db.MarkEventProcessed(ctx, ev.ID, ev.StripeType, now)

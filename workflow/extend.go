@@ -94,6 +94,9 @@ func (s *Service) Extend(ctx context.Context, buyerID, id int64, hours int, seen
 	if hours == 0 {
 		return market.Reservation{}, &market.Error{Code: market.CodeInvalid, Message: "Say by how many hours.", Fields: map[string]string{"hours": "Say by how many hours."}}
 	}
+	if err := s.refuseMetered(ctx, id); err != nil {
+		return market.Reservation{}, err
+	}
 	q, err := s.QuoteExtension(ctx, buyerID, id, hours)
 	if err != nil {
 		return market.Reservation{}, err

@@ -35,6 +35,8 @@ type ReconcileOptions struct {
 //     expired and is not refunded, a settlement that failed, a late or
 //     mismatched payment not refunded, a granted dispute credit not
 //     refunded;
+//   - balances and metered rentals (reconcileMetered): per buyer balance =
+//     top-ups − draws − refunds, per rental draws = minutes × price;
 //   - charges recorded before they were made and not finished past their
 //     grace (market.ChargeIntent): money may have moved unrecorded;
 //   - the processor's objects: per payment intent the charges against the
@@ -182,10 +184,16 @@ func (s *Service) Reconcile(ctx context.Context, opts ReconcileOptions) ([]Diffe
 		add(0, fmt.Sprintf("spot hold %d (bid %d, %s) not released after its hour cleared", a.ID, a.BidID, a.Hour.Format(time.RFC3339)),
 			a.Amount.String(), a.PaymentIntentID)
 	}
+	// Balances and metered rentals (metered.go).
+	metered, balanceRefs, err := s.reconcileMetered(ctx, opts.LedgerOnly)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, metered...)
 	if opts.LedgerOnly {
 		return out, nil
 	}
-	unexplained, err := s.unexplainedProcessorObjects(ctx, entries, intents)
+	unexplained, err := s.unexplainedProcessorObjects(ctx, entries, intents, balanceRefs)
 	if err != nil {
 		return nil, err
 	}
@@ -245,8 +253,11 @@ func (s *Service) Reconcile(ctx context.Context, opts ReconcileOptions) ([]Diffe
 // references them, and no pending charge (reported on its own) made them.
 // A charge made outside the record — the crash window the charge intents
 // close — shows up here.
-func (s *Service) unexplainedProcessorObjects(ctx context.Context, entries []market.LedgerEntry, pending []market.ChargeIntent) ([]Difference, error) {
+func (s *Service) unexplainedProcessorObjects(ctx context.Context, entries []market.LedgerEntry, pending []market.ChargeIntent, balanceRefs map[string]bool) ([]Difference, error) {
 	known := map[string]bool{}
+	for ref := range balanceRefs { // top-ups, balance refunds, metered payouts
+		known[ref] = true
+	}
 	for _, e := range entries {
 		if e.StripeRef != "" {
 			known[e.StripeRef] = true

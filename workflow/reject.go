@@ -14,6 +14,9 @@ import (
 // retrier finishes the refund. No provider is paid for it.
 func (s *Service) Reject(ctx context.Context, buyerID, reservationID int64, reason string) (market.Reservation, error) {
 	now := s.now()
+	if err := s.refuseMetered(ctx, reservationID); err != nil {
+		return market.Reservation{}, err
+	}
 	r, err := s.db.RejectReservation(ctx, buyerID, reservationID, reason, s.feeBP, now)
 	if err != nil {
 		return market.Reservation{}, err

@@ -34,6 +34,9 @@ func (s *Service) replaceTick(ctx context.Context, now time.Time) {
 		s.log.Error("background: list replacement triggers", "err", err)
 	}
 	for _, t := range triggers {
+		if s.refuseMetered(ctx, t.Reservation.ID) != nil {
+			continue // a metered rental is not billed for the outage's minutes; the buyer may stop it
+		}
 		s.decideReplacement(ctx, t, now)
 	}
 	s.replacementRefunds(ctx, now)

@@ -14,6 +14,9 @@ import (
 // ListRemainingTime lists the remaining time of the seller's reservation
 // from `from` at price (store.CreateResaleListing).
 func (s *Service) ListRemainingTime(ctx context.Context, sellerID, reservationID int64, from time.Time, price market.Cents) (market.ResaleListing, error) {
+	if err := s.refuseMetered(ctx, reservationID); err != nil {
+		return market.ResaleListing{}, err
+	}
 	return s.db.CreateResaleListing(ctx, sellerID, reservationID, from, price, s.now())
 }
 

@@ -150,7 +150,8 @@ func (s *Service) releaseLease() {
 
 // Tick is one round of the periodic work at now: unpaid holds expire
 // (freeing their capacity in the index), standing orders past their
-// fill-by date expire, reservations move through their lifecycle, the
+// fill-by date expire, metered rentals are metered (meteredTick: draws,
+// stops, their capacity held ahead), reservations move through their lifecycle, the
 // agents' heartbeats are measured (measureTick), the spot market clears
 // the offer-hours due (spotTick), the money workflow advances
 // (settleTick), and due mail is sent (mailTick).
@@ -163,6 +164,7 @@ func (s *Service) Tick(ctx context.Context, now time.Time) {
 		s.expireCheckout(ctx, r.ID)
 		s.log.Info("hold expired", "reservation_id", r.ID)
 	}
+	s.meteredTick(ctx, now) // metered rentals: clock, draws, stops, capacity ahead (workflow/metered.go)
 	if _, err := s.db.AdvanceReservations(ctx, now); err != nil {
 		s.log.Error("background: advance reservations", "err", err)
 	}

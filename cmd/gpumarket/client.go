@@ -36,7 +36,7 @@ var clientCommands = map[string]func(*apiClient, []string) error{
 	"search": cmdSearch, "quote": cmdQuote, "book": cmdBook, "pay": cmdPay,
 	"list": cmdList, "show": cmdShow, "extend": cmdExtend, "cancel": cmdCancel, "reject": cmdReject,
 	"ssh": cmdSSH, "orders": cmdOrders, "bids": cmdBids, "resale": cmdResale,
-	"offers": cmdOffers, "hosts": cmdHosts, "ping": cmdPing,
+	"offers": cmdOffers, "hosts": cmdHosts, "ping": cmdPing, "metered": cmdMetered,
 }
 
 // exitError is a failure with its exit code; its message is printed on

@@ -456,3 +456,53 @@ func mustHave(t *testing.T, s string, wants ...string) {
 		}
 	}
 }
+
+// `gpumarket metered`: start one device of an offer that allows it, read
+// the balance, stop it; after the last draw the balance is the top-up less
+// the draws. 20 minutes at 300¢/h = 100¢.
+func TestClientMetered(t *testing.T) {
+	start := time.Now().UTC().Truncate(time.Hour).Add(time.Hour)
+	s := newCLIServer(t, start)
+	ctx := context.Background()
+	prov, _ := s.user("metered-prov@cli.test", true, "write")
+	o := s.offer(prov.ID, 300)
+	buyer, tok := s.user("metered-buyer@cli.test", false, "write")
+	env := map[string]string{"GPUMARKET_TOKEN": tok}
+	offer := strconv.FormatInt(o.ID, 10)
+	s.cli(env, "metered", "start", "--devices", "1", offer).must(t, 1, "does not allow metered rentals")
+	if err := s.wf.SetOfferMetered(ctx, prov.ID, o.ID, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.cli(env, "metered", "start", "--devices", "1", offer).must(t, 1, "Top up first")
+	s.saveCard(buyer.ID)
+	if _, err := s.wf.TopUpWithSavedCard(ctx, buyer.ID, 2000); err != nil {
+		t.Fatal(err)
+	}
+	s.cli(env, "metered", "balance").must(t, 0, "Balance $20.00")
+	run := s.cli(env, "metered", "start", "--devices", "1", offer)
+	run.must(t, 0, "Metered rental #", "The clock starts when the machine is usable")
+	rentals, err := s.db.ListMeteredRentals(ctx, buyer.ID)
+	if err != nil || len(rentals) != 1 {
+		t.Fatalf("rentals %+v %v", rentals, err)
+	}
+	m := rentals[0]
+	tokNode, _, err := s.db.CreateHostToken(ctx, prov.ID, o.ID, 0, s.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.wf.RecordInstalled(ctx, tokNode, m.PieceID, market.Connection{Host: "203.0.113.5", Port: 22, User: "gpu"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.wf.RecordAcceptance(ctx, tokNode, m.PieceID, market.AcceptanceResult{Metric: market.FigureBF16TFLOPS, PerDeviceMilli: []int64{900000}, DurationSeconds: 5}); err != nil {
+		t.Fatal(err)
+	}
+	clock := s.now()
+	for i := 1; i <= 20; i++ {
+		s.tick(clock.Add(time.Duration(i) * time.Minute))
+	}
+	id := strconv.FormatInt(m.ReservationID, 10)
+	s.cli(env, "metered", "stop", id).must(t, 0, "stopped")
+	s.cli(env, "metered", "stop", id).must(t, 1, "already stopped")
+	s.tick(clock.Add(23 * time.Minute))
+	s.cli(env, "metered", "balance").must(t, 0, "Balance $19.00", "draws $1.00")
+}
