@@ -42,13 +42,15 @@ func newEngine() engine {
 }
 
 // run is the engine. With explain it also computes relaxations when
-// nothing matched.
-func (e *engine) run(src source, req Request, now time.Time, explain, stop bool, b Budget) (Result, error) {
+// nothing matched. A pause that is not nil is called between pieces of
+// work (query.tick).
+func (e *engine) run(src source, req Request, now time.Time, explain, stop bool, b Budget, pause func()) (Result, error) {
 	q, err := compile(req, now)
 	if err != nil {
 		return Result{}, err
 	}
 	defer putQuery(q)
+	q.pause = pause
 	limit := -1
 	if b.Offers > 0 {
 		limit = b.Offers
@@ -134,6 +136,7 @@ func (e *engine) runQuery(src source, q *query, limit int, stop bool) (Result, e
 	} else {
 		for _, run := range sc.runs {
 			for i := range run {
+				q.tick(4)
 				f := fits[len(fits) : len(fits)+1]
 				if r := q.eval(&run[i], &f[0]); r != rFit {
 					counts[r]++

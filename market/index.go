@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -60,7 +61,10 @@ func (c *catSet) has(i uint8) bool { return c[i>>6]&(1<<(i&63)) != 0 }
 // on compaction), so a query reads memory in order and the garbage
 // collector has nothing in the index to scan.
 type Index struct {
-	mu      sync.RWMutex
+	mu sync.RWMutex
+	// writers counts the writers waiting for mu or holding it, so that a
+	// yielding match does not pause while one waits (MatchYielding).
+	writers atomic.Int32
 	buckets [][]slot // by bucketKey
 	spans   []span   // the arena; a slot's spans are spans[spanOff:spanOff+spanN]
 	dead    int      // arena entries no slot refers to any more
@@ -92,6 +96,17 @@ func NewIndex() *Index {
 	return &Index{buckets: make([][]slot, bucketCount()), bounds: make([]bucketBound, bucketCount()), byPrice: make([][]uint32, bucketCount()), where: map[int64]uint16{}, pending: map[int64][]span{}, eng: newEngine(), compactMin: 4096}
 }
 
+// lock takes the write lock, counted in writers.
+func (x *Index) lock() {
+	x.writers.Add(1)
+	x.mu.Lock()
+}
+
+func (x *Index) unlock() {
+	x.mu.Unlock()
+	x.writers.Add(-1)
+}
+
 // Len is the number of listed offers in the index.
 func (x *Index) Len() int {
 	x.mu.RLock()
@@ -111,8 +126,8 @@ func (x *Index) Upsert(c Candidate) error {
 	if err != nil {
 		return err
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	s.driver, s.cuda = x.vers.id(c.Offer.DriverVersion), x.vers.id(c.Offer.CUDAVersion)
 	if old, ok := x.take(c.Offer.ID); ok {
 		s.spanOff, s.spanN, s.committed, s.spansEnd = old.spanOff, old.spanN, old.committed, old.spansEnd
@@ -207,8 +222,8 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 	for id, p := range pending {
 		rest[id] = p
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	x.buckets, x.spans, x.dead, x.where, x.pending, x.n = buckets, arena, 0, where, rest, len(where)
 	x.vers, x.bounds, x.byPrice = vers, bounds, byPrice
 	return nil
@@ -217,8 +232,8 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 // Remove withdraws an offer from matching. Its commitments are kept aside
 // in case it is listed again. Removing an unknown offer does nothing.
 func (x *Index) Remove(offerID int64) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	if old, ok := x.take(offerID); ok && old.spanN > 0 {
 		x.pending[offerID] = append([]span(nil), x.spansOf(&old)...)
 		x.dead += int(old.spanN)
@@ -235,8 +250,8 @@ func (x *Index) AddCommitment(c Commitment) {
 	}
 	var buf [4]span
 	add := appendSpans(buf[:0], c)
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	if s := x.find(c.OfferID); s != nil {
 		// Move the offer's spans to the end of the arena with the new ones;
 		// their old place is dead until the next compaction.
@@ -270,8 +285,8 @@ func (x *Index) SetCommitments(offerID int64, cs []Commitment) {
 			add = appendSpans(add, c)
 		}
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	if s := x.find(offerID); s != nil {
 		x.dead += int(s.spanN)
 		x.setSpans(s, add)
@@ -298,8 +313,8 @@ func (x *Index) RemoveCommitment(c Commitment) bool {
 	if len(del) == 0 {
 		return false
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	if s := x.find(c.OfferID); s != nil {
 		spans := x.spansOf(s)
 		if !containsSpans(spans, del) {
@@ -382,14 +397,31 @@ func (x *Index) Match(req Request, now time.Time) (Result, error) {
 // Explanation.Cut says what was left out. The index's read lock is held
 // for each run of the engine, not across a request's relaxations.
 func (x *Index) MatchWithin(req Request, now time.Time, b Budget) (Result, error) {
-	return x.eng.run(pruned{x}, req, now, true, true, b)
+	return x.eng.run(pruned{x}, req, now, true, true, b, nil)
+}
+
+// MatchYielding is MatchWithin for a request that may wait: about every
+// 0.1 ms of its work it calls pause, which may block to let more urgent
+// work run first (workflow runs broad matches so, behind narrow ones). It
+// holds the index's read lock meanwhile, which other readers share; while
+// a writer waits for the lock, pause is not called, so the write waits for
+// the rest of the run's work only.
+func (x *Index) MatchYielding(req Request, now time.Time, b Budget, pause func()) (Result, error) {
+	if pause == nil {
+		return x.MatchWithin(req, now, b)
+	}
+	return x.eng.run(pruned{x}, req, now, true, true, b, func() {
+		if x.writers.Load() == 0 {
+			pause()
+		}
+	})
 }
 
 // exhaustive is Match evaluating every offer the index's pruning leaves,
 // without the early stop: exact totals, the same quotes. It is the
 // "before" of benchmarks and a yardstick in tests.
 func (x *Index) exhaustive(req Request, now time.Time) (Result, error) {
-	return x.eng.run(pruned{x}, req, now, true, false, Budget{})
+	return x.eng.run(pruned{x}, req, now, true, false, Budget{}, nil)
 }
 
 // Examines is how many offers a match of req at now would evaluate one by
@@ -419,7 +451,7 @@ func (x *Index) Examines(req Request, now time.Time) (int, error) {
 // scan is Match without the index's pruning: every offer evaluated one by
 // one. It is the yardstick in benchmarks and tests.
 func (x *Index) scan(req Request, now time.Time) (Result, error) {
-	return x.eng.run(flat{x}, req, now, true, false, Budget{})
+	return x.eng.run(flat{x}, req, now, true, false, Budget{}, nil)
 }
 
 func less(a, b *slot) bool {
