@@ -27,10 +27,10 @@ const (
 	broadWait    = 10 * time.Second
 	// broadPause is how long a broad match sleeps at each of its pauses
 	// (about every 0.1 ms of its work) while other requests are being
-	// served or one was within broadQuiet: it then takes about a tenth of
-	// a core, and they the rest. (The runtime's timers make any sleep
+	// served or one was within broadQuiet: it then takes about a twentieth
+	// of a core, and they the rest. (The runtime's timers make any sleep
 	// under a millisecond about one.)
-	broadPause = time.Millisecond
+	broadPause = 2 * time.Millisecond
 	broadQuiet = 2 * time.Millisecond
 	// carbonTTL bounds how long the offers' own hourly profiles are served
 	// from memory after a change made by another replica; this replica's
@@ -250,7 +250,7 @@ func (c *carbonCache) reset(offers []market.Offer) {
 // every 0.1 ms of its work, letting waiting goroutines run, and while
 // other requests are being served, or were within broadQuiet, it sleeps
 // at each pause (broadPause), so they keep the processors and a broad
-// match takes what they leave (at least about a tenth of a core).
+// match takes what they leave (at least about a twentieth of a core).
 type fairShare struct {
 	broad   int // a request evaluating more offers than this is broad
 	slots   chan struct{}
