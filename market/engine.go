@@ -74,6 +74,8 @@ type scratch struct {
 	top    []scored
 	walk   []walkRun // a gang walk's runs
 	heap   []int     // and their heap
+	xt     extremes
+	rk     ranker
 }
 
 // runQuery evaluates every offer, or with a limit ≥ 0 at most limit
@@ -119,13 +121,16 @@ func (e *engine) runQuery(src source, q *query, limit int, stop bool) (Result, e
 	if cap(fits) < visit {
 		fits = make([]fit, 0, visit)
 	}
-	var xt extremes
-	rk := ranker{q: q, top: sc.top[:0]}
+	// In the scratch too: the gang walk points at them.
+	sc.xt = extremes{}
+	xt := &sc.xt
+	sc.rk = ranker{q: q, top: sc.top[:0]}
+	rk := &sc.rk
 	rk.init()
 	cands := sc.cands[:0]
 	skipped := 0
 	if !q.split {
-		w := gangWalk{q: q, rk: &rk, counts: counts, fits: fits, cands: cands, xt: &xt}
+		w := gangWalk{q: q, rk: rk, counts: counts, fits: fits, cands: cands, xt: xt}
 		if stop && len(sc.runs) > 0 {
 			skipped = w.merged(src, sc.runs, sc)
 		} else {
@@ -198,5 +203,6 @@ func (e *engine) runQuery(src source, q *query, limit int, stop bool) (Result, e
 	}
 	res.Quotes = rk.quotes(cands)
 	sc.top = rk.top[:0]
-	return res, xt, visit
+	sc.rk = ranker{}
+	return res, *xt, visit
 }
