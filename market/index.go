@@ -71,7 +71,7 @@ type Index struct {
 	// compactMin is the fewest dead entries worth a compaction (tests
 	// lower it).
 	compactMin int
-	where      map[int64]uint16 // offer id → bucket key
+	where      offerKeys // offer id → bucket key
 	// pending holds commitments of offers not (or no longer) listed, so a
 	// paused offer listed again keeps its reservations.
 	pending map[int64][]span
@@ -93,7 +93,7 @@ type Index struct {
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{buckets: make([][]slot, bucketCount()), bounds: make([]bucketBound, bucketCount()), byPrice: make([][]uint32, bucketCount()), where: map[int64]uint16{}, pending: map[int64][]span{}, eng: newEngine(), compactMin: 4096}
+	return &Index{buckets: make([][]slot, bucketCount()), bounds: make([]bucketBound, bucketCount()), byPrice: make([][]uint32, bucketCount()), where: newOfferKeys(0), pending: map[int64][]span{}, eng: newEngine(), compactMin: 4096}
 }
 
 // lock takes the write lock, counted in writers.
@@ -173,14 +173,14 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 			buckets[k] = make([]slot, 0, n)
 		}
 	}
-	where := make(map[int64]uint16, len(slots))
+	where := newOfferKeys(len(slots))
 	for _, s := range slots {
-		if _, dup := where[s.id]; dup {
+		if _, dup := where.get(s.id); dup {
 			return Errorf(CodeInvalid, "Offer %d is listed twice.", s.id)
 		}
 		k := bucketKey(&s)
 		buckets[k] = append(buckets[k], s)
-		where[s.id] = k
+		where.set(s.id, k)
 	}
 	slots = nil
 	bounds := make([]bucketBound, len(buckets))
@@ -200,7 +200,7 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 	// The arena in bucket order, sized exactly.
 	live := 0
 	for id, p := range pending {
-		if _, ok := where[id]; ok {
+		if _, ok := where.get(id); ok {
 			live += len(p)
 		}
 	}
@@ -224,7 +224,7 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 	}
 	x.lock()
 	defer x.unlock()
-	x.buckets, x.spans, x.dead, x.where, x.pending, x.n = buckets, arena, 0, where, rest, len(where)
+	x.buckets, x.spans, x.dead, x.where, x.pending, x.n = buckets, arena, 0, where, rest, where.len()
 	x.vers, x.bounds, x.byPrice = vers, bounds, byPrice
 	return nil
 }
@@ -512,7 +512,7 @@ func (x *Index) maybeCompact() {
 
 // find returns the offer's slot, or nil. Callers hold the lock.
 func (x *Index) find(id int64) *slot {
-	k, ok := x.where[id]
+	k, ok := x.where.get(id)
 	if !ok {
 		return nil
 	}
@@ -527,7 +527,7 @@ func (x *Index) find(id int64) *slot {
 
 // take removes the offer's slot and returns it. Callers hold the write lock.
 func (x *Index) take(id int64) (slot, bool) {
-	k, ok := x.where[id]
+	k, ok := x.where.get(id)
 	if !ok {
 		return slot{}, false
 	}
@@ -546,7 +546,7 @@ func (x *Index) take(id int64) (slot, bool) {
 				}
 			}
 			x.byPrice[k] = bp
-			delete(x.where, id)
+			x.where.remove(id)
 			x.n--
 			return s, true
 		}
@@ -563,7 +563,7 @@ func (x *Index) put(s slot) {
 	copy(b[i+1:], b[i:])
 	b[i] = s
 	x.buckets[k] = b
-	x.where[s.id] = k
+	x.where.set(s.id, k)
 	x.n++
 	x.bounds[k].widen(&s)
 	bp := x.byPrice[k]
