@@ -3,7 +3,10 @@ package market
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"runtime"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 )
@@ -254,4 +257,62 @@ func TestRelaxationsWithinBudget(t *testing.T) {
 		t.Fatalf("%d no-match instances, %d with relaxations cut: the generator tests too little", tried, flagged)
 	}
 	t.Logf("%d no-match instances, %d with relaxations cut", tried, flagged)
+}
+
+// TestMatchYielding: a yielding match answers exactly as MatchWithin,
+// pausing as it works — a broad split over 20,000 offers takes some
+// milliseconds, so dozens of pauses, a narrow one next to none — and never while a writer
+// waits for the index: the write gets in as soon as the run ends.
+func TestMatchYielding(t *testing.T) {
+	idx := NewIndex()
+	cands, commits := benchMarket(20_000)
+	if err := idx.Load(cands, commits); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range append(broadRequests()[:2], narrowRequests()[3]) {
+		want, err := idx.MatchWithin(req, benchNow, DefaultBudget)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pauses := 0
+		got, err := idx.MatchYielding(req, benchNow, DefaultBudget, func() { pauses++ })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s request: yielding answered\n%+v\nwant\n%+v", req.Workload.Kind, got, want)
+		}
+		if req.Workload.Kind == WorkBatch && pauses < 20 {
+			t.Fatalf("broad request: %d pauses, want dozens", pauses)
+		}
+		if req.Workload.Kind == WorkTraining && pauses > 5 {
+			t.Fatalf("narrow request: %d pauses, want next to none", pauses)
+		}
+	}
+
+	req := broadRequests()[0]
+	var wrote sync.WaitGroup
+	pauses, whileWriting := 0, 0
+	_, err := idx.MatchYielding(req, benchNow, DefaultBudget, func() {
+		pauses++
+		if pauses == 1 {
+			wrote.Add(1)
+			go func() {
+				defer wrote.Done()
+				idx.AddCommitment(commits[0])
+			}()
+			for idx.writers.Load() == 0 {
+				runtime.Gosched()
+			}
+			return
+		}
+		whileWriting++
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrote.Wait()
+	if pauses != 1 || whileWriting != 0 {
+		t.Fatalf("%d pauses, %d of them while the writer waited; want the first only", pauses, whileWriting)
+	}
 }

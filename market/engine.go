@@ -42,13 +42,15 @@ func newEngine() engine {
 }
 
 // run is the engine. With explain it also computes relaxations when
-// nothing matched.
-func (e *engine) run(src source, req Request, now time.Time, explain, stop bool, b Budget) (Result, error) {
+// nothing matched. A pause that is not nil is called between pieces of
+// work (query.tick).
+func (e *engine) run(src source, req Request, now time.Time, explain, stop bool, b Budget, pause func()) (Result, error) {
 	q, err := compile(req, now)
 	if err != nil {
 		return Result{}, err
 	}
 	defer putQuery(q)
+	q.pause = pause
 	limit := -1
 	if b.Offers > 0 {
 		limit = b.Offers
@@ -72,6 +74,8 @@ type scratch struct {
 	top    []scored
 	walk   []walkRun // a gang walk's runs
 	heap   []int     // and their heap
+	xt     extremes
+	rk     ranker
 }
 
 // runQuery evaluates every offer, or with a limit ≥ 0 at most limit
@@ -117,13 +121,16 @@ func (e *engine) runQuery(src source, q *query, limit int, stop bool) (Result, e
 	if cap(fits) < visit {
 		fits = make([]fit, 0, visit)
 	}
-	var xt extremes
-	rk := ranker{q: q, top: sc.top[:0]}
+	// In the scratch too: the gang walk points at them.
+	sc.xt = extremes{}
+	xt := &sc.xt
+	sc.rk = ranker{q: q, top: sc.top[:0]}
+	rk := &sc.rk
 	rk.init()
 	cands := sc.cands[:0]
 	skipped := 0
 	if !q.split {
-		w := gangWalk{q: q, rk: &rk, counts: counts, fits: fits, cands: cands, xt: &xt}
+		w := gangWalk{q: q, rk: rk, counts: counts, fits: fits, cands: cands, xt: xt}
 		if stop && len(sc.runs) > 0 {
 			skipped = w.merged(src, sc.runs, sc)
 		} else {
@@ -134,6 +141,7 @@ func (e *engine) runQuery(src source, q *query, limit int, stop bool) (Result, e
 	} else {
 		for _, run := range sc.runs {
 			for i := range run {
+				q.tick(4)
 				f := fits[len(fits) : len(fits)+1]
 				if r := q.eval(&run[i], &f[0]); r != rFit {
 					counts[r]++
@@ -195,5 +203,6 @@ func (e *engine) runQuery(src source, q *query, limit int, stop bool) (Result, e
 	}
 	res.Quotes = rk.quotes(cands)
 	sc.top = rk.top[:0]
-	return res, xt, visit
+	sc.rk = ranker{}
+	return res, *xt, visit
 }

@@ -17,6 +17,7 @@ type gangWalk struct {
 
 // eval evaluates s and keeps its fit.
 func (w *gangWalk) eval(s *slot) {
+	w.q.tick(4)
 	f := w.fits[len(w.fits) : len(w.fits)+1]
 	if r := w.q.eval(s, &f[0]); r != rFit {
 		w.counts[r]++

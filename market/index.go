@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -60,14 +61,17 @@ func (c *catSet) has(i uint8) bool { return c[i>>6]&(1<<(i&63)) != 0 }
 // on compaction), so a query reads memory in order and the garbage
 // collector has nothing in the index to scan.
 type Index struct {
-	mu      sync.RWMutex
+	mu sync.RWMutex
+	// writers counts the writers waiting for mu or holding it, so that a
+	// yielding match does not pause while one waits (MatchYielding).
+	writers atomic.Int32
 	buckets [][]slot // by bucketKey
 	spans   []span   // the arena; a slot's spans are spans[spanOff:spanOff+spanN]
 	dead    int      // arena entries no slot refers to any more
 	// compactMin is the fewest dead entries worth a compaction (tests
 	// lower it).
 	compactMin int
-	where      map[int64]uint16 // offer id → bucket key
+	where      offerKeys // offer id → bucket key
 	// pending holds commitments of offers not (or no longer) listed, so a
 	// paused offer listed again keeps its reservations.
 	pending map[int64][]span
@@ -89,7 +93,18 @@ type Index struct {
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{buckets: make([][]slot, bucketCount()), bounds: make([]bucketBound, bucketCount()), byPrice: make([][]uint32, bucketCount()), where: map[int64]uint16{}, pending: map[int64][]span{}, eng: newEngine(), compactMin: 4096}
+	return &Index{buckets: make([][]slot, bucketCount()), bounds: make([]bucketBound, bucketCount()), byPrice: make([][]uint32, bucketCount()), where: newOfferKeys(0), pending: map[int64][]span{}, eng: newEngine(), compactMin: 4096}
+}
+
+// lock takes the write lock, counted in writers.
+func (x *Index) lock() {
+	x.writers.Add(1)
+	x.mu.Lock()
+}
+
+func (x *Index) unlock() {
+	x.mu.Unlock()
+	x.writers.Add(-1)
 }
 
 // Len is the number of listed offers in the index.
@@ -111,8 +126,8 @@ func (x *Index) Upsert(c Candidate) error {
 	if err != nil {
 		return err
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	s.driver, s.cuda = x.vers.id(c.Offer.DriverVersion), x.vers.id(c.Offer.CUDAVersion)
 	if old, ok := x.take(c.Offer.ID); ok {
 		s.spanOff, s.spanN, s.committed, s.spansEnd = old.spanOff, old.spanN, old.committed, old.spansEnd
@@ -158,14 +173,14 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 			buckets[k] = make([]slot, 0, n)
 		}
 	}
-	where := make(map[int64]uint16, len(slots))
+	where := newOfferKeys(len(slots))
 	for _, s := range slots {
-		if _, dup := where[s.id]; dup {
+		if _, dup := where.get(s.id); dup {
 			return Errorf(CodeInvalid, "Offer %d is listed twice.", s.id)
 		}
 		k := bucketKey(&s)
 		buckets[k] = append(buckets[k], s)
-		where[s.id] = k
+		where.set(s.id, k)
 	}
 	slots = nil
 	bounds := make([]bucketBound, len(buckets))
@@ -185,7 +200,7 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 	// The arena in bucket order, sized exactly.
 	live := 0
 	for id, p := range pending {
-		if _, ok := where[id]; ok {
+		if _, ok := where.get(id); ok {
 			live += len(p)
 		}
 	}
@@ -207,9 +222,9 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 	for id, p := range pending {
 		rest[id] = p
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.buckets, x.spans, x.dead, x.where, x.pending, x.n = buckets, arena, 0, where, rest, len(where)
+	x.lock()
+	defer x.unlock()
+	x.buckets, x.spans, x.dead, x.where, x.pending, x.n = buckets, arena, 0, where, rest, where.len()
 	x.vers, x.bounds, x.byPrice = vers, bounds, byPrice
 	return nil
 }
@@ -217,8 +232,8 @@ func (x *Index) Load(cands []Candidate, commitments []Commitment) error {
 // Remove withdraws an offer from matching. Its commitments are kept aside
 // in case it is listed again. Removing an unknown offer does nothing.
 func (x *Index) Remove(offerID int64) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	if old, ok := x.take(offerID); ok && old.spanN > 0 {
 		x.pending[offerID] = append([]span(nil), x.spansOf(&old)...)
 		x.dead += int(old.spanN)
@@ -235,8 +250,8 @@ func (x *Index) AddCommitment(c Commitment) {
 	}
 	var buf [4]span
 	add := appendSpans(buf[:0], c)
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	if s := x.find(c.OfferID); s != nil {
 		// Move the offer's spans to the end of the arena with the new ones;
 		// their old place is dead until the next compaction.
@@ -270,8 +285,8 @@ func (x *Index) SetCommitments(offerID int64, cs []Commitment) {
 			add = appendSpans(add, c)
 		}
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	if s := x.find(offerID); s != nil {
 		x.dead += int(s.spanN)
 		x.setSpans(s, add)
@@ -298,8 +313,8 @@ func (x *Index) RemoveCommitment(c Commitment) bool {
 	if len(del) == 0 {
 		return false
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.lock()
+	defer x.unlock()
 	if s := x.find(c.OfferID); s != nil {
 		spans := x.spansOf(s)
 		if !containsSpans(spans, del) {
@@ -382,14 +397,31 @@ func (x *Index) Match(req Request, now time.Time) (Result, error) {
 // Explanation.Cut says what was left out. The index's read lock is held
 // for each run of the engine, not across a request's relaxations.
 func (x *Index) MatchWithin(req Request, now time.Time, b Budget) (Result, error) {
-	return x.eng.run(pruned{x}, req, now, true, true, b)
+	return x.eng.run(pruned{x}, req, now, true, true, b, nil)
+}
+
+// MatchYielding is MatchWithin for a request that may wait: about every
+// 0.1 ms of its work it calls pause, which may block to let more urgent
+// work run first (workflow runs broad matches so, behind narrow ones). It
+// holds the index's read lock meanwhile, which other readers share; while
+// a writer waits for the lock, pause is not called, so the write waits for
+// the rest of the run's work only.
+func (x *Index) MatchYielding(req Request, now time.Time, b Budget, pause func()) (Result, error) {
+	if pause == nil {
+		return x.MatchWithin(req, now, b)
+	}
+	return x.eng.run(pruned{x}, req, now, true, true, b, func() {
+		if x.writers.Load() == 0 {
+			pause()
+		}
+	})
 }
 
 // exhaustive is Match evaluating every offer the index's pruning leaves,
 // without the early stop: exact totals, the same quotes. It is the
 // "before" of benchmarks and a yardstick in tests.
 func (x *Index) exhaustive(req Request, now time.Time) (Result, error) {
-	return x.eng.run(pruned{x}, req, now, true, false, Budget{})
+	return x.eng.run(pruned{x}, req, now, true, false, Budget{}, nil)
 }
 
 // Examines is how many offers a match of req at now would evaluate one by
@@ -419,7 +451,7 @@ func (x *Index) Examines(req Request, now time.Time) (int, error) {
 // scan is Match without the index's pruning: every offer evaluated one by
 // one. It is the yardstick in benchmarks and tests.
 func (x *Index) scan(req Request, now time.Time) (Result, error) {
-	return x.eng.run(flat{x}, req, now, true, false, Budget{})
+	return x.eng.run(flat{x}, req, now, true, false, Budget{}, nil)
 }
 
 func less(a, b *slot) bool {
@@ -480,7 +512,7 @@ func (x *Index) maybeCompact() {
 
 // find returns the offer's slot, or nil. Callers hold the lock.
 func (x *Index) find(id int64) *slot {
-	k, ok := x.where[id]
+	k, ok := x.where.get(id)
 	if !ok {
 		return nil
 	}
@@ -495,7 +527,7 @@ func (x *Index) find(id int64) *slot {
 
 // take removes the offer's slot and returns it. Callers hold the write lock.
 func (x *Index) take(id int64) (slot, bool) {
-	k, ok := x.where[id]
+	k, ok := x.where.get(id)
 	if !ok {
 		return slot{}, false
 	}
@@ -514,7 +546,7 @@ func (x *Index) take(id int64) (slot, bool) {
 				}
 			}
 			x.byPrice[k] = bp
-			delete(x.where, id)
+			x.where.remove(id)
 			x.n--
 			return s, true
 		}
@@ -531,7 +563,7 @@ func (x *Index) put(s slot) {
 	copy(b[i+1:], b[i:])
 	b[i] = s
 	x.buckets[k] = b
-	x.where[s.id] = k
+	x.where.set(s.id, k)
 	x.n++
 	x.bounds[k].widen(&s)
 	bp := x.byPrice[k]

@@ -253,15 +253,37 @@ func broadRequests() []Request {
 	return out
 }
 
+// inferenceRequests are services on one model (those of the narrow
+// requests), split in pieces of at least one or two devices, near the
+// users of one region's geographic group, not spread across regions: so
+// solved region by region.
+func inferenceRequests() []Request {
+	var out []Request
+	models := []string{"nvidia-h100-80gb-sxm", "amd-mi300x-192gb-oam", "nvidia-l40s-48gb-pcie", "nvidia-a100-80gb-sxm"}
+	for i := range 8 {
+		r := regions[(i*5)%len(regions)]
+		out = append(out, Request{
+			Workload: Workload{Kind: WorkInference, Devices: 4 + 4*(i%4), MinPieceDevices: 1 + i%2, Hours: 24 * 7,
+				CheckpointMins: 30, RestartMins: 10, DatasetGB: 200, DataRegionID: r.ID, UserRegionIDs: []string{r.ID}},
+			Constraints: Constraints{AcceleratorIDs: []string{models[i%len(models)]}},
+			Preferences: Preferences{CostWeight: 70, ReliabilityWeight: 30},
+		})
+	}
+	return out
+}
+
 func BenchmarkMatch(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
-		for _, kind := range []string{"narrow", "broad"} {
+		for _, kind := range []string{"narrow", "broad", "inference"} {
 			for _, how := range []string{"index", "exhaustive", "scan", "budget"} {
 				b.Run(fmt.Sprintf("offers=%d/%s/%s", n, kind, how), func(b *testing.B) {
 					bi := getBenchIndex(b, n)
 					reqs := narrowRequests()
-					if kind == "broad" {
+					switch kind {
+					case "broad":
 						reqs = broadRequests()
+					case "inference":
+						reqs = inferenceRequests()
 					}
 					run := bi.idx.Match
 					switch how {

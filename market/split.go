@@ -4,6 +4,7 @@ package market
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -144,6 +145,7 @@ func (e *engine) splitCands(q *query, fits []fit, cands []quoteCand) ([]quoteCan
 		if f.avail < q.devices {
 			continue
 		}
+		q.tick(8)
 		start, ok := earliestStart(q.spansOf(f.s), slotShape(f.s), layoutSpread, q.devices, f.lo, f.hi, f.hours()*3600)
 		if !ok {
 			continue
@@ -272,6 +274,30 @@ func unitLess(q *query, a, b *fit, ca, cb int64) bool {
 	return a.s.id < b.s.id
 }
 
+// unitCost is a fit and its cost at full use.
+type unitCost struct {
+	f *fit
+	c int64
+}
+
+// sortUnit sorts us by unitLess, pausing as it goes (one sort of the fits
+// of a broad request takes milliseconds).
+func sortUnit(q *query, us []unitCost) {
+	n := 0
+	slices.SortFunc(us, func(a, b unitCost) int {
+		if n++; n&63 == 0 {
+			q.tick(12)
+		}
+		switch {
+		case unitLess(q, a.f, b.f, a.c, b.c):
+			return -1
+		case unitLess(q, b.f, a.f, b.c, a.c):
+			return 1
+		}
+		return 0
+	})
+}
+
 // bounded keeps the boundedK offers cheapest per device at full use and
 // computes the LP lower bound over all fits: fill devices fractionally in
 // that order. A piece's cost is a part fixed per piece (storage, egress),
@@ -282,15 +308,12 @@ func unitLess(q *query, a, b *fit, ca, cb int64) bool {
 // cost_o(d) ≥ d·cost_o(a)/a − 3¢. The bound minus 3¢ per possible piece is
 // therefore below every split's cost.
 func (e *engine) bounded(q *query, fits []*fit) ([]*fit, int64) {
-	type uc struct {
-		f *fit
-		c int64
-	}
-	us := make([]uc, len(fits))
+	us := make([]unitCost, len(fits))
 	for i, f := range fits {
-		us[i] = uc{f, int64(pieceCost(f.s, q, f.avail, f.hours(), f.intr).Total)}
+		q.tick(1)
+		us[i] = unitCost{f, int64(pieceCost(f.s, q, f.avail, f.hours(), f.intr).Total)}
 	}
-	sort.Slice(us, func(i, j int) bool { return unitLess(q, us[i].f, us[j].f, us[i].c, us[j].c) })
+	sortUnit(q, us)
 	var lb, need = int64(0), q.devices
 	for _, u := range us {
 		if need == 0 {
@@ -330,6 +353,7 @@ func reduce(q *query, fits []*fit) []*fit {
 			if f.avail < d {
 				continue
 			}
+			q.tick(1)
 			c := int64(pieceCost(f.s, q, d, f.hours(), f.intr).Total)
 			if len(top) == p && (c > top[p-1].c || (c == top[p-1].c && f.s.id > top[p-1].f.s.id)) {
 				continue
@@ -376,6 +400,7 @@ func dpSplit(q *query, fits []*fit) ([]pieceRef, bool) {
 	costs := make([]int64, D+1)
 	for i, f := range fits {
 		top := min(f.avail, D)
+		q.tick(int(top) + int(D*top)/8) // its costs, then about 8 DP steps a unit
 		for d := q.minPiece; d <= top; d++ {
 			costs[d] = int64(pieceCost(f.s, q, d, f.hours(), f.intr).Total)
 		}
@@ -419,15 +444,12 @@ func dpSplit(q *query, fits []*fit) ([]pieceRef, bool) {
 // greedySplit fills devices cheapest per device first, keeping every piece
 // at least the minimum. Used only beyond the DP's limits.
 func greedySplit(q *query, fits []*fit, lower int64) ([]pieceRef, bool, int64, bool) {
-	type uc struct {
-		f *fit
-		c int64
-	}
-	us := make([]uc, len(fits))
+	us := make([]unitCost, len(fits))
 	for i, f := range fits {
-		us[i] = uc{f, int64(pieceCost(f.s, q, f.avail, f.hours(), f.intr).Total)}
+		q.tick(1)
+		us[i] = unitCost{f, int64(pieceCost(f.s, q, f.avail, f.hours(), f.intr).Total)}
 	}
-	sort.Slice(us, func(i, j int) bool { return unitLess(q, us[i].f, us[j].f, us[i].c, us[j].c) })
+	sortUnit(q, us)
 	need := q.devices
 	var ps []pieceRef
 	for _, u := range us {

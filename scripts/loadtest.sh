@@ -21,7 +21,8 @@ rm -f "$DIR"/load.db*
 "$LOADGEN" -seed -db "$DIR/load.db" -offers "$OFFERS" -trace "$TRACE" -token-out "$DIR/token" | grep -v '^token:'
 token=$(cat "$DIR/token")
 
-"$BIN" serve -addr "$ADDR" -db "$DIR/load.db" -api-rate 1000000 >"$DIR/server.out" 2>"$DIR/server.log" &
+METRICS_ADDR=${LOAD_METRICS_ADDR:-127.0.0.1:8095}
+"$BIN" serve -addr "$ADDR" -db "$DIR/load.db" -api-rate 1000000 -metrics-addr "$METRICS_ADDR" >"$DIR/server.out" 2>"$DIR/server.log" &
 server=$!
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
 for _ in $(seq 1 600); do
@@ -36,14 +37,28 @@ run() {
 	echo "== $1"
 	"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$CLIENTS" -d "$DURATION" -mix "$2" | tee "$DIR/last.out"
 }
-# rate KIND: the req/s column of KIND's row in the last run's table.
+# rate KIND: the req/s column of KIND's row in the last run's table; p99
+# KIND FILE and errors KIND FILE: its p99 (in ms) and errors in FILE.
 rate() { awk -v k="$1" '$1 == k { print $3 }' "$DIR/last.out"; }
+p99() { awk -v k="$1" '$1 == k { v = $6; if (v ~ /µs$/) { sub(/µs$/, "", v); v /= 1000 } else sub(/ms$/, "", v); print v }' "$2"; }
+errors() { awk -v k="$1" '$1 == k { print $8 }' "$2"; }
 run "yardstick: GET /static/app.css (no database)" static=1
 run "yardstick: GET /api/v1/ping (token check, rate limit, JSON)" ping=1
 ping_rate=$(rate ping)
+# LOAD_PROFILE=1: a CPU profile of the server during the narrow run
+# (docs/testing.md), from the operator's port.
+if [ -n "${LOAD_PROFILE:-}" ]; then
+	(sleep 4 && curl -s -o "$DIR/narrow.prof" "http://$METRICS_ADDR/debug/pprof/profile?seconds=8") &
+	profiler=$!
+fi
 run "POST /api/v1/quotes, narrow requests" narrow=1
 narrow_rate=$(rate narrow)
-echo "-- narrow quotes / ping yardstick: $narrow_rate / $ping_rate req/s = $(awk -v a="$narrow_rate" -v b="$ping_rate" 'BEGIN { printf "%.2f", a / b }') (target at least 0.33)"
+echo "-- narrow quotes / ping yardstick: $narrow_rate / $ping_rate req/s = $(awk -v a="$narrow_rate" -v b="$ping_rate" 'BEGIN { printf "%.2f", a / b }') (target at least 0.33); narrow p99 $(p99 narrow "$DIR/last.out") ms at $CLIENTS clients (target at most 20)"
+if [ -n "${LOAD_PROFILE:-}" ]; then
+	wait "$profiler"
+	echo "-- CPU profile of the server during the narrow run: $DIR/narrow.prof (go tool pprof -top $BIN $DIR/narrow.prof)"
+	go tool pprof -top "$BIN" "$DIR/narrow.prof" 2>/dev/null | sed -n '1,25p'
+fi
 run "POST /api/v1/quotes, 9 narrow : 1 broad" narrow=9,broad=1
 
 # Expensive requests are bounded (issue 13): narrow quotes from
@@ -59,14 +74,18 @@ narrow_beside() {
 	"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$BROAD_LOOPS" -d "$DURATION" -warmup 3s -mix "$2" >"$DIR/loops.out" &
 	loops=$!
 	sleep 1
-	"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$NARROW_CLIENTS" -d "$DURATION" -mix narrow=1
+	"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$NARROW_CLIENTS" -d "$DURATION" -mix narrow=1 | tee "$DIR/beside.out"
 	wait "$loops"
 	echo "-- the loops:"
 	cat "$DIR/loops.out"
+	local p
+	p=$(p99 narrow "$DIR/beside.out")
+	echo "-- narrow p99 beside $1 / idle: $p / $idle_p99 ms = $(awk -v a="$p" -v b="$idle_p99" 'BEGIN { printf "%.2f", a / b }') (target at most 2); narrow refused: $(errors narrow "$DIR/beside.out") (target 0)"
 }
 echo
 echo "== narrow quotes, $NARROW_CLIENTS clients, idle"
-"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$NARROW_CLIENTS" -d "$DURATION" -mix narrow=1
+"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$NARROW_CLIENTS" -d "$DURATION" -mix narrow=1 | tee "$DIR/idle.out"
+idle_p99=$(p99 narrow "$DIR/idle.out")
 narrow_beside "broad API quotes" broad=1
 narrow_beside "broad request-builder quotes as visitors" anon=1
 

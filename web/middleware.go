@@ -83,6 +83,23 @@ func deadline(timeout time.Duration) echo.MiddlewareFunc {
 	}
 }
 
+// serving marks the request as being served while it is, so that broad
+// matches give way to it (workflow.Service.Serving) — all but the agent's
+// long-poll, which mostly waits.
+func (h *Handler) serving(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if c.Path() == agentLongPollPath {
+			return next(c)
+		}
+		done := h.wf.Serving()
+		defer done()
+		return next(c)
+	}
+}
+
+// agentLongPollPath is the route of the agent's long-poll (routes.go).
+const agentLongPollPath = "/agent/v1/assignments"
+
 // logger returns the request's logger.
 func logger(c echo.Context) *slog.Logger {
 	if l, ok := c.Get(ctxLogger).(*slog.Logger); ok {

@@ -23,6 +23,14 @@ const (
 	userQuotesPerSecond = 5  // per signed-in account
 	userQuoteBurst      = 50
 	limiterIdle         = 10 * time.Minute // a key unseen this long is forgotten
+	// A refused quote is answered when the client's next quote would be
+	// allowed (at most refusalHold later; at most refusalsHeld held at
+	// once, the rest answered at once), so a client that asks again at once
+	// instead of waiting for Retry-After sends a request a second, not
+	// thousands, and cannot take the processors from other buyers with
+	// refusals (docs/booking.md, "Expensive requests are bounded").
+	refusalHold  = time.Second
+	refusalsHeld = 256
 )
 
 // limiter is a token bucket per key (a client address, an account, a
@@ -73,6 +81,23 @@ func (l *limiter) allow(key string, now time.Time) (bool, time.Duration) {
 	return true, 0
 }
 
+// holdRefusal waits up to wait (at most refusalHold) before a refusal is
+// answered, unless refusalsHeld are waiting already or the request ends.
+func (h *Handler) holdRefusal(c echo.Context, wait time.Duration) {
+	select {
+	case h.refusals <- struct{}{}:
+		defer func() { <-h.refusals }()
+	default:
+		return
+	}
+	t := time.NewTimer(min(wait, refusalHold))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.Request().Context().Done():
+	}
+}
+
 // setRetryAfter tells the client when to try again, in whole seconds
 // rounded up (at least 1).
 func setRetryAfter(c echo.Context, wait time.Duration) {
@@ -97,6 +122,7 @@ func (h *Handler) quoteAllowed(c echo.Context) (bool, string) {
 	if ok {
 		return true, ""
 	}
+	h.holdRefusal(c, wait)
 	setRetryAfter(c, wait)
 	secs := max(1, int((wait+time.Second-1)/time.Second))
 	msg := fmt.Sprintf("Too many quote requests from here: please wait %s and try again.", plural(secs, "second"))

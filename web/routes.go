@@ -19,6 +19,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}))
 	e.Use(h.securityHeaders)
 	e.Use(deadline(h.cfg.RequestTimeout))
+	e.Use(h.serving)
 
 	// Infrastructure: no session, no CSRF.
 	e.GET("/healthz", h.handleHealth)

@@ -89,6 +89,7 @@ type Handler struct {
 	// anonQuotes and userQuotes limit the builder's quotes per client
 	// address and per account (the workflow shares the matcher fairly).
 	anonQuotes, userQuotes *limiter
+	refusals               chan struct{} // the quote refusals being held (holdRefusal)
 }
 
 // Limits on abuse, kept together.
@@ -143,6 +144,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Hand
 	h.baseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	h.anonQuotes = newLimiter(anonQuotesPerSecond, anonQuoteBurst)
 	h.userQuotes = newLimiter(userQuotesPerSecond, userQuoteBurst)
+	h.refusals = make(chan struct{}, refusalsHeld)
 	h.cookies = sessions.NewCookieStore(cfg.SessionKey[:32])
 	h.cookies.Options = &sessions.Options{
 		Path:     "/",

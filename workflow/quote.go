@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpumarket/gpumarket/market"
@@ -24,6 +25,13 @@ const (
 	// refused at once. broadWait is the longest one waits.
 	broadWaiting = 64
 	broadWait    = 10 * time.Second
+	// broadPause is how long a broad match sleeps at each of its pauses
+	// (about every 0.1 ms of its work) while other requests are being
+	// served or one was within broadQuiet: it then takes about a twentieth
+	// of a core, and they the rest. (The runtime's timers make any sleep
+	// under a millisecond about one.)
+	broadPause = 2 * time.Millisecond
+	broadQuiet = 2 * time.Millisecond
 	// carbonTTL bounds how long the offers' own hourly profiles are served
 	// from memory after a change made by another replica; this replica's
 	// changes, and every offer change the index follows, drop them at once.
@@ -37,23 +45,42 @@ const (
 // when the request asks for it, the carbon-aware start.
 func (s *Service) Quote(ctx context.Context, req market.Request, now time.Time) (market.Result, []market.CarbonShift, error) {
 	idx := s.Index()
-	release, err := s.broad.enter(ctx, idx, req, now)
+	broad, release, err := s.broad.enter(ctx, idx, req, now)
 	if err != nil {
 		return market.Result{}, nil, err
 	}
 	defer release()
+	if broad {
+		return s.quoteBroad(ctx, idx, req, now)
+	}
 	return s.quoteOn(ctx, idx, req, now)
 }
+
+// Serving marks a request being served until done is called. Broad
+// matches give way to such requests (fairShare.pause): web marks every
+// request it serves.
+func (s *Service) Serving() (done func()) { return s.broad.serve() }
 
 // quoteOn is Quote on idx without a broad slot (the standing orders'
 // matcher, one goroutine, takes none).
 func (s *Service) quoteOn(ctx context.Context, idx *market.Index, req market.Request, now time.Time) (market.Result, []market.CarbonShift, error) {
+	return s.quoteMatching(ctx, req, now, func(r market.Request, at time.Time) (market.Result, error) {
+		return idx.MatchWithin(r, at, s.budget)
+	})
+}
+
+// quoteBroad is quoteOn for a broad request holding a slot: its match
+// pauses for the other requests being served (fairShare.pause).
+func (s *Service) quoteBroad(ctx context.Context, idx *market.Index, req market.Request, now time.Time) (market.Result, []market.CarbonShift, error) {
+	return s.quoteMatching(ctx, req, now, func(r market.Request, at time.Time) (market.Result, error) {
+		return idx.MatchYielding(r, at, s.budget, s.broad.pause)
+	})
+}
+
+func (s *Service) quoteMatching(ctx context.Context, req market.Request, now time.Time, match func(market.Request, time.Time) (market.Result, error)) (market.Result, []market.CarbonShift, error) {
 	profile, err := s.carbonProfiles(ctx)
 	if err != nil {
 		return market.Result{}, nil, err
-	}
-	match := func(r market.Request, at time.Time) (market.Result, error) {
-		return idx.MatchWithin(r, at, s.budget)
 	}
 	return market.MatchCarbonAware(match, req, now, profile)
 }
@@ -218,50 +245,92 @@ func (c *carbonCache) reset(offers []market.Offer) {
 
 // fairShare lets a few broad matches run at once, so they use at most
 // that many cores, and lets narrow matches run at once without waiting
-// for them: a broad request cannot starve a narrow one.
+// for them: a broad request cannot starve a narrow one. A broad match
+// also runs behind everything else the server does: it pauses about
+// every 0.1 ms of its work, letting waiting goroutines run, and while
+// other requests are being served, or were within broadQuiet, it sleeps
+// at each pause (broadPause), so they keep the processors and a broad
+// match takes what they leave (at least about a twentieth of a core).
 type fairShare struct {
 	broad   int // a request evaluating more offers than this is broad
 	slots   chan struct{}
 	waiting chan struct{}
 	wait    time.Duration
+	sleep   time.Duration // broadPause
+	// serving counts the requests being served (Service.Serving), broadIn
+	// the broad quotes among them waiting for a slot or holding one;
+	// lastDone is when the last of them was done, since epoch.
+	serving, broadIn, lastDone atomic.Int64
+	epoch                      time.Time
+	quiet                      time.Duration // broadQuiet
 }
 
 func newFairShare(slots int) *fairShare {
 	if slots <= 0 {
 		slots = max(1, runtime.GOMAXPROCS(0)/2)
 	}
-	return &fairShare{broad: broadOffers, slots: make(chan struct{}, slots), waiting: make(chan struct{}, broadWaiting), wait: broadWait}
+	return &fairShare{broad: broadOffers, slots: make(chan struct{}, slots), waiting: make(chan struct{}, broadWaiting), wait: broadWait, sleep: broadPause, quiet: broadQuiet, epoch: time.Now()}
+}
+
+// serve counts a request being served until done is called.
+func (f *fairShare) serve() (done func()) {
+	f.serving.Add(1)
+	return func() {
+		f.lastDone.Store(int64(time.Since(f.epoch)))
+		f.serving.Add(-1)
+	}
+}
+
+// pause is a broad match's pause (market.Index.MatchYielding): it lets
+// the goroutines waiting for a processor run, and sleeps while other
+// requests are being served or were a moment ago (more are likely to
+// come).
+func (f *fairShare) pause() {
+	runtime.Gosched()
+	if f.serving.Load() > f.broadIn.Load() || time.Since(f.epoch)-time.Duration(f.lastDone.Load()) < f.quiet {
+		time.Sleep(f.sleep)
+	}
 }
 
 // enter takes a slot when req is broad on idx (see broadOffers), waiting
-// up to broadWait; it returns the function that gives the slot back. A
-// broad request that cannot have a slot is refused as rate limited.
-func (f *fairShare) enter(ctx context.Context, idx *market.Index, req market.Request, now time.Time) (func(), error) {
+// up to broadWait; it reports whether req is broad and returns the
+// function that gives the slot back. A broad request that cannot have a
+// slot is refused as rate limited.
+func (f *fairShare) enter(ctx context.Context, idx *market.Index, req market.Request, now time.Time) (bool, func(), error) {
 	n, err := idx.Examines(req, now)
 	if err != nil || n <= f.broad {
-		return func() {}, nil // an invalid request is the matcher's to refuse
+		return false, func() {}, nil // an invalid request is the matcher's to refuse
+	}
+	f.broadIn.Add(1)
+	release := func() {
+		<-f.slots
+		f.broadIn.Add(-1)
+	}
+	refuse := func(err error) (bool, func(), error) {
+		f.broadIn.Add(-1)
+		return true, nil, err
 	}
 	busy := market.Errorf(market.CodeRateLimited, "The market is busy with other broad searches. Try again in a moment, or name models, regions or a maximum price.")
 	select {
 	case f.slots <- struct{}{}:
-		return func() { <-f.slots }, nil
+		return true, release, nil
 	default:
 	}
 	select {
 	case f.waiting <- struct{}{}:
 		defer func() { <-f.waiting }()
 	default:
-		return nil, busy
+		return refuse(busy)
 	}
 	t := time.NewTimer(f.wait)
 	defer t.Stop()
 	select {
 	case f.slots <- struct{}{}:
-		return func() { <-f.slots }, nil
+		return true, release, nil
 	case <-t.C:
-		return nil, busy
+		return refuse(busy)
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return refuse(ctx.Err())
 	}
 }
 

@@ -33,19 +33,19 @@ func TestFairShare(t *testing.T) {
 	f.waiting = make(chan struct{}, 1)
 	ctx := context.Background()
 
-	release, err := f.enter(ctx, idx, broad, t0)
-	if err != nil {
-		t.Fatal(err)
+	isBroad, release, err := f.enter(ctx, idx, broad, t0)
+	if err != nil || !isBroad {
+		t.Fatalf("broad: %v, broad %v", err, isBroad)
 	}
 	start := time.Now()
-	if rel, err := f.enter(ctx, idx, narrow, t0); err != nil || time.Since(start) > 50*time.Millisecond {
-		t.Fatalf("narrow behind a broad one: %v after %s", err, time.Since(start))
+	if isBroad, rel, err := f.enter(ctx, idx, narrow, t0); err != nil || isBroad || time.Since(start) > 50*time.Millisecond {
+		t.Fatalf("narrow behind a broad one: %v (broad %v) after %s", err, isBroad, time.Since(start))
 	} else {
 		rel()
 	}
 	got := make(chan error, 1)
 	go func() {
-		rel, err := f.enter(ctx, idx, broad, t0)
+		_, rel, err := f.enter(ctx, idx, broad, t0)
 		if err == nil {
 			rel()
 		}
@@ -54,7 +54,7 @@ func TestFairShare(t *testing.T) {
 	for len(f.waiting) == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := f.enter(ctx, idx, broad, t0); market.ErrorCode(err) != market.CodeRateLimited {
+	if _, _, err := f.enter(ctx, idx, broad, t0); market.ErrorCode(err) != market.CodeRateLimited {
 		t.Fatalf("broad with the queue full: %v, want rate limited", err)
 	}
 	release()
@@ -62,10 +62,13 @@ func TestFairShare(t *testing.T) {
 		t.Fatalf("the waiting broad match after the slot was given back: %v", err)
 	}
 
-	release, _ = f.enter(ctx, idx, broad, t0)
+	_, release, _ = f.enter(ctx, idx, broad, t0)
 	defer release()
-	if _, err := f.enter(ctx, idx, broad, t0); market.ErrorCode(err) != market.CodeRateLimited {
+	if _, _, err := f.enter(ctx, idx, broad, t0); market.ErrorCode(err) != market.CodeRateLimited {
 		t.Fatalf("broad waiting past the limit: %v, want rate limited", err)
+	}
+	if n := f.broadIn.Load(); n != 1 {
+		t.Fatalf("broad quotes counted in: %d, want 1 (the one holding the slot)", n)
 	}
 }
 
@@ -108,5 +111,39 @@ func TestStandingOrderFillsAsQuoted(t *testing.T) {
 	}
 	if !r.Start().Equal(want) {
 		t.Fatalf("filled at %s, want the quoted %s", r.Start(), want)
+	}
+}
+
+// TestBroadPausesForOthers: a broad match's pause sleeps while another
+// request is being served and for a moment after it is done, and not when
+// the only requests being served are broad quotes or none was lately.
+func TestBroadPausesForOthers(t *testing.T) {
+	f := newFairShare(1)
+	f.sleep, f.quiet = 40*time.Millisecond, 20*time.Millisecond
+	took := func() time.Duration {
+		start := time.Now()
+		f.pause()
+		return time.Since(start)
+	}
+	time.Sleep(f.quiet) // since the share began: quiet
+	if d := took(); d >= f.sleep {
+		t.Fatalf("nothing served: paused %s", d)
+	}
+	done := f.serve()
+	if d := took(); d < f.sleep {
+		t.Fatalf("a request being served: paused %s, want %s", d, f.sleep)
+	}
+	f.broadIn.Add(1) // that request is a broad quote
+	if d := took(); d >= f.sleep {
+		t.Fatalf("only a broad quote served: paused %s", d)
+	}
+	f.broadIn.Add(-1)
+	done()
+	if d := took(); d < f.sleep {
+		t.Fatalf("just after a request: paused %s, want %s", d, f.sleep)
+	}
+	time.Sleep(f.quiet)
+	if d := took(); d >= f.sleep {
+		t.Fatalf("quiet again: paused %s", d)
 	}
 }

@@ -121,7 +121,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}
 	trustedProxies := fs.String("trusted-proxies", getenv("GPUMARKET_TRUSTED_PROXIES"), "comma-separated CIDR ranges or addresses of the load balancers whose X-Forwarded-For gives the client address (env GPUMARKET_TRUSTED_PROXIES; default none: the TCP peer is the client)")
-	metricsAddr := fs.String("metrics-addr", getenv("GPUMARKET_METRICS_ADDR"), "listen address for Prometheus metrics at /metrics, e.g. :9090 (env GPUMARKET_METRICS_ADDR; default off)")
+	metricsAddr := fs.String("metrics-addr", getenv("GPUMARKET_METRICS_ADDR"), "listen address for Prometheus metrics at /metrics and the runtime profiles at /debug/pprof/, e.g. :9090 (env GPUMARKET_METRICS_ADDR; default off)")
 	feedMaxLag := fs.Duration("feed-max-lag", workflow.DefaultFeedMaxLag, "on PostgreSQL, how far behind the change feed this replica's index may fall before /healthz answers 503 (env GPUMARKET_FEED_MAX_LAG)")
 	if v := getenv("GPUMARKET_FEED_MAX_LAG"); v != "" {
 		if err := fs.Set("feed-max-lag", v); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"time"
@@ -73,6 +74,12 @@ func listenMetrics(addr string, reg *prometheus.Registry) (*metricsServer, error
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(reg))
+	// The runtime's profiles, for the operator on the same port
+	// (docs/testing.md: a CPU profile of the server under make loadtest).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return &metricsServer{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}}, nil
 }
 

@@ -41,8 +41,9 @@ func TestServeRefusesABadTrustedProxy(t *testing.T) {
 	}
 }
 
-// TestServeMetricsAndReplicaName: serve answers Prometheus on the metrics
-// address (and not on the public one), and every log line names the
+// TestServeMetricsAndReplicaName: serve answers Prometheus and the
+// runtime's profiles on the metrics address (and not on the public one),
+// and every log line names the
 // replica from GPUMARKET_REPLICA.
 func TestServeMetricsAndReplicaName(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -82,6 +83,13 @@ func TestServeMetricsAndReplicaName(t *testing.T) {
 	}
 	if status, _ := get(public + "/metrics"); status != http.StatusNotFound {
 		t.Errorf("metrics on the public address: %d, want 404", status)
+	}
+	// The runtime's profiles too, on the private address only.
+	if status, _ := get(public + "/debug/pprof/"); status != http.StatusNotFound {
+		t.Errorf("profiles on the public address: %d, want 404", status)
+	}
+	if status, body := get(private + "/debug/pprof/"); status != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Errorf("profiles on the metrics address: %d\n%.300s", status, body)
 	}
 	status, body := get(private + "/metrics")
 	if status != http.StatusOK {
