@@ -37,6 +37,7 @@ func TestMeteredRentalThroughThePages(t *testing.T) {
 	page := buyer.get(offerPath).body
 	mustContain(t, page, `data-testid="metered-start"`, "You don&#39;t pay for what you can&#39;t use", "30 minutes&#39; notice")
 	mustContain(t, buyer.get("/balance").body, `data-testid="topup-no-card"`)
+	mustContain(t, buyer.get("/reservations").body, `href="/balance"`) // the Account menu leads to it
 	app.addCard(buyer, "4242 4242 4242 4242")
 	r := buyer.post("/balance", "/balance/top-up", url.Values{"amount": {"twenty"}})
 	if r.status != http.StatusUnprocessableEntity || !strings.Contains(testidText(r.body, "topup-amount-error"), "Enter an amount") {
