@@ -328,6 +328,21 @@ func (db *DB) RecordRemoveFailed(ctx context.Context, tokenID, pieceID int64, ms
 	return fail(op, tx.Commit(), "")
 }
 
+// scanRemovalFailure reads a node whose agent could not remove what it
+// held for a piece (offer, title, provider, name, node, message, at,
+// reservation, piece) into a flag saying what failed.
+func scanRemovalFailure(what string) func(scanner) (HostFlag, error) {
+	return func(s scanner) (HostFlag, error) {
+		var f HostFlag
+		var at, resID, pieceID int64
+		var msg string
+		err := s.Scan(&f.OfferID, &f.OfferTitle, &f.ProviderID, &f.ProviderName, &f.Node, &msg, &at, &resID, &pieceID)
+		f.At = fromUnix(at)
+		f.Message = fmt.Sprintf("Reservation #%d, piece %d: %s (%s).", resID, pieceID, what, msg)
+		return f, err
+	}
+}
+
 // ListAccessRemovalFailures returns the nodes whose agent reported it could
 // not end a buyer's access, for the admins, by offer and node.
 func (db *DB) ListAccessRemovalFailures(ctx context.Context) ([]HostFlag, error) {
@@ -337,15 +352,7 @@ func (db *DB) ListAccessRemovalFailures(ctx context.Context) ([]HostFlag, error)
 		return nil, fail(op, err, "")
 	}
 	defer tx.Rollback()
-	flags, err := collect(ctx, tx, func(s scanner) (HostFlag, error) {
-		var f HostFlag
-		var at, resID, pieceID int64
-		var msg string
-		err := s.Scan(&f.OfferID, &f.OfferTitle, &f.ProviderID, &f.ProviderName, &f.Node, &msg, &at, &resID, &pieceID)
-		f.At = fromUnix(at)
-		f.Message = fmt.Sprintf("Reservation #%d, piece %d: the buyer's access could not be ended (%s).", resID, pieceID, msg)
-		return f, err
-	}, `SELECT o.id, o.title, u.id, u.display_name, a.node, a.remove_error, a.remove_error_at, p.reservation_id, p.id
+	flags, err := collect(ctx, tx, scanRemovalFailure("the buyer's access could not be ended"), `SELECT o.id, o.title, u.id, u.display_name, a.node, a.remove_error, a.remove_error_at, p.reservation_id, p.id
 		FROM piece_access a JOIN reservation_pieces p ON p.id = a.piece_id JOIN offers o ON o.id = p.offer_id
 		JOIN users u ON u.id = o.provider_id
 		WHERE a.remove_error <> '' AND a.removed_at IS NULL ORDER BY o.id, a.node`)

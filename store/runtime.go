@@ -298,15 +298,7 @@ func (db *DB) ListContainerRemovalFailures(ctx context.Context) ([]HostFlag, err
 		return nil, fail(op, err, "")
 	}
 	defer tx.Rollback()
-	flags, err := collect(ctx, tx, func(s scanner) (HostFlag, error) {
-		var f HostFlag
-		var at, resID, pieceID int64
-		var msg string
-		err := s.Scan(&f.OfferID, &f.OfferTitle, &f.ProviderID, &f.ProviderName, &f.Node, &msg, &at, &resID, &pieceID)
-		f.At = fromUnix(at)
-		f.Message = fmt.Sprintf("Reservation #%d, piece %d: the buyer's container could not be removed (%s).", resID, pieceID, msg)
-		return f, err
-	}, `SELECT o.id, o.title, u.id, u.display_name, c.node, c.message, c.updated_at, p.reservation_id, p.id
+	flags, err := collect(ctx, tx, scanRemovalFailure("the buyer's container could not be removed"), `SELECT o.id, o.title, u.id, u.display_name, c.node, c.message, c.updated_at, p.reservation_id, p.id
 		FROM piece_containers c JOIN reservation_pieces p ON p.id = c.piece_id JOIN offers o ON o.id = p.offer_id
 		JOIN users u ON u.id = o.provider_id
 		WHERE c.phase = ? ORDER BY o.id, c.node`, string(market.PhaseRemoveFailed))
