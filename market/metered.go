@@ -364,3 +364,30 @@ func MeteredStopLabel(reason string) string {
 	}
 	return "running"
 }
+
+// Automatic top-up: below a threshold the buyer sets, the background work
+// tops the balance up by the buyer's amount from the saved card.
+const (
+	MeteredMinAutoThreshold Cents = 100     // $1.00
+	MeteredMaxAutoThreshold Cents = 1000000 // $10,000.00
+)
+
+// ValidateAutoTopUp checks an automatic top-up's threshold and amount;
+// the problems are keyed "threshold" and "amount". Both zero clears it.
+func ValidateAutoTopUp(threshold, amount Cents) error {
+	if threshold == 0 && amount == 0 {
+		return nil
+	}
+	p := Problems{}
+	if threshold < MeteredMinAutoThreshold || threshold > MeteredMaxAutoThreshold {
+		p.Add("threshold", fmt.Sprintf("The threshold must be between %s and %s.", MeteredMinAutoThreshold, MeteredMaxAutoThreshold))
+	}
+	if err := ValidateTopUp(amount); err != nil {
+		p.Add("amount", ErrorMessage(err))
+	}
+	return p.Err()
+}
+
+// AutoTopUpDue says whether a balance is below the buyer's threshold
+// (0: no automatic top-up).
+func AutoTopUpDue(balance, threshold Cents) bool { return threshold > 0 && balance < threshold }

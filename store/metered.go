@@ -203,6 +203,12 @@ func (db *DB) RecordTopUpPaid(ctx context.Context, id int64, paymentIntentID str
 	if err := insertBalanceEntries(ctx, tx, e); err != nil {
 		return TopUp{}, fail(op, err, "")
 	}
+	if t.Method != TopUpAuto { // a top-up by hand resumes a paused automatic top-up
+		if _, err := tx.ExecContext(ctx, `UPDATE balance_auto_topup SET paused_reason = '', updated_at = ? WHERE buyer_id = ? AND paused_reason <> ''`,
+			unix(now), t.BuyerID); err != nil {
+			return TopUp{}, fail(op, err, "")
+		}
+	}
 	t.State, t.PaymentIntentID, t.UpdatedAt = TopUpPaid, paymentIntentID, truncate(now)
 	return t, fail(op, tx.Commit(), "")
 }
@@ -216,9 +222,23 @@ func (db *DB) RecordTopUpFailed(ctx context.Context, id int64, msg string, now t
 		return fail(op, err, "")
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `UPDATE balance_topups SET state = ?, last_error = ?, updated_at = ? WHERE id = ? AND state = ?`,
-		TopUpFailed, msg, unix(now), id, TopUpPending); err != nil {
+	res, err := tx.ExecContext(ctx, `UPDATE balance_topups SET state = ?, last_error = ?, updated_at = ? WHERE id = ? AND state = ?`,
+		TopUpFailed, msg, unix(now), id, TopUpPending)
+	if err != nil {
 		return fail(op, err, "")
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fail(op, err, "")
+	} else if n > 0 {
+		t, err := getTopUp(ctx, tx, id)
+		if err != nil {
+			return fail(op, err, "")
+		}
+		if t.Method == TopUpAuto {
+			if err := pauseAutoTopUp(ctx, tx, t.BuyerID, msg, now); err != nil {
+				return fail(op, err, "")
+			}
+		}
 	}
 	return fail(op, tx.Commit(), "")
 }

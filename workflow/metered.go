@@ -240,7 +240,7 @@ func (s *Service) meteredTick(ctx context.Context, now time.Time) {
 		s.log.Error("background: list top-ups", "err", err)
 	}
 	for _, t := range tops {
-		if t.State == store.TopUpPending && t.Method == store.TopUpSaved && now.Sub(t.CreatedAt) >= market.ChargeRetryGrace {
+		if t.State == store.TopUpPending && (t.Method == store.TopUpSaved || t.Method == store.TopUpAuto) && now.Sub(t.CreatedAt) >= market.ChargeRetryGrace {
 			if _, err := s.chargeTopUp(ctx, t); err != nil {
 				s.log.Warn("pending top-up not charged", "top_up_id", t.ID, "err", err)
 			}
@@ -252,6 +252,51 @@ func (s *Service) meteredTick(ctx context.Context, now time.Time) {
 	}
 	for _, p := range parts {
 		s.refundBalancePart(ctx, p)
+	}
+	s.autoTopUps(ctx, now)
+}
+
+// SetAutoTopUp sets the buyer's automatic top-up: below threshold the
+// background work tops the balance up by amount from the default saved
+// card (both zero clears it; setting it resumes one paused by a decline).
+func (s *Service) SetAutoTopUp(ctx context.Context, buyerID int64, threshold, amount market.Cents) error {
+	if err := market.ValidateAutoTopUp(threshold, amount); err != nil {
+		return err
+	}
+	if threshold != 0 {
+		if _, err := s.defaultMethod(ctx, buyerID); err != nil {
+			return err
+		}
+	}
+	return s.db.SetAutoTopUp(ctx, buyerID, threshold, amount, s.now())
+}
+
+// autoTopUps tops up every balance below its buyer's threshold from the
+// saved card: the top-up is recorded pending first (store.StartAutoTopUp,
+// at most one pending per buyer), then charged under its key by
+// chargeTopUp; a decline pauses it and notifies the buyer once
+// (store.RecordTopUpFailed), a crash leaves it pending for the retry above.
+func (s *Service) autoTopUps(ctx context.Context, now time.Time) {
+	ids, err := s.db.ListAutoTopUpBuyers(ctx)
+	if err != nil {
+		s.log.Error("background: list auto top-ups", "err", err)
+		return
+	}
+	for _, id := range ids {
+		t, ok, err := s.db.StartAutoTopUp(ctx, id, now)
+		if err != nil {
+			s.log.Error("background: start auto top-up", "buyer_id", id, "err", err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if err := s.db.ConfirmLease(ctx); err != nil {
+			return // the pending top-up is charged by the replica holding the lease
+		}
+		if _, err := s.chargeTopUp(ctx, t); err != nil {
+			s.log.Warn("automatic top-up not made", "buyer_id", id, "top_up_id", t.ID, "err", err)
+		}
 	}
 }
 
@@ -346,7 +391,7 @@ func (s *Service) reconcileMetered(ctx context.Context, ledgerOnly bool) ([]Diff
 		if t.Refunded > t.Amount {
 			add(0, fmt.Sprintf("top-up %d refunded more than it paid", t.ID), t.Refunded.String(), t.Amount.String())
 		}
-		if t.State == store.TopUpPending && t.Method == store.TopUpSaved && s.now().Sub(t.CreatedAt) >= market.ChargeRetryGrace {
+		if t.State == store.TopUpPending && (t.Method == store.TopUpSaved || t.Method == store.TopUpAuto) && s.now().Sub(t.CreatedAt) >= market.ChargeRetryGrace {
 			add(0, fmt.Sprintf("top-up %d recorded but not finished", t.ID), t.Amount.String(), t.LastError)
 		}
 		if t.State != store.TopUpPaid || ledgerOnly {
