@@ -48,6 +48,13 @@ func (h *Handler) balanceView(ctx context.Context, buyerID int64) (views.Balance
 		}
 		v.Statement = append(v.Statement, row)
 	}
+	switch a, err := h.db.FindAutoTopUp(ctx, buyerID); market.ErrorCode(err) {
+	case "":
+		v.AutoSet, v.AutoThreshold, v.AutoAmount, v.AutoPaused = true, a.Threshold.Decimal(), a.Amount.Decimal(), a.PausedReason
+	case market.CodeNotFound:
+	default:
+		return views.BalanceView{}, err
+	}
 	ms, err := h.db.ListMeteredRentals(ctx, buyerID)
 	if err != nil {
 		return views.BalanceView{}, err
@@ -191,6 +198,70 @@ func (h *Handler) handleBalanceRefund(c echo.Context) error {
 		return verr
 	}
 	v.RefundError = market.ErrorMessage(err)
+	return render(c, http.StatusUnprocessableEntity, views.BalancePage(h.page(c, "Prepaid balance"), v))
+}
+
+// handleAutoTopUp sets or clears (both fields empty) the automatic top-up
+// (workflow.SetAutoTopUp); a bad value re-renders the page with 422 and
+// the message next to its field.
+func (h *Handler) handleAutoTopUp(c echo.Context) error {
+	ctx := c.Request().Context()
+	u := currentUser(c)
+	rawT, rawA := strings.TrimSpace(c.FormValue("threshold")), strings.TrimSpace(c.FormValue("amount"))
+	parse := func(raw string) (market.Cents, bool) {
+		if raw == "" {
+			return 0, true
+		}
+		v, err := market.ParseCents(raw)
+		return v, err == nil
+	}
+	threshold, okT := parse(rawT)
+	amount, okA := parse(rawA)
+	var err error
+	if okT && okA {
+		err = h.wf.SetAutoTopUp(ctx, u.ID, threshold, amount)
+		if err == nil {
+			if threshold == 0 {
+				h.setFlash(c, "ok", "Automatic top-up is off.")
+			} else {
+				h.setFlash(c, "ok", fmt.Sprintf("Below %s your balance is topped up by %s from your card.", threshold, amount))
+			}
+			return c.Redirect(http.StatusSeeOther, "/balance")
+		}
+		if market.ErrorCode(err) != market.CodeInvalid {
+			return err
+		}
+	} else {
+		// The other field is still checked, a valid stand-in for the bad one.
+		if !okT {
+			threshold = market.MeteredMinAutoThreshold
+		}
+		if !okA {
+			amount = market.MeteredMinTopUp
+		}
+		err = market.ValidateAutoTopUp(threshold, amount)
+	}
+	v, verr := h.balanceView(ctx, u.ID)
+	if verr != nil {
+		return verr
+	}
+	v.AutoThreshold, v.AutoAmount = rawT, rawA
+	fe := market.FieldErrors(err)
+	switch {
+	case !okT:
+		v.AutoThresholdError = "Enter an amount in dollars, e.g. 5.00."
+	case fe["threshold"] != "":
+		v.AutoThresholdError = fe["threshold"]
+	}
+	switch {
+	case !okA:
+		v.AutoAmountError = "Enter an amount in dollars, e.g. 20.00."
+	case fe["amount"] != "":
+		v.AutoAmountError = fe["amount"]
+	}
+	if v.AutoThresholdError == "" && v.AutoAmountError == "" && err != nil {
+		v.AutoAmountError = market.ErrorMessage(err)
+	}
 	return render(c, http.StatusUnprocessableEntity, views.BalancePage(h.page(c, "Prepaid balance"), v))
 }
 

@@ -194,3 +194,38 @@ func TestTopUpOnThePaymentPage(t *testing.T) {
 	}
 	requireReconciled(t, app.testApp)
 }
+
+// The automatic top-up on /balance: values checked next to their fields
+// (422), set to below 30.00 add 10.00 with a balance of 20.00, the next
+// tick tops it up once (30.00), repeated ticks add nothing; cleared.
+// Reconciled.
+func TestAutoTopUpThroughThePage(t *testing.T) {
+	app := newBillingApp(t)
+	buyer := app.client()
+	buyer.signUp("auto-buyer@example.com", false)
+	mustNotContain(t, buyer.get("/balance").body, `data-testid="auto-topup"`)
+	app.addCard(buyer, "4242 4242 4242 4242")
+	if r := buyer.post("/balance", "/balance/top-up", url.Values{"amount": {"20.00"}}); r.status != http.StatusSeeOther {
+		t.Fatalf("top up: %d", r.status)
+	}
+	r := buyer.post("/balance", "/balance/auto-top-up", url.Values{"threshold": {"lots"}, "amount": {"1.00"}})
+	if r.status != http.StatusUnprocessableEntity || !strings.Contains(testidText(r.body, "auto-threshold-error"), "Enter an amount") ||
+		!strings.Contains(testidText(r.body, "auto-amount-error"), "between") {
+		t.Fatalf("bad values: %d %q %q", r.status, testidText(r.body, "auto-threshold-error"), testidText(r.body, "auto-amount-error"))
+	}
+	if r := buyer.post("/balance", "/balance/auto-top-up", url.Values{"threshold": {"30.00"}, "amount": {"10.00"}}); r.status != http.StatusSeeOther {
+		t.Fatalf("set: %d\n%s", r.status, r.body)
+	}
+	mustContain(t, buyer.get("/balance").body, `data-testid="auto-topup-on"`)
+	for i := 1; i <= 3; i++ {
+		app.tick(testNow.Add(time.Duration(i) * time.Minute))
+	}
+	if got := testidText(buyer.get("/balance").body, "balance-amount"); got != "$30.00" {
+		t.Fatalf("balance %q, want $20.00 + $10.00", got)
+	}
+	if r := buyer.post("/balance", "/balance/auto-top-up", url.Values{"threshold": {""}, "amount": {""}}); r.status != http.StatusSeeOther {
+		t.Fatalf("clear: %d", r.status)
+	}
+	mustNotContain(t, buyer.get("/balance").body, `data-testid="auto-topup-on"`)
+	requireReconciled(t, app.testApp)
+}

@@ -164,6 +164,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	b.POST("/balance/top-up/checkout", h.handleTopUpCheckout, requireUser, h.requireVerified)
 	b.GET("/balance/top-up/return", h.handleTopUpReturn, requireUser)
 	b.POST("/balance/refund", h.handleBalanceRefund, requireUser)
+	b.POST("/balance/auto-top-up", h.handleAutoTopUp, requireUser, h.requireVerified)
 	b.POST("/offers/:id/metered", h.handleMeteredStart, requireUser, h.requireVerified)
 	b.POST("/reservations/:id/stop", h.handleMeteredStop, requireUser)
 	b.POST("/provider/offers/:id/metered", h.handleOfferMetered, requireUser, requireProvider)
