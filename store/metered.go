@@ -84,6 +84,27 @@ func getMeteredTerms(ctx context.Context, q querier, offerID int64) (MeteredTerm
 	return t, err
 }
 
+// MeteredOfferIDs returns which of the offers allow metered rentals, in
+// one query (the quote cards' "Start now, metered").
+func (db *DB) MeteredOfferIDs(ctx context.Context, offerIDs []int64) (map[int64]bool, error) {
+	out := map[int64]bool{}
+	if len(offerIDs) == 0 {
+		return out, nil
+	}
+	args := make([]any, len(offerIDs))
+	for i, id := range offerIDs {
+		args[i] = id
+	}
+	ids, err := collect(ctx, db.reader, func(s scanner) (int64, error) {
+		var id int64
+		return id, s.Scan(&id)
+	}, `SELECT offer_id FROM offer_metered WHERE offer_id IN (`+placeholders(len(args))+`)`, args...)
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, fail("list metered offers", err, "")
+}
+
 // FindOfferMetered returns the offer's metered terms; an offer that does
 // not allow metered rentals is not found.
 func (db *DB) FindOfferMetered(ctx context.Context, offerID int64) (MeteredTerms, error) {

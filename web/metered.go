@@ -342,6 +342,12 @@ type meteredFormError struct{ Message, Devices, Max string }
 
 // meteredFormFrom fills the panel with a refused start's input and message.
 func meteredFormFrom(c echo.Context, v *views.MeteredStartView) {
+	// A quote card's "Start now, metered" link carries its devices.
+	if n, err := strconv.Atoi(c.QueryParam("devices")); err == nil && n >= 1 {
+		if max, err := strconv.Atoi(v.MaxDevices); err == nil && n <= max {
+			v.Devices = strconv.Itoa(n)
+		}
+	}
 	if e, ok := c.Get(meteredErrorKey).(meteredFormError); ok {
 		v.Error, v.Devices, v.Max = e.Message, e.Devices, e.Max
 	}

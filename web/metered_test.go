@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -228,4 +229,42 @@ func TestAutoTopUpThroughThePage(t *testing.T) {
 	}
 	mustNotContain(t, buyer.get("/balance").body, `data-testid="auto-topup-on"`)
 	requireReconciled(t, app.testApp)
+}
+
+// A quote card's piece of an offer that allows metered rentals links to
+// the offer page's metered form with the piece's devices filled in; a
+// piece of an offer that does not has no such link.
+func TestQuotePieceStartsMetered(t *testing.T) {
+	app := newBillingApp(t)
+	prov := app.client()
+	prov.signUp("quote-metered-prov@example.com", true)
+	o := app.ownOffer(prov.userID())
+	buyer := app.client()
+	buyer.signUp("quote-metered-buyer@example.com", false)
+	q := trainingQuery()
+	page := buyer.get("/requests?" + q.Encode()).body
+	mustContain(t, page, fmt.Sprintf(`href="/offers/%d"`, o.ID))
+	mustNotContain(t, page, `data-testid="quote-piece-metered"`)
+	offerPath := fmt.Sprintf("/offers/%d", o.ID)
+	if r := prov.post(offerPath, fmt.Sprintf("/provider/offers/%d/metered", o.ID), url.Values{"allow": {"1"}, "notice_minutes": {"30"}}); r.status != http.StatusSeeOther {
+		t.Fatalf("allow metered: %d", r.status)
+	}
+	page = buyer.get("/requests?" + q.Encode()).body
+	m := regexp.MustCompile(fmt.Sprintf(`href="(/offers/%d\?devices=(\d+)#metered)" data-testid="quote-piece-metered"`, o.ID)).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no metered link for offer %d among %d pieces", o.ID, strings.Count(page, `data-testid="quote-piece"`))
+	}
+	if got, want := strings.Count(page, `data-testid="quote-piece-metered"`), strings.Count(page, fmt.Sprintf(`<a href="/offers/%d">`, o.ID)); got != want {
+		t.Fatalf("%d metered links, want one per piece of offer %d (%d)", got, o.ID, want)
+	}
+	t.Logf("link %s", m[1])
+	if m[2] == "0" {
+		t.Fatalf("link %q", m[1])
+	}
+	form := buyer.get(strings.TrimSuffix(m[1], "#metered")).body
+	mustContain(t, form, `data-testid="metered-start"`, fmt.Sprintf(`value="%s" required data-testid="metered-devices"`, m[2]))
+	// Without the link's devices the form starts at one.
+	if m[2] != "1" {
+		mustContain(t, buyer.get(offerPath).body, `value="1" required data-testid="metered-devices"`)
+	}
 }

@@ -153,10 +153,25 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 		return v, err
 	}
 	listings := map[int64]pieceInfo{}
+	var quoted []int64
+	for _, q := range res.Quotes {
+		for _, p := range q.Pieces {
+			quoted = append(quoted, p.OfferID)
+		}
+	}
+	metered, err := h.db.MeteredOfferIDs(c.Request().Context(), quoted) // one query for every quoted offer
+	if err != nil {
+		return v, err
+	}
 	for _, q := range res.Quotes {
 		card, err := h.quoteCard(c.Request().Context(), req, q, listings, now)
 		if err != nil {
 			return v, err
+		}
+		for i, p := range q.Pieces {
+			if metered[p.OfferID] {
+				card.Pieces[i].MeteredURL = fmt.Sprintf("/offers/%d?devices=%d#metered", p.OfferID, p.Devices)
+			}
 		}
 		card.RequestJSON = string(reqJSON)
 		card.QuoteID = market.NewQuoteKey(q, now).String()
