@@ -310,3 +310,28 @@ func countKind(s *testStore, kind string) int {
 	}
 	return n
 }
+
+// An automatic top-up's off-session charge (workflow.chargeTopUp, the
+// balance's own key topup_<id>, no reservation nor transfer group) against
+// stripe-mock.
+func TestStripeChargeSavedTopUp(t *testing.T) {
+	s, rec := newMockStripe(t)
+	p, err := s.ChargeSaved(context.Background(), ChargeInput{Customer: "cus_9", PaymentMethodID: "pm_visa", Amount: 1000,
+		Description: "Balance top-up #12", IdempotencyKey: "topup_12", Metadata: map[string]string{"top_up_id": "12"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(p.ID, "pi_") {
+		t.Errorf("payment %+v", p)
+	}
+	got := rec.last(t)
+	wantForm(t, got, "POST", "/v1/payment_intents", "topup_12", map[string]string{
+		"amount": "1000", "customer": "cus_9", "payment_method": "pm_visa", "off_session": "true", "confirm": "true",
+		"metadata[top_up_id]": "12", "description": "Balance top-up #12",
+	})
+	for _, k := range []string{"metadata[reservation_id]", "transfer_group"} {
+		if v := got.Form.Get(k); v != "" {
+			t.Errorf("%s = %q on a top-up's charge", k, v)
+		}
+	}
+}
