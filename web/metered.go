@@ -514,3 +514,38 @@ func (h *Handler) handleAPIMeteredStop(c echo.Context) error {
 	}
 	return writeJSON(c, http.StatusOK, toAPIMetered(m))
 }
+
+type apiAutoTopUpBody struct {
+	ThresholdCents market.Cents `json:"threshold_cents"`
+	AmountCents    market.Cents `json:"amount_cents"`
+}
+
+type apiAutoTopUp struct {
+	On             bool         `json:"on"`
+	ThresholdCents market.Cents `json:"threshold_cents"`
+	AmountCents    market.Cents `json:"amount_cents"`
+	PausedReason   string       `json:"paused_reason"`
+}
+
+// handleAPIAutoTopUp sets or clears the automatic top-up
+// (workflow.SetAutoTopUp) and returns it as stored.
+func (h *Handler) handleAPIAutoTopUp(c echo.Context) error {
+	ctx := c.Request().Context()
+	u := currentUser(c)
+	var body apiAutoTopUpBody
+	if err := decodeBody(c, &body); err != nil {
+		return err
+	}
+	if err := h.wf.SetAutoTopUp(ctx, u.ID, body.ThresholdCents, body.AmountCents); err != nil {
+		return err
+	}
+	out := apiAutoTopUp{}
+	switch a, err := h.db.FindAutoTopUp(ctx, u.ID); market.ErrorCode(err) {
+	case "":
+		out = apiAutoTopUp{On: true, ThresholdCents: a.Threshold, AmountCents: a.Amount, PausedReason: a.PausedReason}
+	case market.CodeNotFound:
+	default:
+		return err
+	}
+	return writeJSON(c, http.StatusOK, out)
+}

@@ -268,3 +268,38 @@ func TestQuotePieceStartsMetered(t *testing.T) {
 		mustContain(t, buyer.get(offerPath).body, `value="1" required data-testid="metered-devices"`)
 	}
 }
+
+// The automatic top-up through the API, each answer checked against
+// web/openapi.json: bad values 400, set, a tick tops 10.00 up by 20.00
+// below 15.00 (30.00), cleared.
+func TestAutoTopUpAPI(t *testing.T) {
+	app := newBillingApp(t)
+	buyer := app.client()
+	buyer.signUp("auto-api-buyer@example.com", false)
+	tok := buyer.createToken("cli", "write")
+	app.saveTestCard(buyer.userID(), "4242 4242 4242 4242")
+	if _, err := app.handler.wf.TopUpWithSavedCard(context.Background(), buyer.userID(), 1000); err != nil {
+		t.Fatal(err)
+	}
+	if r := app.apiCall("PUT", "/api/v1/balance/auto-top-up", tok, `{"threshold_cents":50,"amount_cents":100}`); r.status != http.StatusBadRequest ||
+		!strings.Contains(r.body, "threshold") {
+		t.Fatalf("bad values: %d %s", r.status, r.body)
+	}
+	var a apiAutoTopUp
+	r := app.apiCall("PUT", "/api/v1/balance/auto-top-up", tok, `{"threshold_cents":1500,"amount_cents":2000}`)
+	if err := json.Unmarshal([]byte(r.body), &a); err != nil || r.status != http.StatusOK || !a.On || a.ThresholdCents != 1500 || a.AmountCents != 2000 {
+		t.Fatalf("set: %d %s", r.status, r.body)
+	}
+	app.tick(testNow.Add(time.Minute))
+	app.tick(testNow.Add(2 * time.Minute))
+	var bal apiBalance
+	r = app.apiCall("GET", "/api/v1/balance", tok, "")
+	if err := json.Unmarshal([]byte(r.body), &bal); err != nil || bal.BalanceCents != 3000 || len(bal.Entries) != 2 {
+		t.Fatalf("balance after the tick: %d %s", r.status, r.body)
+	}
+	r = app.apiCall("PUT", "/api/v1/balance/auto-top-up", tok, `{"threshold_cents":0,"amount_cents":0}`)
+	if err := json.Unmarshal([]byte(r.body), &a); err != nil || r.status != http.StatusOK || a.On {
+		t.Fatalf("clear: %d %s", r.status, r.body)
+	}
+	requireReconciled(t, app.testApp)
+}

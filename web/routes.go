@@ -83,6 +83,7 @@ func (h *Handler) routes(e *echo.Echo) {
 	api.POST("/resale/:id/withdraw", h.handleAPIResaleWithdraw, requireScope(scopeWrite))
 	api.POST("/resale/:id/buy", h.handleAPIResaleBuy, requireScope(scopeWrite), h.requireVerified)
 	api.GET("/balance", h.handleAPIBalance)
+	api.PUT("/balance/auto-top-up", h.handleAPIAutoTopUp, requireScope(scopeWrite), h.requireVerified)
 	api.POST("/offers/:id/metered", h.handleAPIMeteredStart, requireScope(scopeWrite), h.requireVerified)
 	api.POST("/reservations/:id/stop", h.handleAPIMeteredStop, requireScope(scopeWrite))
 	api.GET("/provider/hosts", h.handleAPIHosts)
