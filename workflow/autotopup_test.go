@@ -175,3 +175,36 @@ func TestAutoTopUpOnceAcrossReplicas(t *testing.T) {
 	}
 	f.requireReconciled()
 }
+
+// A crash between recording an automatic top-up and charging it: the
+// pending top-up blocks a second one, and the tick's retry (past the
+// grace) charges it once under its key. Reconciled (the processor holds
+// one payment of 10.00 for it).
+func TestAutoTopUpAfterACrash(t *testing.T) {
+	f := newFixture(t, nil)
+	f.meteredSetup(500)
+	if err := f.wf.SetAutoTopUp(f.ctx, f.buyer.ID, 600, 1000); err != nil {
+		t.Fatal(err)
+	}
+	pending, ok, err := f.db.StartAutoTopUp(f.ctx, f.buyer.ID, f.now) // recorded, then the process died
+	if err != nil || !ok {
+		t.Fatalf("start: %v %v", ok, err)
+	}
+	if _, ok, err := f.db.StartAutoTopUp(f.ctx, f.buyer.ID, f.now); err != nil || ok {
+		t.Fatalf("a second one while the first is pending: %v %v", ok, err)
+	}
+	start := f.now
+	for i := 1; i <= 12; i++ {
+		f.tick(start.Add(time.Duration(i) * market.ChargeRetryGrace / 4))
+	}
+	if got := f.autoTopUps(f.buyer.ID); got[store.TopUpPaid] != 1 || len(got) != 1 {
+		t.Fatalf("automatic top-ups %v, want the recorded one paid", got)
+	}
+	if got, _ := f.db.FindTopUp(f.ctx, f.buyer.ID, pending.ID); got.State != store.TopUpPaid {
+		t.Fatalf("top-up %d is %s", pending.ID, got.State)
+	}
+	if bal, _ := f.db.FindBalance(f.ctx, f.buyer.ID); bal.Balance != 1500 {
+		t.Fatalf("balance %s, want 15.00", bal.Balance)
+	}
+	f.requireReconciled()
+}
