@@ -428,6 +428,7 @@ type apiBalance struct {
 	DrawsCents   market.Cents      `json:"draws_cents"`
 	RefundsCents market.Cents      `json:"refunds_cents"`
 	Entries      []apiBalanceEntry `json:"entries"`
+	AutoTopUp    apiAutoTopUp      `json:"auto_top_up"`
 }
 
 type apiBalanceEntry struct {
@@ -445,6 +446,9 @@ func (h *Handler) handleAPIBalance(c echo.Context) error {
 	}
 	s := market.SummarizeBalance(u.ID, es)
 	out := apiBalance{BalanceCents: s.Balance, TopUpsCents: s.TopUps, DrawsCents: s.Draws, RefundsCents: s.Refunds, Entries: []apiBalanceEntry{}}
+	if out.AutoTopUp, err = h.apiAutoTopUpOf(c.Request().Context(), u.ID); err != nil {
+		return err
+	}
 	for _, e := range es {
 		if e.Kind == market.EntryTopUp || e.Kind == market.EntryDraw || e.Kind == market.EntryBalanceRefund {
 			out.Entries = append(out.Entries, apiBalanceEntry{At: e.At, Kind: e.Kind, AmountCents: e.Amount, ReservationID: e.ReservationID})
@@ -539,13 +543,22 @@ func (h *Handler) handleAPIAutoTopUp(c echo.Context) error {
 	if err := h.wf.SetAutoTopUp(ctx, u.ID, body.ThresholdCents, body.AmountCents); err != nil {
 		return err
 	}
-	out := apiAutoTopUp{}
-	switch a, err := h.db.FindAutoTopUp(ctx, u.ID); market.ErrorCode(err) {
-	case "":
-		out = apiAutoTopUp{On: true, ThresholdCents: a.Threshold, AmountCents: a.Amount, PausedReason: a.PausedReason}
-	case market.CodeNotFound:
-	default:
+	out, err := h.apiAutoTopUpOf(ctx, u.ID)
+	if err != nil {
 		return err
 	}
 	return writeJSON(c, http.StatusOK, out)
+}
+
+// apiAutoTopUpOf is the buyer's automatic top-up as stored (off when
+// none is set).
+func (h *Handler) apiAutoTopUpOf(ctx context.Context, userID int64) (apiAutoTopUp, error) {
+	switch a, err := h.db.FindAutoTopUp(ctx, userID); market.ErrorCode(err) {
+	case "":
+		return apiAutoTopUp{On: true, ThresholdCents: a.Threshold, AmountCents: a.Amount, PausedReason: a.PausedReason}, nil
+	case market.CodeNotFound:
+		return apiAutoTopUp{}, nil
+	default:
+		return apiAutoTopUp{}, err
+	}
 }

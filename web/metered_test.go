@@ -294,7 +294,8 @@ func TestAutoTopUpAPI(t *testing.T) {
 	app.tick(testNow.Add(2 * time.Minute))
 	var bal apiBalance
 	r = app.apiCall("GET", "/api/v1/balance", tok, "")
-	if err := json.Unmarshal([]byte(r.body), &bal); err != nil || bal.BalanceCents != 3000 || len(bal.Entries) != 2 {
+	if err := json.Unmarshal([]byte(r.body), &bal); err != nil || bal.BalanceCents != 3000 || len(bal.Entries) != 2 ||
+		!bal.AutoTopUp.On || bal.AutoTopUp.ThresholdCents != 1500 || bal.AutoTopUp.AmountCents != 2000 {
 		t.Fatalf("balance after the tick: %d %s", r.status, r.body)
 	}
 	r = app.apiCall("PUT", "/api/v1/balance/auto-top-up", tok, `{"threshold_cents":0,"amount_cents":0}`)
