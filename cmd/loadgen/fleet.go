@@ -51,15 +51,15 @@ type fleetServer struct {
 	APIToken string
 	Nodes    []fleetNode
 
-	db    *store.DB
-	wf    *workflow.Service
-	local *billing.Local
+	db     *store.DB
+	wf     *workflow.Service
+	local  *billing.Local
 	buyers []int64
-	http  *http.Server
-	done  chan struct{}
-	stop  context.CancelFunc
-	mu    sync.Mutex
-	seq   int
+	http   *http.Server
+	done   chan struct{}
+	stop   context.CancelFunc
+	mu     sync.Mutex
+	seq    int
 }
 
 // fleetBuyers is how many buyers pay for the fleet's rentals, in turn.
