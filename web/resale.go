@@ -22,6 +22,27 @@ import (
 // resaleFromValue is how a start hour travels in the form.
 const resaleFromValue = time.RFC3339
 
+// boughtBy reports whether the resale listing l sold its time into
+// reservation id: id is the time bought on resale.
+func boughtBy(l market.ResaleListing, id int64) bool {
+	return l.SoldReservationID == id && l.ReservationID != id
+}
+
+// boughtOnResale returns the listing whose sale made reservation id, if it
+// was bought on resale.
+func (h *Handler) boughtOnResale(ctx context.Context, id int64) (market.ResaleListing, bool, error) {
+	ls, err := h.db.ListReservationResales(ctx, id)
+	if err != nil {
+		return market.ResaleListing{}, false, err
+	}
+	for _, l := range ls {
+		if boughtBy(l, id) {
+			return l, true, nil
+		}
+	}
+	return market.ResaleListing{}, false, nil
+}
+
 // resalePanel is the reservation page's resale card for its holder.
 func (h *Handler) resalePanel(ctx context.Context, userID int64, r market.Reservation, now time.Time) (views.ResalePanelView, error) {
 	v := views.ResalePanelView{}
@@ -30,7 +51,7 @@ func (h *Handler) resalePanel(ctx context.Context, userID int64, r market.Reserv
 		return v, err
 	}
 	for _, l := range ls {
-		if l.SoldReservationID == r.ID && l.ReservationID != r.ID {
+		if boughtBy(l, r.ID) {
 			v.Show = true
 			v.BoughtFrom = fmt.Sprintf("You bought this time on resale for %s on %s (listing #%d). It runs under the original booking's contract; the provider's SLA applies as booked.",
 				l.Price, formatTime(l.SoldAt), l.ID)

@@ -56,14 +56,12 @@ func (h *Handler) handleReservations(c echo.Context) error {
 	for _, r := range list {
 		row := reservationRow(r, h.now())
 		if r.ResaleOf != 0 { // its amount is the resale's price, not the pieces' (0)
-			ls, err := h.db.ListReservationResales(c.Request().Context(), r.ID)
+			sale, bought, err := h.boughtOnResale(c.Request().Context(), r.ID)
 			if err != nil {
 				return err
 			}
-			for _, l := range ls {
-				if l.SoldReservationID == r.ID {
-					row.Amount = l.Price.String()
-				}
+			if bought {
+				row.Amount = sale.Price.String()
 			}
 		}
 		v.Rows = append(v.Rows, row)

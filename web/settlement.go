@@ -546,17 +546,11 @@ func (h *Handler) resaleSellerLines(ctx context.Context, v *views.StatementView,
 // statement came back to them — the SLA credits of their hours.
 func (h *Handler) resaleHolderStatement(c echo.Context, r market.Reservation, back string) error {
 	ctx := c.Request().Context()
-	ls, err := h.db.ListReservationResales(ctx, r.ID)
+	sale, bought, err := h.boughtOnResale(ctx, r.ID)
 	if err != nil {
 		return err
 	}
-	var sale market.ResaleListing
-	for _, l := range ls {
-		if l.SoldReservationID == r.ID {
-			sale = l
-		}
-	}
-	if sale.ID == 0 {
+	if !bought {
 		return market.Errorf(market.CodeNotFound, "There is no statement for this reservation yet.")
 	}
 	title := fmt.Sprintf("Statement %d", r.ID)
