@@ -109,6 +109,9 @@ func (h *Handler) handleBalance(c echo.Context) error {
 // handleTopUp tops up the balance from the buyer's saved card
 // (workflow.TopUpWithSavedCard). A bad amount or a declined card
 // re-renders the page with 422 and the message next to the amount.
+// msgDollarAmount is the message by an amount of money that is not one.
+const msgDollarAmount = "Enter an amount in dollars, e.g. 20.00."
+
 func (h *Handler) handleTopUp(c echo.Context) error {
 	ctx := c.Request().Context()
 	u := currentUser(c)
@@ -116,7 +119,7 @@ func (h *Handler) handleTopUp(c echo.Context) error {
 	amount, perr := market.ParseCents(raw)
 	var err error
 	if perr != nil {
-		err = market.Errorf(market.CodeInvalid, "Enter an amount in dollars, e.g. 20.00.")
+		err = market.Errorf(market.CodeInvalid, msgDollarAmount)
 	} else if _, err = h.wf.TopUpWithSavedCard(ctx, u.ID, amount); err == nil {
 		h.setFlash(c, "ok", fmt.Sprintf("Your balance is topped up by %s.", amount))
 		return c.Redirect(http.StatusSeeOther, "/balance")
@@ -139,7 +142,7 @@ func (h *Handler) handleTopUpCheckout(c echo.Context) error {
 	u := currentUser(c)
 	raw := c.FormValue("amount")
 	amount, perr := market.ParseCents(raw)
-	var err error = market.Errorf(market.CodeInvalid, "Enter an amount in dollars, e.g. 20.00.")
+	var err error = market.Errorf(market.CodeInvalid, msgDollarAmount)
 	if perr == nil {
 		var to string
 		if to, err = h.wf.StartTopUpCheckout(ctx, u.ID, amount, workflow.CheckoutURLs{Success: h.absURL("/balance/top-up/return"), Cancel: h.absURL("/balance")}); err == nil {
@@ -255,7 +258,7 @@ func (h *Handler) handleAutoTopUp(c echo.Context) error {
 	}
 	switch {
 	case !okA:
-		v.AutoAmountError = "Enter an amount in dollars, e.g. 20.00."
+		v.AutoAmountError = msgDollarAmount
 	case fe["amount"] != "":
 		v.AutoAmountError = fe["amount"]
 	}
