@@ -106,12 +106,12 @@ func (h *Handler) handleBalance(c echo.Context) error {
 	return render(c, http.StatusOK, views.BalancePage(h.page(c, "Prepaid balance"), v))
 }
 
-// handleTopUp tops up the balance from the buyer's saved card
-// (workflow.TopUpWithSavedCard). A bad amount or a declined card
-// re-renders the page with 422 and the message next to the amount.
 // msgDollarAmount is the message by an amount of money that is not one.
 const msgDollarAmount = "Enter an amount in dollars, e.g. 20.00."
 
+// handleTopUp tops up the balance from the buyer's saved card
+// (workflow.TopUpWithSavedCard). A bad amount or a declined card
+// re-renders the page with 422 and the message next to the amount.
 func (h *Handler) handleTopUp(c echo.Context) error {
 	ctx := c.Request().Context()
 	u := currentUser(c)
