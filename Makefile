@@ -64,8 +64,11 @@ test-deps:
 ## test: everything CI runs
 test: test-deps check-generated vet test-unit test-postgres test-e2e
 
+## vet: go vet, and gofmt over every Go file in git
 vet:
 	$(GO) vet ./...
+	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change (run gofmt -w):"; echo "$$unformatted"; exit 1; fi
 
 # The race detector makes tests many times slower. It runs on every package whose code shares
 # state between goroutines in its tests (store, workflow, billing, cmd, metrics, …); market's and
