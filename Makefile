@@ -67,7 +67,7 @@ test: test-deps check-generated vet test-unit test-postgres test-e2e
 ## vet: go vet, and gofmt over every Go file in git
 vet:
 	$(GO) vet ./...
-	@unformatted="$$(gofmt -l $$(git ls-files '*.go'))"; \
+	@unformatted="$$("$$($(GO) env GOROOT)/bin/gofmt" -l $$(git ls-files '*.go'))"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change (run gofmt -w):"; echo "$$unformatted"; exit 1; fi
 
 # The race detector makes tests many times slower. It runs on every package whose code shares
