@@ -21,7 +21,8 @@ func addTestCard(t *testing.T, page playwright.Page, srv *server, last4 string) 
 // TestResaleOfReservedTime: a holder pays for a reservation with a saved card and lists its time
 // for sale from the reservation page (a price over the cap is refused next to the field); a
 // second buyer with a saved test card finds it under Resale with its badge, reads the contract,
-// buys it and sees it as theirs; the seller sees it sold and the credit to their card. The books
+// buys it and sees it as theirs, marked "bought on resale" with its price on its page and in the
+// list; the seller sees it sold and the credit to their card. The books
 // reconcile.
 func TestResaleOfReservedTime(t *testing.T) {
 	srv := startServer(t, withDemo())
@@ -76,8 +77,15 @@ func TestResaleOfReservedTime(t *testing.T) {
 	expectText(t, buyer.GetByTestId("flash"), "Bought.", "the flash after buying")
 	expectText(t, buyer.GetByTestId("resale-bought"), "You bought this time on resale for $10.00", "the bought reservation")
 	expectText(t, buyer.GetByTestId("reservation-state"), "confirmed", "the bought reservation's state")
+	expectText(t, buyer.GetByTestId("reservation-resale"), "bought on resale", "the mark by the bought reservation's title")
+	expectText(t, buyer.GetByTestId("reservation-resale-price"), "$10.00", "the listing's price in the mark")
 	noHorizontalOverflow(t, buyer, "the bought reservation")
 	shot(t, buyer, "bought")
+	gotoOK(t, buyer, srv.URL+"/reservations")
+	expectText(t, buyer.GetByTestId("reservation-resale"), "bought on resale $10.00", "the mark in the buyer's list")
+	expectText(t, buyer.GetByTestId("reservation-amount"), "$10.00", "the amount in the buyer's list")
+	noHorizontalOverflow(t, buyer, "the buyer's list")
+	shot(t, buyer, "bought-list")
 
 	gotoOK(t, seller, resURL)
 	expectText(t, seller.GetByTestId("resale-listing-status"), "sold", "the listing sold")
