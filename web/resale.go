@@ -76,6 +76,29 @@ func markBoughtOnResale(row *views.ReservationRow, l market.ResaleListing) {
 		ListingURL: fmt.Sprintf("/resale/%d", l.ID), From: formatTime(l.From), SoldAt: formatTime(l.SoldAt)}
 }
 
+// bookingResaleMark is the provider's booking page's link to the other
+// booking of a resale, as on their Bookings list: time bought on resale
+// names the booking it was bought from; a booking whose time was resold
+// names the hour and the booking bought from it. Both are on the
+// provider's offers. "" when there is none.
+func (h *Handler) bookingResaleMark(ctx context.Context, r market.Reservation) (text, otherID string, err error) {
+	switch {
+	case r.ResaleOf != 0:
+		return "bought on resale from", strconv.FormatInt(r.ResaleOf, 10), nil
+	case !r.ResoldAt.IsZero():
+		ls, err := h.db.ListReservationResales(ctx, r.ID)
+		if err != nil {
+			return "", "", err
+		}
+		for _, l := range ls {
+			if l.ReservationID == r.ID && l.State == market.ListingSold && l.SoldReservationID != 0 {
+				return "from " + formatTime(r.ResoldAt) + " to", strconv.FormatInt(l.SoldReservationID, 10), nil
+			}
+		}
+	}
+	return "", "", nil
+}
+
 // resalePanel is the reservation page's resale card for its holder.
 func (h *Handler) resalePanel(ctx context.Context, userID int64, r market.Reservation, now time.Time) (views.ResalePanelView, error) {
 	v := views.ResalePanelView{}

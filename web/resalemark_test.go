@@ -18,7 +18,8 @@ import (
 // price as the amount and a "bought on resale" mark linking that listing,
 // and no mark on the buyer's own booking; each bought reservation's own
 // page carries the same mark with the listing's price and start. The
-// seller's list and page have no such mark. Prices are set here, one per
+// seller's list and page have no such mark. The provider's page of each
+// booking marks it resold and links the other booking. Prices are set here, one per
 // listing, so a row showing another's would fail.
 func TestBoughtOnResaleMarks(t *testing.T) {
 	app := newBillingApp(t)
@@ -98,6 +99,24 @@ func TestBoughtOnResaleMarks(t *testing.T) {
 		t.Errorf("the buyer's own booking: %q", row)
 	}
 	mustNotContain(t, buyer.get(ownPath).body, `data-testid="reservation-resale"`)
+
+	// The provider's page of each booking links the other, as their
+	// Bookings list does; the buyer's own booking has no mark.
+	for _, s := range sales {
+		mine := strings.TrimPrefix(s.mine, "/reservations/")
+		orig := fmt.Sprint(s.orig.ID)
+		bought := prov.get("/provider/bookings/" + mine).body
+		if got, want := textOf(bought, "booking-resale", "p"), "resold bought on resale from #"+orig; got != want {
+			t.Errorf("the provider's booking %s: mark %q, want %q", mine, got, want)
+		}
+		mustContain(t, bought, `data-label="Amount">paid in #`+orig+`<`)
+		page := prov.get("/provider/bookings/" + orig).body
+		if got, want := textOf(page, "booking-resale", "p"), "resold from "+formatTime(s.orig.Start())+" to #"+mine; got != want {
+			t.Errorf("the provider's booking %s: mark %q, want %q", orig, got, want)
+		}
+		mustContain(t, page, `href="/provider/bookings/`+mine+`"`)
+	}
+	mustNotContain(t, prov.get(fmt.Sprintf("/provider/bookings/%d", own.ID)).body, `data-testid="booking-resale"`)
 
 	mustNotContain(t, seller.get("/reservations").body, `data-testid="reservation-resale"`)
 	mustNotContain(t, seller.get(fmt.Sprintf("/reservations/%d", sales[0].orig.ID)).body, `data-testid="reservation-resale"`)
