@@ -199,18 +199,60 @@ func TestAdminTriggersReplacementFromBuyersReport(t *testing.T) {
 	page := admin.get(adminPath)
 	action := fmt.Sprintf("%s/incidents/%d/replace", adminPath, incs[0].ID)
 	mustContain(t, page.body, `data-testid="admin-replaceable"`, `action="`+action+`"`, "Node 1 of offer #")
+	// Neither the buyer nor a provider (with a CSRF token of their own) may trigger it.
 	if res := buyer.post(resPath, action, url.Values{"node": {"0"}}); res.status != http.StatusForbidden && res.status != http.StatusNotFound {
 		t.Fatalf("a buyer triggered it: %d", res.status)
+	}
+	if res := prov.post("/provider/bookings", action, url.Values{"node": {"0"}}); res.status != http.StatusForbidden && res.status != http.StatusNotFound {
+		t.Fatalf("a provider triggered it: %d", res.status)
+	}
+	triggers := func() []store.AuditEntry {
+		t.Helper()
+		es, _, err := app.db.ListAudit(ctx, store.AuditFilter{Action: store.AuditReplacementTrigger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return es
+	}
+	if reps, _ := app.db.ListReplacements(ctx, r.ID); len(reps) != 0 || len(triggers()) != 0 {
+		t.Fatalf("refused triggers recorded %+v / %+v", reps, triggers())
 	}
 	res := admin.post(adminPath, action, url.Values{"node": {"0"}})
 	if res.status != http.StatusSeeOther || res.location != adminPath {
 		t.Fatalf("trigger: %d → %q\n%s", res.status, res.location, res.body)
 	}
-	mustContain(t, admin.get(adminPath).body, "Replacement decided: booked.")
+	adminPage := admin.get(adminPath).body
+	mustContain(t, adminPage, "Replacement decided: booked.")
 	reps, err := app.db.ListReplacements(ctx, r.ID)
-	if err != nil || len(reps) != 1 || reps[0].State != store.ReplacementBooked || reps[0].IncidentID != incs[0].ID || reps[0].OutageID != 0 {
+	if err != nil || len(reps) != 1 || reps[0].State != store.ReplacementBooked || reps[0].IncidentID != incs[0].ID || reps[0].OutageID != 0 ||
+		reps[0].TriggeredBy != admin.userID() {
 		t.Fatalf("replacements %+v %v", reps, err)
 	}
+	// The admin's trigger is in the audit trail: who, which rental, what
+	// was decided, shown on the audit page and the reservation's timeline.
+	es := triggers()
+	if len(es) != 1 || es[0].ActorID != admin.userID() || es[0].SubjectKind != store.AuditSubjectReservation || es[0].SubjectID != r.ID {
+		t.Fatalf("audit entries %+v", es)
+	}
+	var after struct {
+		ReplacementID int64  `json:"replacement_id"`
+		IncidentID    int64  `json:"incident_id"`
+		Node          int    `json:"node"`
+		State         string `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(es[0].After), &after); err != nil || after.ReplacementID != reps[0].ID || after.IncidentID != incs[0].ID ||
+		after.Node != 0 || after.State != store.ReplacementBooked {
+		t.Fatalf("audit after %q: %+v %v", es[0].After, after, err)
+	}
+	note := fmt.Sprintf("Replacement #%d of reservation #%d triggered from incident #%d (host failure on node 1): booked.", reps[0].ID, r.ID, incs[0].ID)
+	if es[0].Note != note {
+		t.Fatalf("audit note %q, want %q", es[0].Note, note)
+	}
+	auditPage := admin.get("/admin/audit?action=" + url.QueryEscape(store.AuditReplacementTrigger)).body
+	mustContain(t, auditPage, `data-action="replacement.trigger"`, "Replacement triggered by an admin", note,
+		fmt.Sprintf("adm-repl-ops@example.com (#%d)", admin.userID()), fmt.Sprintf("reservation #%d", r.ID), "1 entry")
+	mustContain(t, adminPage, "Replacement triggered by an admin: "+note)
+	mustContain(t, admin.get("/admin/audit").body, `<option value="replacement.trigger"`)
 	got, err := app.db.FindReservation(ctx, r.ID)
 	if err != nil || len(got.Pieces) != 2 || got.Pieces[1].OfferID != o2.ID || !got.Pieces[0].End.Equal(app.clock.now()) {
 		t.Fatalf("pieces %+v %v", got.Pieces, err)
@@ -219,8 +261,8 @@ func TestAdminTriggersReplacementFromBuyersReport(t *testing.T) {
 	if again.status != http.StatusSeeOther {
 		t.Fatalf("second trigger: %d", again.status)
 	}
-	if reps, _ := app.db.ListReplacements(ctx, r.ID); len(reps) != 1 {
-		t.Fatalf("%d replacements after a second trigger", len(reps))
+	if reps, _ := app.db.ListReplacements(ctx, r.ID); len(reps) != 1 || len(triggers()) != 1 {
+		t.Fatalf("%d replacements, %d audited triggers after a second trigger", len(reps), len(triggers()))
 	}
 	mustContain(t, buyer.get("/notifications").body, "your rental runs on 8 device(s) on offer #")
 	app.connectPayouts(prov)

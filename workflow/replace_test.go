@@ -329,3 +329,61 @@ func TestTwoReplicasBookOneReplacement(t *testing.T) {
 		t.Fatalf("refunded %s, want %s once", f.ledgerSum(r.ID, market.EntryRefund), reps[0].Split.Refund)
 	}
 }
+
+// TestAdminTriggerIsAuditedInTheDecisionsTransaction: the admin's id goes
+// with the decision into the store's transaction: a booking that fails
+// inside it (the rental moved on) leaves neither the replacement nor its
+// audit entry; the one that commits leaves both, once, with the admin on
+// each; a trigger without an admin is refused; and it settles and
+// reconciles.
+func TestAdminTriggerIsAuditedInTheDecisionsTransaction(t *testing.T) {
+	start := t0.Add(time.Hour)
+	f, prov2, o2, r := replacementFixture(t, market.ReplaceAuto, start)
+	now := start.Add(3 * time.Hour)
+	f.tick(now)
+	f.now = now
+	inc, err := f.db.ReportIncident(f.ctx, store.Incident{Incident: market.Incident{PieceID: r.Pieces[0].ID, Kind: market.IncidentHostFailure,
+		Start: now.Add(-10 * time.Minute), End: now, DevicesAffected: 8, Note: "no answer on ssh"},
+		ReservationID: r.ID, ReportedBy: store.ReportedByProvider, ReporterID: f.prov.ID}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audited := func() []store.AuditEntry {
+		t.Helper()
+		es, _, err := f.db.ListAudit(f.ctx, store.AuditFilter{Action: store.AuditReplacementTrigger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return es
+	}
+	if _, err := f.wf.TriggerReplacement(f.ctx, 0, r.ID, inc.ID, 0); market.ErrorCode(err) != market.CodeForbidden {
+		t.Fatalf("trigger without an admin: %v", err)
+	}
+	// A booking the store refuses inside its transaction: the piece is no
+	// longer the one planned (its end differs), so nothing commits.
+	p := market.ReservationPiece{OfferID: o2.ID, ProviderID: o2.ProviderID, Devices: 8, Start: now, End: r.Pieces[0].End, PriceCents: 199, AmountCents: 9552, Gang: true}
+	rep := store.Replacement{IncidentID: inc.ID, TriggeredBy: f.admin.ID, ReservationID: r.ID, PieceID: r.Pieces[0].ID, Kind: inc.Kind,
+		Policy: market.ReplaceAuto, From: now, Until: r.Pieces[0].End.Add(-time.Hour)}
+	if _, _, err := f.db.BookReplacement(f.ctx, rep, 0, []market.ReservationPiece{p}, market.ReplacementSplit{Cost: 9552}, market.TierAnyone, now); market.ErrorCode(err) != market.CodeConflict {
+		t.Fatalf("booking a moved rental: %v", err)
+	}
+	if reps, es := f.replacements(r.ID), audited(); len(reps) != 0 || len(es) != 0 {
+		t.Fatalf("a refused booking left %+v and %+v", reps, es)
+	}
+	got, err := f.wf.TriggerReplacement(f.ctx, f.admin.ID, r.ID, inc.ID, 0)
+	if err != nil || got.State != store.ReplacementBooked || got.TriggeredBy != f.admin.ID {
+		t.Fatalf("trigger: %+v %v", got, err)
+	}
+	if _, err := f.wf.TriggerReplacement(f.ctx, f.admin.ID, r.ID, inc.ID, 0); market.ErrorCode(err) != market.CodeConflict {
+		t.Fatalf("second trigger: %v", err)
+	}
+	es := audited()
+	if len(es) != 1 || es[0].ActorID != f.admin.ID || es[0].SubjectID != r.ID || es[0].SubjectKind != store.AuditSubjectReservation ||
+		!strings.Contains(es[0].Note, "triggered from incident") || !strings.HasSuffix(es[0].Note, ": booked.") {
+		t.Fatalf("audit entries %+v", es)
+	}
+	if reps := f.replacements(r.ID); len(reps) != 1 || reps[0].ID != got.ID || reps[0].TriggeredBy != f.admin.ID {
+		t.Fatalf("replacements %+v", reps)
+	}
+	f.settleReplaced(prov2, r.ID, r.Pieces[0].End)
+}
