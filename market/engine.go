@@ -74,8 +74,10 @@ type scratch struct {
 	top    []scored
 	walk   []walkRun // a gang walk's runs
 	heap   []int     // and their heap
-	xt     extremes
-	rk     ranker
+	// splitTop is a split walk's best single-offer scores.
+	splitTop []int64
+	xt       extremes
+	rk       ranker
 }
 
 // runQuery evaluates every offer, or with a limit ≥ 0 at most limit
@@ -139,7 +141,17 @@ func (e *engine) runQuery(src source, q *query, limit int, stop bool) (Result, e
 		fits, cands = w.fits, w.cands
 		visit -= skipped
 	} else {
+		walked := false
+		if stop && len(sc.runs) > 0 && e.splitMayStop(q, sc.runs) {
+			w := splitWalk{q: q, rk: rk, counts: counts, fits: fits, top: sc.splitTop[:0]}
+			skipped, walked = w.merged(src, sc.runs, sc)
+			fits, sc.splitTop = w.fits, w.top[:0]
+			visit -= skipped
+		}
 		for _, run := range sc.runs {
+			if walked {
+				break
+			}
 			for i := range run {
 				q.tick(4)
 				f := fits[len(fits) : len(fits)+1]

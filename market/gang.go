@@ -141,37 +141,10 @@ func (r *walkRun) advance(q *query) bool {
 // left can rank, ties included.
 func (w *gangWalk) merged(src source, runs [][]slot, sc *scratch) int {
 	q, rk := w.q, w.rk
-	ws := sc.walk[:0]
-	for _, run := range runs {
-		b, perm, ok := src.bound(run)
-		if !ok {
-			w.inOrder(runs)
-			return 0
-		}
-		r := walkRun{run: run, hours: q.hours}
-		if r.hours == 0 {
-			den := q.devices * int64(max(b.maxRel, 1))
-			r.hours = (q.workMilli + den - 1) / den
-		}
-		r.rest = q.weights[mCarbon]*int64(b.minCarbon)*1000 +
-			q.weights[mUnreliability]*(10000-int64(b.maxReliability))*100 +
-			q.weights[mNotPreferred]*notPreferred(q, &run[0])*1_000_000
-		r.low = slot{acc: run[0].acc, region: run[0].region, reliability: b.maxReliability,
-			storageC: b.minStorage, egressC: b.minEgress, provMins: b.minProvMins}
-		if q.allowIntr || len(perm) == 0 {
-			if r.advance(q) {
-				ws = append(ws, r)
-			}
-			continue
-		}
-		r.skipIntr = true
-		if r.advance(q) {
-			ws = append(ws, r)
-		}
-		r.skipIntr, r.perm, r.pos, r.low.price = false, perm, 0, 0
-		if r.advance(q) {
-			ws = append(ws, r)
-		}
+	ws, ok := walkRuns(src, q, runs, sc.walk[:0])
+	if !ok {
+		w.inOrder(runs)
+		return 0
 	}
 	total := 0
 	for _, run := range runs {
@@ -214,6 +187,42 @@ func (w *gangWalk) merged(src source, runs [][]slot, sc *scratch) int {
 	rk.minCost = w.xt.minCost
 	w.rank()
 	return 0
+}
+
+// walkRuns appends to ws the walk runs of runs, each at its first offer
+// (see walkRun); false when the source does not stop early.
+func walkRuns(src source, q *query, runs [][]slot, ws []walkRun) ([]walkRun, bool) {
+	for _, run := range runs {
+		b, perm, ok := src.bound(run)
+		if !ok {
+			return ws, false
+		}
+		r := walkRun{run: run, hours: q.hours}
+		if r.hours == 0 {
+			den := q.devices * int64(max(b.maxRel, 1))
+			r.hours = (q.workMilli + den - 1) / den
+		}
+		r.rest = q.weights[mCarbon]*int64(b.minCarbon)*1000 +
+			q.weights[mUnreliability]*(10000-int64(b.maxReliability))*100 +
+			q.weights[mNotPreferred]*notPreferred(q, &run[0])*1_000_000
+		r.low = slot{acc: run[0].acc, region: run[0].region, reliability: b.maxReliability,
+			storageC: b.minStorage, egressC: b.minEgress, provMins: b.minProvMins}
+		if q.allowIntr || len(perm) == 0 {
+			if r.advance(q) {
+				ws = append(ws, r)
+			}
+			continue
+		}
+		r.skipIntr = true
+		if r.advance(q) {
+			ws = append(ws, r)
+		}
+		r.skipIntr, r.perm, r.pos, r.low.price = false, perm, 0, 0
+		if r.advance(q) {
+			ws = append(ws, r)
+		}
+	}
+	return ws, true
 }
 
 // leftBound is the least score any offer left in the walk can reach.
