@@ -84,7 +84,8 @@ type scratch struct {
 // offers, those with the lowest prices (see Budget), and builds the ranked
 // quotes. With stop, a gang request over a source that allows it walks
 // the offers in price order and stops once none left could rank (see
-// walkGang); relaxations run without, as their counts must be exact. It
+// walkGang); relaxations run without, as their counts must be exact, and
+// do not rank (query.countOnly: they read the totals only). It
 // also returns the cheapest and earliest-ending feasible quotes' figures
 // (over the offers evaluated), which relaxations use, and how many offers
 // it evaluated. In steady state it allocates only the result: the quotes,
@@ -203,6 +204,9 @@ func (e *engine) runQuery(src source, q *query, limit int, stop bool) (Result, e
 		}
 		rk.minCost = xt.minCost
 		for i := range cands {
+			if q.countOnly {
+				break
+			}
 			if sc := rk.score(&cands[i].metrics, cands[i].carbonMilli); rk.mayEnter(sc) {
 				rk.add(cands, i, sc)
 			}

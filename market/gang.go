@@ -56,7 +56,9 @@ func (w *gangWalk) inOrder(runs [][]slot) {
 		}
 	}
 	w.rk.minCost = w.xt.minCost
-	w.rank()
+	if !w.q.countOnly {
+		w.rank()
+	}
 }
 
 // walkRun is a run being walked: its next offer, and what bounds the
