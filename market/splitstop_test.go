@@ -339,6 +339,20 @@ func TestSplitEarlyStopTopQuotesExact(t *testing.T) {
 		if fmt.Sprint(full.Quotes) != fmt.Sprint(res.Quotes) || !full.Exhaustive || full.Total != all {
 			t.Fatalf("instance %d: exhaustive engine differs", i)
 		}
+		// Within a work budget the walk runs over the offers the budget
+		// keeps, and answers as the engine without the stop does over them.
+		b := Budget{Offers: 1 + rng.IntN(len(in.cands))}
+		cut, err := idx.MatchWithin(in.req, in.now, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cutFull, err := idx.eng.run(pruned{idx}, in.req, in.now, true, false, b, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(cut.Quotes) != fmt.Sprint(cutFull.Quotes) || cut.Explanation.Cut != cutFull.Explanation.Cut {
+			t.Fatalf("instance %d: within %d offers the walk gives\n%v\nwithout the stop\n%v", i, b.Offers, cut.Quotes, cutFull.Quotes)
+		}
 	}
 	t.Logf("%d of %d instances stopped early; %d with a tie on the last quote's score; %d combinations quoted", stopped, runs, tied, combos)
 	if stopped < runs/4 || tied < runs/50 || combos < runs/4 {
