@@ -32,11 +32,23 @@ func splitStopInstance(rng *rand.Rand) instance {
 	if rng.IntN(2) == 0 {
 		// Offers alike but for price, devices, times and commitments: the
 		// walk's bounds are then exact, and combinations tie often.
+		// On two prices, half the time ranked by cost alone: the cheapest
+		// combinations then rank first and have many equals.
 		rel := []int{0, 9000, 10000}[rng.IntN(3)]
 		for i := range in.cands {
 			c := &in.cands[i]
 			c.ReliabilityBP = rel
 			c.Offer.StorageCentsPerGBMonth, c.Offer.EgressCentsPerGB, c.Offer.ProvisioningMins = 0, 0, 0
+			c.Offer.PriceCentsPerDeviceHour = []Cents{100, 120}[rng.IntN(2)]
+			c.Offer.Interruptible = false
+		}
+		if rng.IntN(2) == 0 {
+			in.req.Preferences = Preferences{}
+		}
+		// One offer more reliable than the rest loosens its bucket's bound
+		// only: offers that cost the same are then walked out of id order.
+		if rel != 10000 && rng.IntN(2) == 0 {
+			in.cands[rng.IntN(len(in.cands))].ReliabilityBP = 10000
 		}
 	}
 	if rng.IntN(4) == 0 {
