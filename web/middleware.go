@@ -335,6 +335,9 @@ func refuseUnstorableText(next echo.HandlerFunc) echo.HandlerFunc {
 			if !utf8.Valid(body) {
 				return bad("body", "Remove the bytes that are not text (the input is not valid UTF-8).")
 			}
+			if plainJSONText(body) {
+				return next(c)
+			}
 			dec := json.NewDecoder(bytes.NewReader(body))
 			dec.UseNumber()
 			var doc any
@@ -347,6 +350,20 @@ func refuseUnstorableText(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return next(c)
 	}
+}
+
+// plainJSONText reports whether a JSON body (valid UTF-8) holds no text
+// that jsonTextProblem could refuse, without decoding it: without a
+// backslash every string in it (key or value) is its own bytes, and a
+// control character JSON lets stand unescaped inside a string does not
+// exist (a raw one there makes the body malformed, for the handler's
+// decoder to refuse), so the body's own text passing market.TextProblem
+// (line breaks and tabs allowed, as between JSON's tokens) is every
+// string's passing. An agent's heartbeat or a quote is such a body: the
+// decoding into a generic document below is for the rest, to name the
+// field.
+func plainJSONText(body []byte) bool {
+	return bytes.IndexByte(body, '\\') < 0 && market.TextProblem(string(body), true) == ""
 }
 
 // jsonTextProblem finds the first string of a decoded JSON document that

@@ -55,10 +55,11 @@ type agentState struct {
 }
 
 // maxHeartbeatWrites is how many heartbeats may wait to be written in
-// full at once; beyond it a heartbeat that needs a write is refused
-// (ErrHeartbeatsBehind) rather than left to time out in the writer's
-// queue, with the payments and bookings queued behind it.
-const maxHeartbeatWrites = 32
+// full at once (one batch of the store's heartbeat group commit); beyond
+// it a heartbeat that needs a write is refused (ErrHeartbeatsBehind)
+// rather than left to time out in the writer's queue, with the payments
+// and bookings queued behind it.
+const maxHeartbeatWrites = 64
 
 // HeartbeatRetryAfter is when an agent whose heartbeat was refused because
 // the writer is behind is asked to send it again (the agent adds a random
