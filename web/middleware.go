@@ -21,6 +21,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/gpumarket/gpumarket/agentapi"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
@@ -46,15 +47,24 @@ func (h *Handler) requestLogger(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		req := c.Request()
 		took := time.Since(start)
-		l.Info("request",
-			"method", req.Method,
-			"path", req.URL.Path,
-			"status", c.Response().Status,
-			"bytes", c.Response().Size,
-			"duration_ms", float64(took.Microseconds())/1000,
-			"remote", c.RealIP(),
-		)
 		route := c.Path()
+		// An agent's heartbeat or long-poll answered 2xx is routine (a
+		// fleet sends a thousand a second): heard at DEBUG, and not even
+		// formatted when that is off.
+		level := slog.LevelInfo
+		if routineRoutes[route] && c.Response().Status < 300 {
+			level = slog.LevelDebug
+		}
+		if l.Enabled(req.Context(), level) {
+			l.Log(req.Context(), level, "request",
+				"method", req.Method,
+				"path", req.URL.Path,
+				"status", c.Response().Status,
+				"bytes", c.Response().Size,
+				"duration_ms", float64(took.Microseconds())/1000,
+				"remote", c.RealIP(),
+			)
+		}
 		if !h.routeSet[req.Method+" "+route] {
 			route = "unmatched"
 		}
@@ -62,6 +72,10 @@ func (h *Handler) requestLogger(next echo.HandlerFunc) echo.HandlerFunc {
 		return nil
 	}
 }
+
+// routineRoutes are the routes requestLogger logs at DEBUG when they
+// succeed: the agents' periodic requests.
+var routineRoutes = map[string]bool{"/" + agentapi.PathHeartbeat: true, "/" + agentapi.PathAssignments: true}
 
 // deadline gives every request a deadline timeout after it began
 // (Config.RequestTimeout): what the request asks of the database under

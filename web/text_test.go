@@ -3,10 +3,16 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gpumarket/gpumarket/agentapi"
 )
 
 // TestLoginRefusesUnstorableText: a NUL or bytes that are not UTF-8 in the
@@ -82,4 +88,32 @@ func TestPlainJSONTextAgreesWithDecoding(t *testing.T) {
 		t.Fatalf("a raw C1 control in a JSON string: %d %s", api.status, api.body)
 	}
 	mustContain(t, api.body, `"code":"invalid"`, `"notes":`, "U+0085")
+}
+
+// TestRoutineAgentRequestsLogAtDebug: an agent's heartbeat or long-poll
+// answered 2xx is logged at DEBUG (a fleet sends a thousand a second), one
+// that failed and every other request at INFO.
+func TestRoutineAgentRequestsLogAtDebug(t *testing.T) {
+	e := echo.New()
+	for _, tc := range []struct {
+		route  string
+		status int
+		logged bool
+	}{
+		{"/" + agentapi.PathHeartbeat, http.StatusOK, false},
+		{"/" + agentapi.PathAssignments, http.StatusOK, false},
+		{"/" + agentapi.PathHeartbeat, http.StatusTooManyRequests, true},
+		{"/api/v1/quotes", http.StatusOK, true},
+	} {
+		logs := &syncBuffer{}
+		h := &Handler{log: slog.New(slog.NewTextHandler(logs, nil)), routeSet: map[string]bool{}}
+		c := e.NewContext(httptest.NewRequest(http.MethodPost, tc.route, nil), httptest.NewRecorder())
+		c.SetPath(tc.route)
+		if err := h.requestLogger(func(c echo.Context) error { return c.NoContent(tc.status) })(c); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(logs.String(), "msg=request"); got != tc.logged {
+			t.Errorf("%s answered %d: logged at INFO %v, want %v (%q)", tc.route, tc.status, got, tc.logged, logs.String())
+		}
+	}
 }
