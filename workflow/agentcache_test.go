@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -242,4 +243,81 @@ func TestRestartAbsorbsAFirstHeartbeatThatChangesNothing(t *testing.T) {
 		t.Errorf("the same report after a long silence and a restart: %+v, want it written", c)
 	}
 	wantStored(6)
+}
+
+// TestStaleAssignmentsServedWhileReadsAreBusy: a node's assignments aged
+// past agentCacheMaxAge (nothing on the feed dropped them) are read again
+// when a read slot is free; while both are busy they are served from
+// memory up to twice that age rather than queued, and past it the request
+// waits for a slot as before. A buyer's key added in the store directly
+// (a change no feed carries here) shows which answer was read.
+func TestStaleAssignmentsServedWhileReadsAreBusy(t *testing.T) {
+	f := newFixture(t, nil)
+	if f.db.Postgres() {
+		// Memory serves only while the change feed is joined, as in serve.
+		fctx, stop := context.WithCancel(f.ctx)
+		followed := make(chan struct{})
+		go func() { defer close(followed); f.wf.Follow(fctx) }()
+		t.Cleanup(func() { stop(); <-followed })
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, joined := f.wf.FeedLag(); joined {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the change feed did not join")
+			}
+		}
+	}
+	tok, raw, err := f.wf.CreateHostToken(f.ctx, f.prov.ID, f.offer.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err = f.wf.AuthenticateHost(f.ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	f.now = t0.Add(time.Hour)
+	r := f.book(f.now)
+	f.pay(r)
+	keys := func(ctx context.Context) (int, error) {
+		na, err := f.wf.Assignments(ctx, tok)
+		if err != nil {
+			return 0, err
+		}
+		if len(na.Assignments) != 1 {
+			t.Fatalf("assignments %+v", na.Assignments)
+		}
+		return len(na.Assignments[0].SSHKeys), nil
+	}
+	read := f.now
+	before, err := keys(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.AddSSHKey(f.ctx, f.buyer.ID, market.SSHKey{Type: "ssh-ed25519", Bits: 256, Fingerprint: "SHA256:stale-test", Comment: "late@example",
+		Line: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG01hsMAM7RpPI0A/8qBgEd+reLeY9Y/YXcvCKwu2ocf late@example"}, f.now); err != nil {
+		t.Fatal(err)
+	}
+	for range cap(f.wf.agent.reads) {
+		f.wf.agent.reads <- struct{}{}
+	}
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(f.ctx, 200*time.Millisecond) }
+	f.now = read.Add(agentCacheMaxAge + agentCacheMaxAge/2) // past every entry's minute, within twice it
+	ctx, cancel := short()
+	if n, err := keys(ctx); err != nil || n != before {
+		t.Errorf("stale, both slots busy: %d keys, %v; want the %d kept, served at once", n, err, before)
+	}
+	cancel()
+	f.now = read.Add(3 * agentCacheMaxAge) // past twice the minute: waits for a slot
+	ctx, cancel = short()
+	if _, err := keys(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("past twice the minute, both slots busy: %v; want it to wait for a slot", err)
+	}
+	cancel()
+	for range cap(f.wf.agent.reads) {
+		<-f.wf.agent.reads
+	}
+	f.now = read.Add(agentCacheMaxAge + agentCacheMaxAge/2)
+	if n, err := keys(f.ctx); err != nil || n != before+1 {
+		t.Errorf("stale, a slot free: %d keys, %v; want %d, read again", n, err, before+1)
+	}
 }
