@@ -36,6 +36,16 @@ import (
 // it ends the first queued caller becomes the leader and runs the next
 // batch with whatever has queued by then. A lone booker runs a batch of one,
 // without savepoints.
+//
+// The heartbeats written in full (RecordHeartbeatRun: a node's first, or
+// one that changed) have a queue of their own, run the same way with one
+// difference (groupKind.commitLate): a heartbeat whose caller gave up
+// while its batch ran still commits with the batch, rather than the batch
+// being rolled back and run again without it. A heartbeat is a fact the
+// agent sent, stored or not; a fleet reconnecting at once whose requests
+// time out together would otherwise keep the writer redoing the same
+// batch. A caller whose context has ended before its turn is still
+// skipped.
 
 // maxBookingBatch bounds a batch, so one commit (and the latency of the
 // batch's first caller) stays small.
@@ -62,8 +72,8 @@ type bookingResult struct {
 	err  error
 }
 
-// bookingQueue is the group-commit queue of one DB handle. Invariant: if
-// pending is not empty, leading is true.
+// bookingQueue is a group-commit queue of one DB handle (its bookings, its
+// heartbeats). Invariant: if pending is not empty, leading is true.
 type bookingQueue struct {
 	mu      sync.Mutex
 	pending []*bookingJob
@@ -74,8 +84,28 @@ type bookingQueue struct {
 // bookings and returns its error, or the batch's commit error, after the
 // batch has committed or rolled back.
 func (db *DB) book(ctx context.Context, run func(ctx context.Context, tx preparedTx) error) error {
+	return db.groupCommit(ctx, &db.bookings, bookingGroup, run)
+}
+
+// groupKind is what differs between the group-commit queues.
+type groupKind struct {
+	op      string   // names the writes in errors
+	queries []string // prepared on the writer for the batch's transaction
+	// commitLate: a job whose caller's context ended while its batch ran
+	// commits with the batch (heartbeats), instead of being undone and the
+	// batch run again without it (bookings).
+	commitLate bool
+}
+
+var (
+	bookingGroup   = groupKind{op: "create reservation", queries: bookingQueries}
+	heartbeatGroup = groupKind{op: "record heartbeat", queries: heartbeatQueries, commitLate: true}
+)
+
+// groupCommit runs run in a write transaction shared with the other jobs
+// of queue q, as book does.
+func (db *DB) groupCommit(ctx context.Context, q *bookingQueue, kind groupKind, run func(ctx context.Context, tx preparedTx) error) error {
 	job := &bookingJob{ctx: ctx, run: run, done: make(chan bookingResult, 1)}
-	q := &db.bookings
 	q.mu.Lock()
 	q.pending = append(q.pending, job)
 	if q.leading {
@@ -96,7 +126,7 @@ func (db *DB) book(ctx context.Context, run func(ctx context.Context, tx prepare
 	q.pending = append(q.pending[:0], q.pending[n:]...)
 	q.mu.Unlock()
 
-	db.runBookingBatch(batch)
+	db.runBatch(kind, batch)
 
 	q.mu.Lock()
 	if len(q.pending) > 0 {
@@ -118,12 +148,12 @@ func deadlineFirst(ctx context.Context, err error) error {
 	return err
 }
 
-// runBookingBatch runs the jobs in one immediate transaction and sends each
+// runBatch runs the jobs in one immediate transaction and sends each
 // its result. The transaction does not follow any one caller's
 // cancellation (it serves them all); a caller whose context has ended
 // before its turn is skipped. A panic is answered, never passed on: the
 // leader must go on to hand the queue to the next batch.
-func (db *DB) runBookingBatch(batch []*bookingJob) {
+func (db *DB) runBatch(kind groupKind, batch []*bookingJob) {
 	var running *bookingJob // the job whose statements are running
 	defer func() {
 		r := recover()
@@ -131,12 +161,12 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 			return
 		}
 		// Deferred before the rollback below, so this runs after it.
-		others := fmt.Errorf("store: create reservation: batch of %d rolled back after a panic: %v", len(batch), r)
+		others := fmt.Errorf("store: %s: batch of %d rolled back after a panic: %v", kind.op, len(batch), r)
 		for _, j := range batch {
 			switch {
 			case j.answered:
 			case j == running:
-				j.answer(fmt.Errorf("store: create reservation: panic, batch of %d rolled back: %v\n%s", len(batch), r, debug.Stack()))
+				j.answer(fmt.Errorf("store: %s: panic, batch of %d rolled back: %v\n%s", kind.op, len(batch), r, debug.Stack()))
 			default:
 				j.answer(others)
 			}
@@ -144,7 +174,7 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 	}()
 	ctx, done := batchContext(batch)
 	defer done()
-	tx, err := db.beginPrepared(ctx, bookingQueries)
+	tx, err := db.beginPrepared(ctx, kind.queries)
 	if err != nil {
 		for _, j := range batch {
 			j.answer(err)
@@ -176,7 +206,7 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 		if err == nil {
 			err = j.run(ctx, tx)
 		}
-		if err == nil {
+		if err == nil && !kind.commitLate {
 			// A booking whose caller's deadline passed while it ran is
 			// undone: its caller is answered that it failed, so it must
 			// not commit.
@@ -213,13 +243,13 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 	// The batch commits only if every booking in it can still be answered
 	// (see above); one whose deadline passed since makes the batch run
 	// again without it.
-	if late := expired(booked); len(late) > 0 {
+	if late := expired(booked); len(late) > 0 && !kind.commitLate {
 		tx.Rollback()
 		for _, j := range late {
 			j.answer(j.ctx.Err())
 		}
 		if rest := pending(booked); len(rest) > 0 {
-			db.runBookingBatch(rest)
+			db.runBatch(kind, rest)
 		}
 		return
 	}
