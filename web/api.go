@@ -340,7 +340,7 @@ func (h *Handler) handleAPIQuotes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, http.StatusOK, out)
+	return writeQuotesJSON(c, out)
 }
 
 // apiQuotes runs the matcher as the browser's builder does (with the
@@ -627,5 +627,13 @@ func writeJSON(c echo.Context, status int, v any) error {
 	if err != nil {
 		return err
 	}
+	return writeJSONBytes(c, status, b)
+}
+
+// writeJSONBytes sends an encoded JSON body with its length, so that
+// net/http writes it as it is rather than in chunks (a write system call
+// fewer for a body of a few kilobytes).
+func writeJSONBytes(c echo.Context, status int, b []byte) error {
+	c.Response().Header().Set(echo.HeaderContentLength, strconv.Itoa(len(b)))
 	return c.JSONBlob(status, b)
 }
