@@ -70,7 +70,7 @@ func TestPlainJSONTextSkipsOnlyCleanBodies(t *testing.T) {
 		{"{\"notes\":\"a\u0085b\"}", false}, // C1 control, raw
 		{"{\"notes\":\"a\u009fb\"}", false},
 		{"{\"notes\":\"a\x7fb\"}", false},
-		{"{\"notes\":\"a\x01b\"}", false}, // not JSON: the handler says so
+		{"{\"notes\":\"a\x01b\"}", false},             // not JSON: the handler says so
 		{"{\"notes\":\"\u00a0\u00c2\u0080\"}", false}, // U+00C2 then U+0080
 		{"{\"notes\":\"\u00a0é\u00c2\"}", true},
 	} {
