@@ -352,7 +352,7 @@ func (h *Handler) apiQuotes(c echo.Context, req market.Request) (apiQuotes, erro
 		return apiQuotes{}, err
 	}
 	h.cfg.Metrics.Quoted("api", len(res.Quotes) > 0)
-	out := apiQuotes{Quotes: []apiQuote{}, Total: res.Total, OnFailure: req.Replacement.Sentence(), Explanation: apiExplanation{
+	out := apiQuotes{Quotes: make([]apiQuote, 0, len(res.Quotes)), Total: res.Total, OnFailure: req.Replacement.Sentence(), Explanation: apiExplanation{
 		Summary: res.Explanation.Summary(), Considered: res.Explanation.Considered, Fit: res.Explanation.Fit,
 		Eliminated: map[string]int{}, Shortfall: res.Explanation.Shortfall,
 	}}
@@ -380,6 +380,9 @@ func (h *Handler) apiQuotes(c echo.Context, req market.Request) (apiQuotes, erro
 		}
 		if !q.Exact {
 			aq.LowerBoundCents = q.LowerBound
+		}
+		if len(q.Pieces) > 0 {
+			aq.Pieces = make([]apiPiece, 0, len(q.Pieces))
 		}
 		for _, p := range q.Pieces {
 			aq.Pieces = append(aq.Pieces, apiPiece{OfferID: p.OfferID, ProviderID: p.ProviderID, Accelerator: p.AcceleratorID,
