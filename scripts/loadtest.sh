@@ -32,10 +32,29 @@ for _ in $(seq 1 600); do
 done
 grep -q listening "$DIR/server.out" || { echo "server did not start"; exit 1; }
 
+# cpu_us: the server's CPU time so far (user and system), in µs, from
+# Linux's /proc; empty elsewhere.
+cpu_us() { awk -v t="$(getconf CLK_TCK)" '{ printf "%d", ($14 + $15) * 1000000 / t }' "/proc/$server/stat" 2>/dev/null || true; }
+# run TITLE MIX: one load run; it also prints the server's CPU time per
+# request over the measured part (after loadgen's 2 s warm-up), a figure
+# other processes on the machine move much less than rates and latencies
+# (they take processors, not work), and keeps it in last_cpu.
 run() {
 	echo
 	echo "== $1"
-	"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$CLIENTS" -d "$DURATION" -mix "$2" | tee "$DIR/last.out"
+	"$LOADGEN" -url "http://$ADDR" -token "$token" -c "$CLIENTS" -d "$DURATION" -mix "$2" >"$DIR/last.out" &
+	local lg=$! c0 c1 n
+	sleep 2
+	c0=$(cpu_us)
+	wait "$lg"
+	c1=$(cpu_us)
+	cat "$DIR/last.out"
+	n=$(awk '$1 != "kind" && $1 != "all" && $2 ~ /^[0-9]+$/ { n += $2 } END { print n + 0 }' "$DIR/last.out")
+	last_cpu=
+	if [ -n "$c0" ] && [ -n "$c1" ] && [ "$n" -gt 0 ]; then
+		last_cpu=$(((c1 - c0) / n))
+		echo "-- server CPU: $last_cpu µs per request"
+	fi
 }
 # rate KIND: the req/s column of KIND's row in the last run's table; p99
 # KIND FILE and errors KIND FILE: its p99 (in ms) and errors in FILE.
@@ -45,6 +64,7 @@ errors() { awk -v k="$1" '$1 == k { print $8 }' "$2"; }
 run "yardstick: GET /static/app.css (no database)" static=1
 run "yardstick: GET /api/v1/ping (token check, rate limit, JSON)" ping=1
 ping_rate=$(rate ping)
+ping_cpu=$last_cpu
 # LOAD_PROFILE=1: a CPU profile of the server during the narrow run
 # (docs/testing.md), from the operator's port.
 if [ -n "${LOAD_PROFILE:-}" ]; then
@@ -54,6 +74,9 @@ fi
 run "POST /api/v1/quotes, narrow requests" narrow=1
 narrow_rate=$(rate narrow)
 echo "-- narrow quotes / ping yardstick: $narrow_rate / $ping_rate req/s = $(awk -v a="$narrow_rate" -v b="$ping_rate" 'BEGIN { printf "%.2f", a / b }') (target at least 0.33); narrow p99 $(p99 narrow "$DIR/last.out") ms at $CLIENTS clients (target at most 20)"
+if [ -n "$ping_cpu" ] && [ -n "$last_cpu" ]; then
+	echo "-- server CPU per request, ping / narrow quote: $ping_cpu / $last_cpu µs = $(awk -v a="$ping_cpu" -v b="$last_cpu" 'BEGIN { printf "%.2f", a / b }') (the ratio of rates a CPU-bound server would reach)"
+fi
 if [ -n "${LOAD_PROFILE:-}" ]; then
 	wait "$profiler"
 	echo "-- CPU profile of the server during the narrow run: $DIR/narrow.prof (go tool pprof -top $BIN $DIR/narrow.prof)"

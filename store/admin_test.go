@@ -226,7 +226,7 @@ func TestSuspendAndReinstateProvider(t *testing.T) {
 	// The session and the API token stop working at once.
 	_, _, err = db.FindSession(ctx, sess.ID, now)
 	wantCode(t, err, market.CodeNotFound)
-	_, _, err = db.FindAPIToken(ctx, raw, now)
+	_, _, err = db.FindAPIToken(ctx, raw)
 	wantCode(t, err, market.CodeUnauthorized)
 	// The offer leaves the catalogue, the index source and the price market.
 	if ls, total, err := db.FindOffers(ctx, OfferFilter{Now: now}); err != nil || total != 0 || len(ls) != 0 {
@@ -264,7 +264,7 @@ func TestSuspendAndReinstateProvider(t *testing.T) {
 	}
 	// The old token stays revoked (it may have been misused); the flag
 	// stays until cleared.
-	_, _, err = db.FindAPIToken(ctx, raw, now)
+	_, _, err = db.FindAPIToken(ctx, raw)
 	wantCode(t, err, market.CodeUnauthorized)
 	if ts, _ := db.ListAPITokens(ctx, prov.ID); len(ts) != 1 || !ts[0].RevokedAt.Equal(now) {
 		t.Errorf("tokens after reinstating: %+v, want the one revoked at the suspension", ts)

@@ -85,7 +85,7 @@ func TestSignUpMailsAVerificationLinkThatWorksOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, tu, err := db.FindAPIToken(ctx, tok, t0); err != nil || !tu.Verified() {
+	if _, tu, err := db.FindAPIToken(ctx, tok); err != nil || !tu.Verified() {
 		t.Fatalf("FindAPIToken user %+v, %v", tu, err)
 	}
 }

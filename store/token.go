@@ -38,13 +38,12 @@ const (
 func (t APIToken) Revoked() bool { return !t.RevokedAt.IsZero() }
 
 const (
-	tokenRawPrefix    = "gpm_"
-	tokenPrefixLen    = 8
-	maxTokenName      = 80
-	tokenUseRecording = time.Minute // last_used_at is written at most this often
-	apiTokenColumns   = `t.id, t.user_id, t.name, t.scope, t.prefix, t.created_at, t.last_used_at, t.revoked_at`
-	msgTokenNotFound  = "That API token could not be found."
-	msgTokenInvalid   = "This API token is not valid. Create a new one on your account page."
+	tokenRawPrefix   = "gpm_"
+	tokenPrefixLen   = 8
+	maxTokenName     = 80
+	apiTokenColumns  = `t.id, t.user_id, t.name, t.scope, t.prefix, t.created_at, t.last_used_at, t.revoked_at`
+	msgTokenNotFound = "That API token could not be found."
+	msgTokenInvalid  = "This API token is not valid. Create a new one on your account page."
 )
 
 // hashToken is how a raw API token is stored and looked up.
@@ -194,16 +193,11 @@ const findAPITokenQuery = `SELECT ` + apiTokenColumns + `,
 		u.id, u.email, u.display_name, u.organisation, u.is_buyer, u.is_provider, u.is_admin, u.suspended, u.created_at, u.email_verified_at
 		FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = ?`
 
-// FindAPIToken authenticates a raw token presented at now and returns it
-// with its user. An unknown or revoked token, or one whose user is
-// suspended, is unauthorized.
-//
-// The lookup is a read; last_used_at is written, in a second, separate
-// write transaction, only when it is a minute or more old, so an API
-// client's stream of requests does not queue one write each behind the
-// single writer. That bookkeeping write is conditional and idempotent, so
-// splitting it from the read cannot record anything inconsistent.
-func (db *DB) FindAPIToken(ctx context.Context, raw string, now time.Time) (APIToken, market.User, error) {
+// FindAPIToken authenticates a raw token and returns it with its user. An
+// unknown or revoked token, or one whose user is suspended, is
+// unauthorized. It only reads: the token's use is recorded apart, in
+// batches (RecordAPITokenUses), so that no request waits for the writer.
+func (db *DB) FindAPIToken(ctx context.Context, raw string) (APIToken, market.User, error) {
 	const op = "find api token"
 	if !strings.HasPrefix(raw, tokenRawPrefix) || len(raw) > 128 {
 		return APIToken{}, market.User{}, &market.Error{Code: market.CodeUnauthorized, Message: msgTokenInvalid}
@@ -234,28 +228,34 @@ func (db *DB) FindAPIToken(ctx context.Context, raw string, now time.Time) (APIT
 	case u.Suspended:
 		return APIToken{}, market.User{}, &market.Error{Code: market.CodeUnauthorized, Message: "This account is suspended."}
 	}
-
-	if t.LastUsedAt.IsZero() || now.Sub(t.LastUsedAt) >= tokenUseRecording {
-		if err := db.touchAPIToken(ctx, t.ID, now); err != nil {
-			return APIToken{}, market.User{}, fail(op, err, "")
-		}
-		t.LastUsedAt = truncate(now)
-	}
 	return t, u, nil
 }
 
-// touchAPIToken records a use of the token at now, unless a use within
-// the last minute was recorded meanwhile.
-func (db *DB) touchAPIToken(ctx context.Context, id int64, now time.Time) error {
+// APITokenUse is a token's latest use, to record (RecordAPITokenUses).
+type APITokenUse struct {
+	TokenID int64
+	At      time.Time
+}
+
+// RecordAPITokenUses records the tokens' latest uses in one transaction.
+// A use older than the one recorded changes nothing, so a batch written
+// late, or twice, or by two replicas, never moves a token's last use back.
+func (db *DB) RecordAPITokenUses(ctx context.Context, uses []APITokenUse) error {
+	const op = "record api token uses"
+	if len(uses) == 0 {
+		return nil
+	}
 	tx, err := db.begin(ctx)
 	if err != nil {
-		return err
+		return fail(op, err, "")
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `UPDATE api_tokens SET last_used_at = ?
-		WHERE id = ? AND (last_used_at IS NULL OR last_used_at <= ?)`,
-		unix(now), id, unix(now.Add(-tokenUseRecording))); err != nil {
-		return err
+	for _, u := range uses {
+		if _, err := tx.ExecContext(ctx, `UPDATE api_tokens SET last_used_at = ?
+			WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)`,
+			unix(u.At), u.TokenID, unix(u.At)); err != nil {
+			return fail(op, err, "")
+		}
 	}
-	return tx.Commit()
+	return fail(op, tx.Commit(), "")
 }

@@ -43,7 +43,7 @@ func TestTokenCreationSurvivesRefresh(t *testing.T) {
 			}
 		}
 	}
-	if _, _, err := app.db.FindAPIToken(ctx, raw, testNow); err != nil {
+	if _, _, err := app.db.FindAPIToken(ctx, raw); err != nil {
 		t.Fatalf("the token shown does not work: %v", err)
 	}
 

@@ -341,7 +341,7 @@ func (h *Handler) handleAPIQuotes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, http.StatusOK, out)
+	return writeQuotesJSON(c, out)
 }
 
 // apiQuotes runs the matcher as the browser's builder does (with the
@@ -353,7 +353,7 @@ func (h *Handler) apiQuotes(c echo.Context, req market.Request) (apiQuotes, erro
 		return apiQuotes{}, err
 	}
 	h.cfg.Metrics.Quoted("api", len(res.Quotes) > 0)
-	out := apiQuotes{Quotes: []apiQuote{}, Total: res.Total, OnFailure: req.Replacement.Sentence(), Explanation: apiExplanation{
+	out := apiQuotes{Quotes: make([]apiQuote, 0, len(res.Quotes)), Total: res.Total, OnFailure: req.Replacement.Sentence(), Explanation: apiExplanation{
 		Summary: res.Explanation.Summary(), Considered: res.Explanation.Considered, Fit: res.Explanation.Fit,
 		Eliminated: map[string]int{}, Shortfall: res.Explanation.Shortfall,
 	}}
@@ -381,6 +381,9 @@ func (h *Handler) apiQuotes(c echo.Context, req market.Request) (apiQuotes, erro
 		}
 		if !q.Exact {
 			aq.LowerBoundCents = q.LowerBound
+		}
+		if len(q.Pieces) > 0 {
+			aq.Pieces = make([]apiPiece, 0, len(q.Pieces))
 		}
 		for _, p := range q.Pieces {
 			aq.Pieces = append(aq.Pieces, apiPiece{OfferID: p.OfferID, ProviderID: p.ProviderID, Accelerator: p.AcceleratorID,
@@ -628,5 +631,13 @@ func writeJSON(c echo.Context, status int, v any) error {
 	if err != nil {
 		return err
 	}
+	return writeJSONBytes(c, status, b)
+}
+
+// writeJSONBytes sends an encoded JSON body with its length, so that
+// net/http writes it as it is rather than in chunks (a write system call
+// fewer for a body of a few kilobytes).
+func writeJSONBytes(c echo.Context, status int, b []byte) error {
+	c.Response().Header().Set(echo.HeaderContentLength, strconv.Itoa(len(b)))
 	return c.JSONBlob(status, b)
 }

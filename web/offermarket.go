@@ -12,8 +12,9 @@ import (
 )
 
 // quoteMarketNotes adds the carbon-aware start and measured work on the
-// quote's offers (or, without reports there, on their models).
-func (h *Handler) quoteMarketNotes(ctx context.Context, q market.Quote, shifts []market.CarbonShift) views.QuoteMarketNotes {
+// quote's offers (or, without reports there, on their models), from the
+// figures read once for every quote on the page (quotedMeasured).
+func quoteMarketNotes(q market.Quote, shifts []market.CarbonShift, measured map[int64]measuredOn) views.QuoteMarketNotes {
 	n := views.QuoteMarketNotes{CarbonBasis: "Board power × devices × each hour it runs × that hour's grid intensity."}
 	for _, s := range shifts {
 		if s.Rank == q.Rank {
@@ -21,33 +22,72 @@ func (h *Handler) quoteMarketNotes(ctx context.Context, q market.Quote, shifts [
 		}
 	}
 	for _, p := range q.Pieces {
-		lines, err := h.measuredLines(ctx, p.OfferID, p.AcceleratorID, p.PriceCents)
-		if err != nil {
-			h.log.Warn("measured work not loaded", "offer_id", p.OfferID, "err", err)
-			continue
+		if m, ok := measured[p.OfferID]; ok {
+			n.Measured = append(n.Measured, measuredFigureLines(m.figures, m.scope, p.PriceCents)...)
 		}
-		n.Measured = append(n.Measured, lines...)
 	}
 	return n
 }
 
-// measuredLines are the measured figures of an offer, or, when nobody
-// reported on it, of its accelerator model across offers, each with the
-// cost per unit of work at price.
-func (h *Handler) measuredLines(ctx context.Context, offerID int64, accID string, price market.Cents) ([]views.MeasuredLine, error) {
-	reports, err := h.db.ListWorkReports(ctx, store.WorkReportFilter{OfferIDs: []int64{offerID}})
-	if err != nil {
-		return nil, err
-	}
-	scope := "this offer"
-	if len(reports) == 0 {
-		if reports, err = h.db.ListWorkReports(ctx, store.WorkReportFilter{AcceleratorID: accID}); err != nil {
-			return nil, err
+// measuredOn is the measured work a quote card shows for an offer: its
+// own reports' figures, or its model's across offers when it has none.
+type measuredOn struct {
+	figures []market.MeasuredFigure
+	scope   string
+}
+
+// quotedMeasured reads the measured work of every offer in quotes: one
+// read for the offers' own reports, and one for each model of those
+// without any (before, each piece of each card read its offer's, and then
+// its model's, again). An offer whose figures could not be read is left
+// out, with a warning: the card is shown without them.
+func (h *Handler) quotedMeasured(ctx context.Context, quotes []market.Quote) map[int64]measuredOn {
+	var ids []int64
+	models := map[int64]string{} // offer → its model, as quoted
+	for _, q := range quotes {
+		for _, p := range q.Pieces {
+			if _, ok := models[p.OfferID]; !ok {
+				ids = append(ids, p.OfferID)
+				models[p.OfferID] = p.AcceleratorID
+			}
 		}
-		a, _ := market.FindAccelerator(accID)
-		scope = "all " + a.Name + " offers"
 	}
-	return measuredFigureLines(market.AggregateWork(reports), scope, price), nil
+	out := map[int64]measuredOn{}
+	if len(ids) == 0 {
+		return out
+	}
+	reports, err := h.db.ListWorkReports(ctx, store.WorkReportFilter{OfferIDs: ids})
+	if err != nil {
+		h.log.Warn("measured work not loaded", "offers", len(ids), "err", err)
+		return out
+	}
+	own := map[int64][]market.WorkReport{}
+	for _, r := range reports {
+		own[r.OfferID] = append(own[r.OfferID], r)
+	}
+	byModel := map[string]*measuredOn{}
+	for _, id := range ids {
+		if rs := own[id]; len(rs) > 0 {
+			out[id] = measuredOn{figures: market.AggregateWork(rs), scope: "this offer"}
+			continue
+		}
+		accID := models[id]
+		m, ok := byModel[accID]
+		if !ok {
+			rs, err := h.db.ListWorkReports(ctx, store.WorkReportFilter{AcceleratorID: accID})
+			if err != nil {
+				h.log.Warn("measured work not loaded", "accelerator", accID, "err", err)
+			} else {
+				a, _ := market.FindAccelerator(accID)
+				m = &measuredOn{figures: market.AggregateWork(rs), scope: "all " + a.Name + " offers"}
+			}
+			byModel[accID] = m
+		}
+		if m != nil {
+			out[id] = *m
+		}
+	}
+	return out
 }
 
 func measuredFigureLines(figs []market.MeasuredFigure, scope string, price market.Cents) []views.MeasuredLine {

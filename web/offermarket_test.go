@@ -121,3 +121,55 @@ func TestProviderCarbonProfile(t *testing.T) {
 		t.Errorf("stranger sees the form: %d", r.status)
 	}
 }
+
+// TestQuoteCardsShowMeasuredWork: on the builder's quotes, an offer with
+// reports shows its own figure, and one without shows its model's across
+// offers — read once for the page, not per piece — each with the cost per
+// unit of work at that piece's price.
+func TestQuoteCardsShowMeasuredWork(t *testing.T) {
+	app := newTestApp(t)
+	ctx := context.Background()
+	reported := app.listedOffer("nvidia-l4-24gb-pcie", 2, 1, "eu-west-fr", 50)
+	silent := app.listedOffer("nvidia-l4-24gb-pcie", 2, 1, "eu-west-fr", 100)
+	c := app.client()
+	c.signUp("buyer@example.com", false)
+	buyer := c.userID()
+	past := market.Reservation{BuyerID: buyer, State: market.ReservationCompleted, RequestJSON: `{"version":1}`,
+		CreatedAt: testNow.Add(-48 * time.Hour), UpdatedAt: testNow.Add(-20 * time.Hour),
+		Pieces: []market.ReservationPiece{{OfferID: reported.ID, Devices: 2, Start: testNow.Add(-30 * time.Hour), End: testNow.Add(-20 * time.Hour), PriceCents: 50, AmountCents: 1000}}}
+	if err := app.db.ImportPastReservations(ctx, []market.Reservation{past}, testNow); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := app.db.ListBuyerReservations(ctx, buyer)
+	if err != nil || len(rs) != 1 {
+		t.Fatal(rs, err)
+	}
+	if _, err := app.db.CreateWorkReport(ctx, market.WorkReport{ReservationID: rs[0].ID, OfferID: reported.ID, ReporterID: buyer,
+		Metric: market.MetricTokensPerSec, LatencyPercentile: 95, Workload: "Llama 3.1 8B, vLLM", Value: 3600, ObservedMinutes: 600, LostMinutes: 60}, testNow); err != nil {
+		t.Fatal(err)
+	}
+	q := url.Values{"workload.kind": {"inference"}, "workload.devices": {"2"}, "workload.hours": {"2"},
+		"constraints.regions": {"eu-west-fr"}, "preferences.cost_weight": {"100"}}
+	r := c.get("/requests?" + q.Encode())
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d", r.status)
+	}
+	// 3,600 × 540/600 / 2 = 1,620 tokens/s per device, on both cards: the
+	// first (50 ¢/device-hour) on this offer, $0.50 / (1,620 × 3,600) × 10⁶
+	// = $0.09 per million tokens; the second (100 ¢) on the model, $1.00 /
+	// (1,620 × 3,600) × 10⁶ = $0.17.
+	cards := strings.Split(r.body, `data-testid="quote"`)
+	if len(cards) != 3 {
+		t.Fatalf("%d quote cards, want 2", len(cards)-1)
+	}
+	first, second := cards[1], cards[2]
+	if !strings.Contains(first, "/offers/"+itoa(reported.ID)+`"`) || !strings.Contains(second, "/offers/"+itoa(silent.ID)+`"`) {
+		t.Fatalf("want the reported offer's card first, then the silent one's:\n%s", r.body)
+	}
+	mustContain(t, first, "Measured on this offer", "1,620 tokens/s at p95 latency per device", "$0.09 per million tokens")
+	mustNotContain(t, first, "Measured on all")
+	mustContain(t, second, "Measured on all L4 24GB PCIe offers", "1,620 tokens/s at p95 latency per device", "$0.17 per million tokens")
+	if n := strings.Count(r.body, `data-testid="quote-measured"`); n != 2 {
+		t.Errorf("%d measured lines, want one on each of the 2 cards", n)
+	}
+}

@@ -163,6 +163,7 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 	if err != nil {
 		return v, err
 	}
+	measured := h.quotedMeasured(c.Request().Context(), res.Quotes)
 	for _, q := range res.Quotes {
 		card, err := h.quoteCard(c.Request().Context(), req, q, listings, now)
 		if err != nil {
@@ -176,7 +177,7 @@ func (h *Handler) quotes(c echo.Context, req market.Request) (views.QuotesView, 
 		card.RequestJSON = string(reqJSON)
 		card.QuoteID = market.NewQuoteKey(q, now).String()
 		card.ValidUntil = quoteValidity(req, now)
-		card.Market = h.quoteMarketNotes(c.Request().Context(), q, shifts)
+		card.Market = quoteMarketNotes(q, shifts, measured)
 		v.Quotes = append(v.Quotes, card)
 	}
 	return v, nil

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -47,47 +48,69 @@ func TestLoginRefusesUnstorableText(t *testing.T) {
 	mustContain(t, api.body, `"code":"invalid"`, `"notes":`)
 }
 
-// TestPlainJSONTextAgreesWithDecoding: the middleware's shortcut for a body
-// without a backslash (plainJSONText) lets through only what decoding the
-// body and checking every string (jsonTextProblem) lets through, and a
-// control character written raw in such a body (DEL, a C1 control) is
-// still refused with its field named, by the API, before any handler.
-func TestPlainJSONTextAgreesWithDecoding(t *testing.T) {
-	for _, body := range []string{
-		`{"seq":12,"sent_at":"2026-12-01T10:00:00Z","devices":[{"index":0,"name":"NVIDIA H100 80GB HBM3","healthy":true}]}`,
-		"{\n\t\"notes\": \"two\\nlines\"\n}",
-		`{"notes":"a\u0000b"}`,
-		"{\"notes\":\"a\u007fb\"}",
-		"{\"notes\":\"a\u0085b\"}",
-		"{\"no\u0085te\":\"ab\"}",
-		`{"notes":["fine","a\u001bb"]}`,
-		`{"notes":"caf\u00e9 ☕"}`,
-		`not json at all`,
-	} {
-		var doc any
+// TestPlainJSONTextSkipsOnlyCleanBodies: a body plainJSONText lets through
+// without decoding holds no string the full check (decoding, then
+// jsonTextProblem) refuses; and each character that check refuses, raw or
+// escaped, in a value or a key, sends the body to it. Through the API, a
+// raw C1 control and an escaped escape character are refused as before.
+func TestPlainJSONTextSkipsOnlyCleanBodies(t *testing.T) {
+	refused := func(body string) bool {
 		dec := json.NewDecoder(strings.NewReader(body))
 		dec.UseNumber()
-		msg := ""
-		if dec.Decode(&doc) == nil {
-			_, msg = jsonTextProblem("", doc)
+		var doc any
+		if dec.Decode(&doc) != nil {
+			return false
 		}
-		if plainJSONText([]byte(body)) && msg != "" {
-			t.Errorf("%q: taken as plain text, but decoding it finds %q", body, msg)
+		_, msg := jsonTextProblem("", doc)
+		return msg != ""
+	}
+	for _, tc := range []struct {
+		body  string
+		plain bool
+	}{
+		{"{\n  \"notes\": \"8× H100, Zürich\",\r\n\t\"n\": [1, 2.5, true, null]\n}", true},
+		{`{"notes":"a\u0000b"}`, false},
+		{`{"notes":"a\u001bb"}`, false},
+		{`{"notes":"a\nb"}`, false}, // escaped: allowed in a value, but only the full check knows
+		{`{"a\tb":"x"}`, false},
+		{"{\"notes\":\"a\u0085b\"}", false}, // C1 control, raw
+		{"{\"notes\":\"a\u009fb\"}", false},
+		{"{\"notes\":\"a\x7fb\"}", false},
+		{"{\"notes\":\"a\x01b\"}", false},             // not JSON: the handler says so
+		{"{\"notes\":\"\u00a0\u00c2\u0080\"}", false}, // U+00C2 then U+0080
+		{"{\"notes\":\"\u00a0é\u00c2\"}", true},
+	} {
+		if got := plainJSONText([]byte(tc.body)); got != tc.plain {
+			t.Errorf("plainJSONText(%q) = %v, want %v", tc.body, got, tc.plain)
+		}
+		if tc.plain && refused(tc.body) {
+			t.Errorf("%q: plain, yet the full check refuses it", tc.body)
 		}
 	}
-	if !plainJSONText([]byte(`{"seq":12,"probe":"nvidia-smi","devices":[{"name":"NVIDIA H100"}]}`)) {
-		t.Error("a heartbeat's body is not taken as plain text")
+	// Every character TextProblem refuses, raw and escaped, in a value and
+	// in a key: plain only if the full check lets it through.
+	for r := rune(0); r < 0x3000; r++ {
+		for _, body := range []string{
+			`{"notes":"x` + string(r) + `y"}`, `{"x` + string(r) + `y":1}`,
+			fmt.Sprintf(`{"notes":"x\u%04xy"}`, r), fmt.Sprintf(`{"x\u%04xy":1}`, r),
+		} {
+			if plainJSONText([]byte(body)) && refused(body) {
+				t.Errorf("%q (U+%04X): plain, yet the full check refuses it", body, r)
+			}
+		}
 	}
 
 	app := newTestApp(t)
 	c := app.client()
 	c.signUp("buyer@example.com", false)
 	tok := c.createToken("t", "write")
-	api := app.apiCall(http.MethodPost, "/api/v1/quotes", tok, "{\"version\":1,\"workload\":{\"kind\":\"training\",\"devices\":8,\"hours\":2},\"notes\":\"a\u0085b\"}")
-	if api.status != http.StatusBadRequest {
-		t.Fatalf("a raw C1 control in a JSON string: %d %s", api.status, api.body)
+	for _, notes := range []string{"a\u0085b", `a\u001bb`} {
+		api := app.apiCall(http.MethodPost, "/api/v1/quotes", tok, `{"version":1,"workload":{"kind":"training","devices":8,"hours":2},"notes":"`+notes+`"}`)
+		if api.status != http.StatusBadRequest {
+			t.Fatalf("notes %q: %d %s", notes, api.status, api.body)
+		}
+		mustContain(t, api.body, `"code":"invalid"`, `"notes":`, "control character")
 	}
-	mustContain(t, api.body, `"code":"invalid"`, `"notes":`, "U+0085")
 }
 
 // TestRoutineAgentRequestsLogAtDebug: an agent's heartbeat or long-poll

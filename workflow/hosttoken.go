@@ -30,8 +30,14 @@ func (s *Service) RevokeHostToken(ctx context.Context, providerID, tokenID int64
 }
 
 // Authenticate finds the account a personal API token belongs to, on
-// every request, so revocation and suspension take effect at once; it
-// records the token's use.
+// every request, so revocation and suspension take effect at once. The
+// token's use is noted in memory and written with others off the request
+// (FlushTokenUses).
 func (s *Service) Authenticate(ctx context.Context, rawToken string) (store.APIToken, market.User, error) {
-	return s.db.FindAPIToken(ctx, rawToken, s.now())
+	tok, u, err := s.db.FindAPIToken(ctx, rawToken)
+	if err != nil {
+		return store.APIToken{}, market.User{}, err
+	}
+	s.tokenUses.note(tok, s.now())
+	return tok, u, nil
 }

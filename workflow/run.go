@@ -54,6 +54,7 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 		s.releaseLease()
 	}()
 	defer s.FlushHeartbeats(context.WithoutCancel(ctx))
+	defer s.FlushTokenUses(context.WithoutCancel(ctx))
 	started := s.now()
 	s.serverBeat(ctx, started, started)
 	lastReload, lastPrune := s.now(), time.Time{}
@@ -70,6 +71,7 @@ func (s *Service) Run(ctx context.Context, every time.Duration) {
 		// call made must be recorded before the process stops.
 		step := context.WithoutCancel(ctx)
 		s.FlushHeartbeats(step)
+		s.FlushTokenUses(step)
 		now := s.now()
 		if l := s.lease.Load(); l != nil {
 			fenced := store.WithFence(step, *l, s.now)

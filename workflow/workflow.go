@@ -156,6 +156,8 @@ type Service struct {
 
 	// agent holds the agents' long-polls and absorbed heartbeats (agent.go).
 	agent *agentState
+	// tokenUses are the API tokens' uses not yet written (tokenuse.go).
+	tokenUses tokenUses
 	// passwords hashes and checks passwords; sessionKey seals two-factor
 	// secrets (account.go).
 	passwords  *account.Passwords
