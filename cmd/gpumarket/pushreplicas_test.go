@@ -94,13 +94,16 @@ func TestPushReachesTheAgentsReplica(t *testing.T) {
 	// (the next start or end of a piece on the node), not at a heartbeat.
 	known := ag.longPollNow(installed.Version).Version
 	end := installed.Assignments[0].End
-	fleet.restartAt(t, end.Add(-4*time.Second))
+	fleet.restartAt(t, end.Add(-8*time.Second)) // within one long-poll's 15 s wait, with time to start
 	b = fleet.reps[1]
 	ag.base = b.url
+	if left := end.Sub(fleet.now()); left < time.Second {
+		t.Fatalf("the replicas took so long to restart that the rental ends in %s: no time to hold the long-poll", left)
+	}
 	poll = ag.longPoll(known)
 	select {
 	case got := <-poll:
-		t.Fatalf("the long-poll on B answered before the rental's end: %+v", got)
+		t.Fatalf("the long-poll on B answered before the rental's end (%s away): %+v", end.Sub(fleet.now()), got)
 	case <-time.After(300 * time.Millisecond):
 	}
 	removed := ag.await(poll, time.Now().Add(end.Sub(fleet.now())), "the rental's end")
