@@ -29,8 +29,13 @@ import (
 // long-poll on B answers with the buyer's key to install within a second
 // of the payment, long before its 15 s wait ends, which only the change
 // feed (A's commit heard on B: workflow.Follow waking B's long-polls) can
-// explain. The agent reports the key installed on B, holds the long-poll
-// again, the buyer cancels on A, and the removal arrives the same way.
+// explain. The agent reports the key installed on B and holds the
+// long-poll again; the rental's end (the replicas restarted with their
+// clocks just before it) removes the key as fast, from B's own clock.
+// Then a metered rental is started and stopped on A: the installation and
+// the removal both reach B's long-poll through the change feed within a
+// second. (A running hourly rental cannot be cancelled: the stop of a
+// metered one is the change on A that ends access.)
 func TestPushReachesTheAgentsReplica(t *testing.T) {
 	bin := buildServerBinary(t)
 	dsn := pgtest.Database(t)
@@ -95,7 +100,7 @@ func TestPushReachesTheAgentsReplica(t *testing.T) {
 	known := ag.longPollNow(installed.Version).Version
 	end := installed.Assignments[0].End
 	fleet.restartAt(t, end.Add(-8*time.Second)) // within one long-poll's 15 s wait, with time to start
-	b = fleet.reps[1]
+	a, b = fleet.reps[0], fleet.reps[1]
 	ag.base = b.url
 	if left := end.Sub(fleet.now()); left < time.Second {
 		t.Fatalf("the replicas took so long to restart that the rental ends in %s: no time to hold the long-poll", left)
@@ -109,6 +114,42 @@ func TestPushReachesTheAgentsReplica(t *testing.T) {
 	removed := ag.await(poll, time.Now().Add(end.Sub(fleet.now())), "the rental's end")
 	if len(removed.Assignments) != 1 || removed.Assignments[0].State != "remove" || removed.Assignments[0].PieceID != piece {
 		t.Fatalf("the long-poll at the rental's end: %+v, want the piece's key to remove", removed)
+	}
+	ag.report(piece, agentapi.ReportRemoved)
+
+	// A metered rental, started and stopped on A: both reach the agent on
+	// B through the change feed, the stop (the removal of the key) as fast
+	// as the start.
+	known = ag.longPollNow(removed.Version).Version
+	poll = ag.longPoll(known)
+	started := time.Now()
+	var metered struct {
+		ReservationID int64 `json:"reservation_id"`
+	}
+	if r := a.call(m.buyer, "POST", fmt.Sprintf("/api/v1/offers/%d/metered", m.offer), `{"devices":8,"max_minutes":0}`); r.status != http.StatusCreated ||
+		json.Unmarshal([]byte(r.body), &metered) != nil || metered.ReservationID == 0 {
+		t.Fatalf("start a metered rental on replica A: %d\n%s", r.status, r.body)
+	}
+	installed = ag.await(poll, started, "the metered rental's start on replica A")
+	if len(installed.Assignments) != 1 || installed.Assignments[0].State != "install" || installed.Assignments[0].ReservationID != metered.ReservationID {
+		t.Fatalf("the long-poll after the metered start: %+v, want the buyer's key to install", installed)
+	}
+	piece = installed.Assignments[0].PieceID
+	ag.report(piece, agentapi.ReportInstalled)
+	known = ag.longPollNow(installed.Version).Version
+	poll = ag.longPoll(known)
+	select {
+	case got := <-poll:
+		t.Fatalf("the long-poll on B answered before the metered rental stopped: %+v", got)
+	case <-time.After(300 * time.Millisecond):
+	}
+	stopped := time.Now()
+	if r := a.call(m.buyer, "POST", fmt.Sprintf("/api/v1/reservations/%d/stop", metered.ReservationID), ""); r.status != http.StatusOK {
+		t.Fatalf("stop the metered rental on replica A: %d\n%s", r.status, r.body)
+	}
+	removed = ag.await(poll, stopped, "the metered rental's stop on replica A")
+	if len(removed.Assignments) != 1 || removed.Assignments[0].State != "remove" || removed.Assignments[0].PieceID != piece {
+		t.Fatalf("the long-poll after the metered stop: %+v, want the piece's key to remove", removed)
 	}
 	ag.report(piece, agentapi.ReportRemoved)
 }
@@ -178,6 +219,17 @@ func seedPushMarket(t *testing.T, dsn string) pushMarket {
 	}
 	_, hostTok, err := db.CreateHostToken(ctx, prov.ID, created.ID, 0, now)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// Metered rentals allowed, and a paid top-up to draw them from.
+	if err := db.SetOfferMetered(ctx, prov.ID, created.ID, true, 60, now); err != nil {
+		t.Fatal(err)
+	}
+	top, err := db.CreateTopUp(ctx, buyer.ID, 100_00, store.TopUpCheckout, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.RecordTopUpPaid(ctx, top.ID, "pi_push_test_topup", now); err != nil {
 		t.Fatal(err)
 	}
 	return pushMarket{offer: created.ID, hostToken: hostTok, buyer: buyerTok}
