@@ -37,8 +37,13 @@ type DB struct {
 
 // Open opens the database named by dsn — a postgres:// URL (IsPostgresURL)
 // or else an SQLite file path, created with its parent directory when
-// missing — and applies any pending migrations before returning.
-func Open(ctx context.Context, dsn string) (*DB, error) {
+// missing — and applies any pending migrations before returning (unless
+// WithoutMigrating).
+func Open(ctx context.Context, dsn string, opts ...OpenOption) (*DB, error) {
+	var cfg openConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	db := &DB{postgres: IsPostgresURL(dsn), dsn: dsn, feed: &commitFeed{}}
 	var err error
 	if db.postgres {
@@ -54,6 +59,9 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.noMigrate {
+		return db, nil
+	}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -65,6 +73,54 @@ func Open(ctx context.Context, dsn string) (*DB, error) {
 		}
 	}
 	return db, nil
+}
+
+// OpenOption changes what Open does.
+type OpenOption func(*openConfig)
+
+type openConfig struct {
+	noMigrate bool
+}
+
+// WithoutMigrating opens the database as it is: no migration is applied
+// and nothing is written on opening, so a tool of a newer release (the
+// backup command) can read the database of an older server still running
+// on it. The handle is for reading (SchemaVersion, BackupTo): the change
+// notes of SQLite's writer are not set up.
+func WithoutMigrating() OpenOption {
+	return func(c *openConfig) { c.noMigrate = true }
+}
+
+// SchemaVersion returns the highest migration recorded in the database
+// (0 when it has none: not a marketplace database) and the highest this
+// release knows.
+func (db *DB) SchemaVersion(ctx context.Context) (have, known int, err error) {
+	ms, err := migrations()
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: read migrations: %w", err)
+	}
+	if len(ms) > 0 {
+		known = ms[len(ms)-1].version
+	}
+	var exists int
+	if err := db.reader.QueryRowContext(ctx, tableExistsQuery(db.postgres), "schema_migrations").Scan(&exists); err != nil {
+		return 0, known, fmt.Errorf("store: schema version: %w", err)
+	}
+	if exists == 0 {
+		return 0, known, nil
+	}
+	if err := db.reader.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&have); err != nil {
+		return 0, known, fmt.Errorf("store: schema version: %w", err)
+	}
+	return have, known, nil
+}
+
+// tableExistsQuery counts the tables named by its one parameter.
+func tableExistsQuery(postgres bool) string {
+	if postgres {
+		return `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1`
+	}
+	return `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?`
 }
 
 // Close closes the writer and the readers.
