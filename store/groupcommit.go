@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -36,6 +37,64 @@ import (
 // it ends the first queued caller becomes the leader and runs the next
 // batch with whatever has queued by then. A lone booker runs a batch of one,
 // without savepoints.
+//
+// On PostgreSQL a batch locks, before its first booking, what all its
+// bookings' checks read (each job's bookingLocks, their union): the write
+// lock shared and, exclusive, a key per offer booked and per buyer booked
+// for, all in one sorted order (bookingLocks.keys), so batches on other
+// replicas that book other offers for other buyers run at the same time,
+// one that shares an offer or a buyer waits for this one to commit, and no
+// two wait for each other in a circle. Any other write transaction takes
+// the write lock exclusive (begin) and so runs between batches, never
+// beside one. A job that cannot name its offers and buyers before it runs
+// asks for the whole lock, and its batch takes the write lock exclusive.
+
+// bookingLocks is what a booking's transaction must hold on PostgreSQL
+// before the booking's reads: a lock per offer whose capacity it checks
+// and books, per buyer whose holds it counts (market.MaxUnpaidHolds) or
+// whose reservations it reads to extend, and per runtime template whose
+// use it counts — a row two bookings may both update, which, locked by the
+// first in the middle of its batch, would otherwise have the second wait
+// there, where batches can wait for each other in a circle. With no offers
+// (the zero value) it is the whole lock: the write lock exclusive, as
+// every other write takes it.
+type bookingLocks struct {
+	offers, buyers, templates []int64
+}
+
+// whole reports whether l is the whole lock.
+func (l bookingLocks) whole() bool { return len(l.offers) == 0 }
+
+// batchLocks is what a batch must hold: the union of its jobs' locks, or
+// the whole lock when one of them needs it.
+func batchLocks(batch []*bookingJob) bookingLocks {
+	var l bookingLocks
+	for _, j := range batch {
+		if j.locks.whole() {
+			return bookingLocks{}
+		}
+		l.offers = append(l.offers, j.locks.offers...)
+		l.buyers = append(l.buyers, j.locks.buyers...)
+		l.templates = append(l.templates, j.locks.templates...)
+	}
+	return l
+}
+
+// keys are the advisory lock keys of l's offers, buyers and templates
+// (offerLockSpace, buyerLockSpace, templateLockSpace), sorted, each once.
+func (l bookingLocks) keys() []int64 {
+	keys := make([]int64, 0, len(l.offers)+len(l.buyers)+len(l.templates))
+	for _, space := range []struct {
+		space int64
+		ids   []int64
+	}{{offerLockSpace, l.offers}, {buyerLockSpace, l.buyers}, {templateLockSpace, l.templates}} {
+		for _, id := range space.ids {
+			keys = append(keys, space.space<<32|int64(uint32(id)))
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
 
 // maxBookingBatch bounds a batch, so one commit (and the latency of the
 // batch's first caller) stays small.
@@ -43,9 +102,10 @@ const maxBookingBatch = 64
 
 // bookingJob is one CreateReservation call in the queue.
 type bookingJob struct {
-	ctx  context.Context
-	run  func(ctx context.Context, tx preparedTx) error // the booking's statements
-	done chan bookingResult                             // buffered: a lead signal, then the result
+	ctx   context.Context
+	locks bookingLocks                                   // what its statements read (PostgreSQL)
+	run   func(ctx context.Context, tx preparedTx) error // the booking's statements
+	done  chan bookingResult                             // buffered: a lead signal, then the result
 	// answered is set when the leader has sent the result (the leader's
 	// goroutine only), so a panic answers only the rest of the batch.
 	answered bool
@@ -70,11 +130,13 @@ type bookingQueue struct {
 	leading bool
 }
 
-// book runs job.run inside a write transaction shared with concurrent
-// bookings and returns its error, or the batch's commit error, after the
-// batch has committed or rolled back.
-func (db *DB) book(ctx context.Context, run func(ctx context.Context, tx preparedTx) error) error {
-	job := &bookingJob{ctx: ctx, run: run, done: make(chan bookingResult, 1)}
+// book runs run inside a write transaction shared with concurrent
+// bookings, holding at least locks on PostgreSQL, and returns its error, or
+// the batch's commit error, after the batch has committed or rolled back.
+// run must read and write nothing that locks does not cover beyond what
+// other bookings leave alone (see bookingLocks).
+func (db *DB) book(ctx context.Context, locks bookingLocks, run func(ctx context.Context, tx preparedTx) error) error {
+	job := &bookingJob{ctx: ctx, locks: locks, run: run, done: make(chan bookingResult, 1)}
 	q := &db.bookings
 	q.mu.Lock()
 	q.pending = append(q.pending, job)
@@ -144,7 +206,7 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 	}()
 	ctx, done := batchContext(batch)
 	defer done()
-	tx, err := db.beginPrepared(ctx, bookingQueries)
+	tx, err := db.beginPrepared(ctx, bookingQueries, batchLocks(batch))
 	if err != nil {
 		for _, j := range batch {
 			j.answer(err)

@@ -198,7 +198,7 @@ func insertUnchecked(ctx context.Context, db *DB, buyerID int64, o market.Offer,
 		AmountCents: p.AmountCents, HoldExpiresAt: truncate(t0.Add(hold)), RequestJSON: "{}",
 		CreatedAt: truncate(t0), UpdatedAt: truncate(t0),
 	}
-	return db.book(ctx, func(ctx context.Context, tx preparedTx) error {
+	return db.book(ctx, bookingLocks{offers: []int64{o.ID}, buyers: []int64{buyerID}}, func(ctx context.Context, tx preparedTx) error {
 		_, err := insertReservation(ctx, tx, r)
 		return err
 	})
