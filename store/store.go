@@ -1,8 +1,9 @@
 // Package store persists market values in SQLite (the embedded default) or
 // PostgreSQL, with the same SQL and the same tests. Every exported method is
 // one transaction; writes go through the writer (one connection with
-// immediate transactions on SQLite, transactions serialised by an advisory
-// lock on PostgreSQL), reads through a separate pool of read-only
+// immediate transactions on SQLite, transactions under advisory locks on
+// PostgreSQL: one at a time, but bookings of different offers for different
+// buyers at once), reads through a separate pool of read-only
 // connections. Not found and conflicts are *market.Error values; anything
 // else is an internal error wrapped with the operation that failed.
 package store
