@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -296,5 +297,88 @@ func TestMoneyStepExcludesBookingsOnPostgres(t *testing.T) {
 	release()
 	if res := <-done; res.err != nil {
 		t.Fatalf("booking: %v", res.err)
+	}
+}
+
+// TestEveryBookingPathTakesItsLocks: each path that books through the
+// shared batches (db.book with named locks) waits on the lock of every
+// offer it books, every buyer it books for and the template whose use it
+// counts. For each key in turn another transaction holds it; the booking
+// must be seen waiting on it, and is then given up (its context cancelled,
+// so nothing is stored); at the end it books with nothing held.
+func TestEveryBookingPathTakesItsLocks(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.Database(t)
+	db, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	w := newLockWatch(t, dsn)
+	templateKey := func(id int64) int64 { return templateLockSpace<<32 | id }
+
+	prov := createUser(t, db, "prov@example.com", true)
+	plain, metered := listedOffer(t, db, prov.ID, 8), meteredOffer(t, db, prov.ID, 60)
+	buyers := make([]market.User, 4)
+	for i := range buyers {
+		buyers[i] = createUser(t, db, fmt.Sprintf("b%d@example.com", i), false)
+	}
+	tpl, err := db.SaveTemplate(ctx, buyers[1].ID, market.Template{Name: "shared", Public: true,
+		Runtime: market.Runtime{Image: "docker.io/library/busybox:1.36", Launch: market.LaunchSSH}}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := tpl.Runtime
+	rt.TemplateID = tpl.ID
+	start := t0.Add(2 * time.Hour)
+	now := start.Add(time.Hour)
+	orig := running(t, db, buyers[2].ID, now, piece(plain, 2, start, 10))
+	ext, err := market.ExtensionPieces(orig, map[int64]market.Offer{plain.ID: plain}, 6, 100, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topUp(t, db, buyers[3].ID, 100000, "pi_metered")
+
+	for _, path := range []struct {
+		name string
+		keys []int64
+		book func(ctx context.Context) error
+	}{
+		{"CreateReservation", []int64{offerKey(plain.ID), buyerKey(buyers[0].ID)}, func(ctx context.Context) error {
+			_, err := db.CreateReservation(ctx, buyers[0].ID, []market.ReservationPiece{piece(plain, 1, start.Add(48*time.Hour), 1)}, "{}", now, hold)
+			return err
+		}},
+		{"CreateReservationWithRuntime", []int64{offerKey(plain.ID), buyerKey(buyers[1].ID), templateKey(tpl.ID)}, func(ctx context.Context) error {
+			_, err := db.CreateReservationWithRuntime(ctx, buyers[1].ID, []market.ReservationPiece{piece(plain, 1, start.Add(48*time.Hour), 1)}, "{}", rt, now, hold)
+			return err
+		}},
+		{"CreateExtension", []int64{offerKey(plain.ID), buyerKey(buyers[2].ID)}, func(ctx context.Context) error {
+			_, err := db.CreateExtension(ctx, buyers[2].ID, orig.ID, ext.Pieces, now, hold)
+			return err
+		}},
+		{"StartMeteredRental", []int64{offerKey(metered.ID), buyerKey(buyers[3].ID)}, func(ctx context.Context) error {
+			_, err := db.StartMeteredRental(ctx, buyers[3].ID, metered.ID, 1, 0, now)
+			return err
+		}},
+	} {
+		for _, key := range path.keys {
+			release := w.hold(`SELECT pg_advisory_xact_lock($1)`, key)
+			callCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- path.book(callCtx) }()
+			w.waitFor(fmt.Sprintf("%s waits on key %#x", path.name, key), func() bool { return w.advisory(key, false, "ExclusiveLock") == 1 })
+			cancel()
+			if err := <-done; err == nil {
+				t.Fatalf("%s booked while key %#x was held elsewhere", path.name, key)
+			}
+			release()
+		}
+		if err := path.book(ctx); err != nil {
+			t.Fatalf("%s with no lock held elsewhere: %v", path.name, err)
+		}
+	}
+	got, err := db.FindTemplateForUse(ctx, buyers[1].ID, tpl.ID)
+	if err != nil || got.UsedBy != 1 {
+		t.Errorf("template used by %d (%v), want the one booking that ran", got.UsedBy, err)
 	}
 }
