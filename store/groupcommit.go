@@ -40,8 +40,8 @@ import (
 //
 // On PostgreSQL a batch locks, before its first booking, what all its
 // bookings' checks read (each job's bookingLocks, their union): the write
-// lock shared and, exclusive, a key per offer booked and per buyer booked
-// for, all in one sorted order (bookingLocks.keys), so batches on other
+// lock shared and, exclusive, a key per offer booked, per buyer booked
+// for and per template whose use is counted, all in one sorted order (bookingLocks.keys), so batches on other
 // replicas that book other offers for other buyers run at the same time,
 // one that shares an offer or a buyer waits for this one to commit, and no
 // two wait for each other in a circle. Any other write transaction takes
@@ -103,7 +103,7 @@ const maxBookingBatch = 64
 // bookingJob is one CreateReservation call in the queue.
 type bookingJob struct {
 	ctx   context.Context
-	locks bookingLocks                                   // what its statements read (PostgreSQL)
+	locks bookingLocks                                   // the locks its statements need (PostgreSQL)
 	run   func(ctx context.Context, tx preparedTx) error // the booking's statements
 	done  chan bookingResult                             // buffered: a lead signal, then the result
 	// answered is set when the leader has sent the result (the leader's

@@ -43,9 +43,10 @@ func IsPostgresURL(dsn string) bool {
 const writeLockKey int64 = 0x6770756d61726b65
 
 // The key spaces of a booking's own locks (bookingLocks.keys): the space
-// in the upper 32 bits, an offer's, buyer's or template's id in the lower. Neither
-// is writeLockKey's upper half, so no key is the global one. Ids beyond
-// 32 bits share keys, which only makes two bookings wait for each other.
+// in the upper 32 bits, an offer's, buyer's or template's id in the lower.
+// None is writeLockKey's upper half, so no key is the global one. Ids
+// beyond 32 bits share keys, which only makes two bookings wait for each
+// other.
 const (
 	offerLockSpace    int64 = 0x6f666672 // "offr"
 	buyerLockSpace    int64 = 0x62757972 // "buyr"
@@ -53,8 +54,8 @@ const (
 )
 
 // openPostgres opens the writer and reader pools on the database at url.
-// Both are pools over the same server: the writer's transactions serialise
-// on writeLockKey, the readers' run READ ONLY at REPEATABLE READ (one
+// Both are pools over the same server: the writer's transactions take the
+// write locks (writeLockKey), the readers' run READ ONLY at REPEATABLE READ (one
 // snapshot per method, as SQLite's read transactions see).
 // The writer's transactions hand the offers they changed to feed
 // (pgTx).
