@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,8 @@ func addTestCard(t *testing.T, page playwright.Page, srv *server, last4 string) 
 // TestResaleOfReservedTime: a holder pays for a reservation with a saved card and lists its time
 // for sale from the reservation page (a price over the cap is refused next to the field); a
 // second buyer with a saved test card finds it under Resale with its badge, reads the contract,
-// buys it and sees it as theirs; the seller sees it sold and the credit to their card. The books
+// buys it and sees it as theirs, marked "bought on resale" with its price on its page and in the
+// list; the provider's page of each booking marks it resold and links the other; the seller sees it sold and the credit to their card. The books
 // reconcile.
 func TestResaleOfReservedTime(t *testing.T) {
 	srv := startServer(t, withDemo())
@@ -76,8 +78,20 @@ func TestResaleOfReservedTime(t *testing.T) {
 	expectText(t, buyer.GetByTestId("flash"), "Bought.", "the flash after buying")
 	expectText(t, buyer.GetByTestId("resale-bought"), "You bought this time on resale for $10.00", "the bought reservation")
 	expectText(t, buyer.GetByTestId("reservation-state"), "confirmed", "the bought reservation's state")
+	expectText(t, buyer.GetByTestId("reservation-resale"), "bought on resale", "the mark by the bought reservation's title")
+	expectText(t, buyer.GetByTestId("reservation-resale-price"), "$10.00", "the listing's price in the mark")
 	noHorizontalOverflow(t, buyer, "the bought reservation")
 	shot(t, buyer, "bought")
+	boughtURL := buyer.URL()
+	providerName, err := buyer.GetByTestId("reservation-piece").First().Locator("td").First().Locator("div").TextContent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotoOK(t, buyer, srv.URL+"/reservations")
+	expectText(t, buyer.GetByTestId("reservation-resale"), "bought on resale $10.00", "the mark in the buyer's list")
+	expectText(t, buyer.GetByTestId("reservation-amount"), "$10.00", "the amount in the buyer's list")
+	noHorizontalOverflow(t, buyer, "the buyer's list")
+	shot(t, buyer, "bought-list")
 
 	gotoOK(t, seller, resURL)
 	expectText(t, seller.GetByTestId("resale-listing-status"), "sold", "the listing sold")
@@ -86,5 +100,28 @@ func TestResaleOfReservedTime(t *testing.T) {
 		t.Errorf("time sold whole still offers cancelling: %v", err)
 	}
 	shot(t, seller, "sold")
+
+	// The provider's page of each booking marks it resold and links the other.
+	demoProviders := map[string]string{"Nordic Compute": "nordic", "Atlantic GPU Cloud": "atlantic", "Community Labs": "lab", "Pacific Racks": "pacific"}
+	provEmail := ""
+	for name, user := range demoProviders {
+		if strings.HasPrefix(strings.TrimSpace(providerName), name) {
+			provEmail = user + "@demo.gpumarket.test"
+		}
+	}
+	if provEmail == "" {
+		t.Fatalf("the bought piece's provider %q is not a demo provider", providerName)
+	}
+	provider := newPage(t)
+	logIn(t, provider, srv, provEmail, demoPassword(t, srv, provEmail))
+	boughtID := boughtURL[strings.LastIndex(boughtURL, "/")+1:]
+	sellerID := resURL[strings.LastIndex(resURL, "/")+1:]
+	gotoOK(t, provider, srv.URL+"/provider/bookings/"+boughtID)
+	expectText(t, provider.GetByTestId("booking-resale"), "bought on resale from #"+sellerID, "the bought booking's mark on the provider's page")
+	noHorizontalOverflow(t, provider, "the provider's page of the bought booking")
+	shot(t, provider, "provider-bought")
+	click(t, provider.GetByTestId("booking-resale").GetByRole("link"), "the link to the booking it was bought from")
+	expectText(t, provider.GetByTestId("booking-resale"), "to #"+boughtID, "the resold booking's mark on the provider's page")
+	shot(t, provider, "provider-resold")
 	srv.reconcile(t)
 }

@@ -1,7 +1,6 @@
 package market
 
 import (
-	"slices"
 	"time"
 )
 
@@ -375,8 +374,9 @@ func maxFree(spans []span, sh shape, lo, hi, dur int64) (int64, int64) {
 	return tl.maxFree(sh, lo, hi, dur)
 }
 
-// quickFree bounds what is free throughout [from, to) from spans in the
-// index's order (ok is false for others) in one pass, without a timeline:
+// quickFree bounds what is free throughout [from, to) from spans grouped
+// by node in ascending order, as the index keeps them (ok is false for
+// others: the order is checked as it goes), in one pass, without a timeline:
 // the devices of a node's spans that overlap the window bound its most
 // used from above, and are exactly that when those spans share an instant
 // in the window (intervals share one when the latest start is before the
@@ -384,13 +384,13 @@ func maxFree(spans []span, sh shape, lo, hi, dur int64) (int64, int64) {
 // never counts more free than there is, its idle count is exact, and
 // exact says whether every node's count is.
 func quickFree(spans []span, sh shape, from, to int64) (f nodeFree, exact, ok bool) {
-	if !slices.IsSortedFunc(spans, spanCmp) {
-		return nodeFree{}, false, false
-	}
 	exact = true
 	touched := int64(0)
 	for i := 0; i < len(spans); {
 		node := spans[i].node
+		if i > 0 && node < spans[i-1].node {
+			return nodeFree{}, false, false
+		}
 		var sum int64
 		cs, ce := from, to // the instants every overlapping span holds, within the window
 		for ; i < len(spans) && spans[i].node == node; i++ {
@@ -417,11 +417,60 @@ func quickFree(spans []span, sh shape, from, to int64) (f nodeFree, exact, ok bo
 	return f, exact, true
 }
 
-// placeLeft is timeline.placeLeft over spans.
+// placeLeft is timeline.placeLeft over spans, from the spans alone (see
+// quickLeft) when every node's use in the window is exact.
 func placeLeft(spans []span, sh shape, l layout, devices, from, to int64) int64 {
+	if l != layoutWhole && devices <= sh.dpn {
+		if left, ok := quickLeft(spans, sh, devices, from, to); ok {
+			return left
+		}
+	}
 	tl := newTimeline(spans, sh.nodes)
 	defer tl.free()
 	return tl.placeLeft(sh, l, devices, from, to)
+}
+
+// quickLeft is what placing devices (at most a node's) on one node by
+// best fit leaves free on it throughout [from, to) — the busy node with
+// the fewest free that holds them, else an idle node — read from spans
+// grouped by node in one pass as quickFree does; ok is false when some
+// busy node's use is not exact there (see quickFree), when the spans are
+// not grouped, or when no node holds the devices.
+func quickLeft(spans []span, sh shape, devices, from, to int64) (int64, bool) {
+	best, touched := int64(-1), int64(0)
+	for i := 0; i < len(spans); {
+		node := spans[i].node
+		if i > 0 && node < spans[i-1].node {
+			return 0, false
+		}
+		var sum int64
+		cs, ce := from, to
+		for ; i < len(spans) && spans[i].node == node; i++ {
+			s := spans[i]
+			if s.devices == 0 || s.end <= s.start || !s.overlaps(from, to) {
+				continue
+			}
+			sum += int64(s.devices)
+			cs, ce = max(cs, s.from()), min(ce, s.to())
+		}
+		if int64(node) >= sh.nodes || sum == 0 {
+			continue
+		}
+		if cs >= ce {
+			return 0, false
+		}
+		touched++
+		if free := sh.dpn - sum; free >= devices && (best < 0 || free < best) {
+			best = free
+		}
+	}
+	switch {
+	case best >= 0:
+		return best - devices, true
+	case touched < sh.nodes:
+		return sh.dpn - devices, true
+	}
+	return 0, false
 }
 
 // place is timeline.place over spans.

@@ -176,6 +176,9 @@ type query struct {
 	// (see tick): a broad match lets more urgent work run (Index.MatchYielding).
 	pause func()
 	work  int
+	// countOnly: the run is a relaxation's, which reads the totals and
+	// extremes only, so its quotes are not ranked (see engine.relax).
+	countOnly bool
 }
 
 // pauseEvery is the work between two pauses, in units of about one piece's

@@ -74,15 +74,18 @@ type scratch struct {
 	top    []scored
 	walk   []walkRun // a gang walk's runs
 	heap   []int     // and their heap
-	xt     extremes
-	rk     ranker
+	// splitTop is a split walk's best single-offer scores.
+	splitTop []int64
+	xt       extremes
+	rk       ranker
 }
 
 // runQuery evaluates every offer, or with a limit ≥ 0 at most limit
 // offers, those with the lowest prices (see Budget), and builds the ranked
 // quotes. With stop, a gang request over a source that allows it walks
 // the offers in price order and stops once none left could rank (see
-// walkGang); relaxations run without, as their counts must be exact. It
+// walkGang); relaxations run without, as their counts must be exact, and
+// do not rank (query.countOnly: they read the totals only). It
 // also returns the cheapest and earliest-ending feasible quotes' figures
 // (over the offers evaluated), which relaxations use, and how many offers
 // it evaluated. In steady state it allocates only the result: the quotes,
@@ -139,7 +142,17 @@ func (e *engine) runQuery(src source, q *query, limit int, stop bool) (Result, e
 		fits, cands = w.fits, w.cands
 		visit -= skipped
 	} else {
+		walked := false
+		if stop && len(sc.runs) > 0 && e.splitMayStop(q, sc.runs) {
+			w := splitWalk{q: q, rk: rk, counts: counts, fits: fits, top: sc.splitTop[:0]}
+			skipped, walked = w.merged(src, sc.runs, sc)
+			fits, sc.splitTop = w.fits, w.top[:0]
+			visit -= skipped
+		}
 		for _, run := range sc.runs {
+			if walked {
+				break
+			}
 			for i := range run {
 				q.tick(4)
 				f := fits[len(fits) : len(fits)+1]
@@ -191,6 +204,9 @@ func (e *engine) runQuery(src source, q *query, limit int, stop bool) (Result, e
 		}
 		rk.minCost = xt.minCost
 		for i := range cands {
+			if q.countOnly {
+				break
+			}
 			if sc := rk.score(&cands[i].metrics, cands[i].carbonMilli); rk.mayEnter(sc) {
 				rk.add(cands, i, sc)
 			}

@@ -56,7 +56,9 @@ func (w *gangWalk) inOrder(runs [][]slot) {
 		}
 	}
 	w.rk.minCost = w.xt.minCost
-	w.rank()
+	if !w.q.countOnly {
+		w.rank()
+	}
 }
 
 // walkRun is a run being walked: its next offer, and what bounds the
@@ -141,12 +143,64 @@ func (r *walkRun) advance(q *query) bool {
 // left can rank, ties included.
 func (w *gangWalk) merged(src source, runs [][]slot, sc *scratch) int {
 	q, rk := w.q, w.rk
-	ws := sc.walk[:0]
+	ws, ok := walkRuns(src, q, runs, sc.walk[:0])
+	if !ok {
+		w.inOrder(runs)
+		return 0
+	}
+	total := 0
+	for _, run := range runs {
+		total += len(run)
+	}
+	sc.walk = ws
+	h := walkHeap{ws: ws, idx: sc.heap[:0]}
+	for i := range ws {
+		h.push(i)
+	}
+	defer func() { sc.heap = h.idx[:0] }()
+	ready := q.weights[mCost] == 0 // else the cheapest cost must be known first
+	lastKey, sinceCheck, evaluated := int64(-1), 0, 0
+	for len(h.idx) > 0 {
+		r := &ws[h.idx[0]]
+		// Check where the frontier moves up, and not more often than
+		// once per few runs' worth of offers (the check reads every run).
+		// Once ready, also where it stays: the last kept quote may tie
+		// with every offer left at the frontier and still win (see
+		// leftCannotRank).
+		if key := r.key(); (key > lastKey || ready) && sinceCheck*4 >= len(h.idx) {
+			lastKey, sinceCheck = key, 0
+			if !ready && w.xt.ok && key >= w.xt.minCost {
+				ready, rk.minCost = true, w.xt.minCost
+			}
+			if ready {
+				w.rank()
+				if kth, full := rk.last(); full && w.leftCannotRank(&h, kth) {
+					return total - evaluated
+				}
+			}
+		}
+		s := &r.run[r.cur]
+		if r.advance(q) {
+			h.down(0)
+		} else {
+			h.pop()
+		}
+		w.eval(s)
+		sinceCheck++
+		evaluated++
+	}
+	rk.minCost = w.xt.minCost
+	w.rank()
+	return 0
+}
+
+// walkRuns appends to ws the walk runs of runs, each at its first offer
+// (see walkRun); false when the source does not stop early.
+func walkRuns(src source, q *query, runs [][]slot, ws []walkRun) ([]walkRun, bool) {
 	for _, run := range runs {
 		b, perm, ok := src.bound(run)
 		if !ok {
-			w.inOrder(runs)
-			return 0
+			return ws, false
 		}
 		r := walkRun{run: run, hours: q.hours}
 		if r.hours == 0 {
@@ -173,78 +227,66 @@ func (w *gangWalk) merged(src source, runs [][]slot, sc *scratch) int {
 			ws = append(ws, r)
 		}
 	}
-	total := 0
-	for _, run := range runs {
-		total += len(run)
-	}
-	sc.walk = ws
-	h := walkHeap{ws: ws, idx: sc.heap[:0]}
-	for i := range ws {
-		h.push(i)
-	}
-	defer func() { sc.heap = h.idx[:0] }()
-	ready := q.weights[mCost] == 0 // else the cheapest cost must be known first
-	lastKey, sinceCheck, evaluated := int64(-1), 0, 0
-	for len(h.idx) > 0 {
-		r := &ws[h.idx[0]]
-		// Check where the frontier moves up, and not more often than
-		// once per few runs' worth of offers (the check reads every run).
-		if key := r.key(); key > lastKey && sinceCheck*4 >= len(h.idx) {
-			lastKey, sinceCheck = key, 0
-			if !ready && w.xt.ok && key >= w.xt.minCost {
-				ready, rk.minCost = true, w.xt.minCost
-			}
-			if ready {
-				w.rank()
-				if kth, full := rk.last(); full && w.leftBound(&h) > kth {
-					return total - evaluated
-				}
-			}
-		}
-		s := &r.run[r.cur]
-		if r.advance(q) {
-			h.down(0)
-		} else {
-			h.pop()
-		}
-		w.eval(s)
-		sinceCheck++
-		evaluated++
-	}
-	rk.minCost = w.xt.minCost
-	w.rank()
-	return 0
+	return ws, true
 }
 
-// leftBound is the least score any offer left in the walk can reach.
-func (w *gangWalk) leftBound(h *walkHeap) int64 {
+// leftCannotRank reports whether no offer left in the walk can rank
+// before the last kept quote, which scores kth: every run's bound (the
+// cost term of its key plus its rest) is over kth, or equal to it and the
+// last kept quote wins every tie an offer left in the run can make. Such
+// an offer then scores kth and costs at least the run's key (a higher
+// booked price costs strictly more), so it ties only at the key's cost,
+// which must be the last kept quote's, at the run's frontier price, where
+// the run's offers come by id from its next one; at best it starts at
+// the earliest start, holds only its own devices and leaves nothing free
+// on its node: when the last kept quote does all that too and has a lower
+// id than the run's next offer, it wins. So a market of one price (the
+// openb replay) stops at the first offer that fits a gang exactly.
+func (w *gangWalk) leftCannotRank(h *walkHeap, kth int64) bool {
 	q, rk := w.q, w.rk
-	best := int64(-1)
+	var last *quoteCand
 	for _, i := range h.idx {
 		r := &h.ws[i]
 		b := r.rest
 		if wc := q.weights[mCost]; wc != 0 {
 			b += wc * rk.costTerm(r.key())
 		}
-		if best < 0 || b < best {
-			best = b
+		switch {
+		case b > kth:
+			continue
+		case b < kth:
+			return false
+		}
+		if last == nil {
+			last = &w.cands[rk.top[len(rk.top)-1].i]
+		}
+		switch {
+		case r.key() > last.cost:
+			continue
+		case r.key() < last.cost:
+			return false
+		}
+		if last.metrics[mStart] != 0 || rk.held(last) != q.devices || rk.leftover(last) != 0 || r.run[r.cur].id < last.one.f.s.id {
+			return false
 		}
 	}
-	return best
+	return true
 }
 
-// walkHeap is a binary min-heap of runs by key.
+// walkHeap is a binary min-heap of runs by key, then next offer id.
 type walkHeap struct {
 	ws  []walkRun
 	idx []int
 }
 
 func (h *walkHeap) less(a, b int) bool {
-	ka, kb := h.ws[h.idx[a]].key(), h.ws[h.idx[b]].key()
-	if ka != kb {
+	ra, rb := &h.ws[h.idx[a]], &h.ws[h.idx[b]]
+	if ka, kb := ra.key(), rb.key(); ka != kb {
 		return ka < kb
 	}
-	return h.idx[a] < h.idx[b]
+	// Ties by the next offer's id (no two runs hold one offer), so offers
+	// of one key are walked in id order (see leftCannotRank).
+	return ra.run[ra.cur].id < rb.run[rb.cur].id
 }
 
 func (h *walkHeap) swap(a, b int) { h.idx[a], h.idx[b] = h.idx[b], h.idx[a] }

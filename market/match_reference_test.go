@@ -266,8 +266,14 @@ func refClassify(in instance) []refOffer {
 		lo = c.EarliestStart
 	}
 	var out []refOffer
+	byOffer := map[int64][]Commitment{}
+	for _, c := range in.commits {
+		byOffer[c.OfferID] = append(byOffer[c.OfferID], c)
+	}
 	for _, cand := range in.cands {
 		o := cand.Offer
+		// The offer's own commitments: the others never count on it.
+		own := instance{commits: byOffer[o.ID]}
 		acc, _ := FindAccelerator(o.AcceleratorID)
 		region, _ := FindRegion(o.RegionID)
 		net, _ := FindNetwork(o.NetworkID)
@@ -338,12 +344,12 @@ func refClassify(in instance) []refOffer {
 		if r.reason == "" {
 			if split {
 				for _, s := range r.starts {
-					r.avail = max(r.avail, min(refSpreadFree(o, in.commits, s, r.hours), w.Devices))
+					r.avail = max(r.avail, min(refSpreadFree(o, own.commits, s, r.hours), w.Devices))
 				}
 				// Some piece size starts later on nodes than as one pool.
 				for d := need; d <= w.Devices && !r.nodeLimited; d++ {
 					for _, s := range r.starts {
-						pool, nodes := refPoolFree(o, in.commits, s, r.hours) >= d, refSpreadFree(o, in.commits, s, r.hours) >= d
+						pool, nodes := refPoolFree(o, own.commits, s, r.hours) >= d, refSpreadFree(o, own.commits, s, r.hours) >= d
 						if pool || nodes {
 							r.nodeLimited = !nodes
 							break
@@ -355,11 +361,11 @@ func refClassify(in instance) []refOffer {
 				}
 			} else {
 				var ok bool
-				if r.start, ok = refEarliest(in, r, need, true); !ok {
+				if r.start, ok = refEarliest(own, r, need, true); !ok {
 					r.reason = ConstraintBooked
 				}
 				for _, s := range r.starts {
-					if refPoolFree(o, in.commits, s, r.hours) >= need {
+					if refPoolFree(o, own.commits, s, r.hours) >= need {
 						r.nodeLimited = !ok || s.Before(r.start)
 						break
 					}

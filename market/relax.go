@@ -35,7 +35,7 @@ func (e *engine) relax(src source, q *query, now time.Time, perRun, left int) (_
 		if err != nil {
 			return Result{}, extremes{}, false
 		}
-		cq.pause = q.pause
+		cq.pause, cq.countOnly = q.pause, true
 		limit := left
 		if perRun >= 0 {
 			limit = min(perRun, left)

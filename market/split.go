@@ -160,7 +160,7 @@ func (e *engine) splitCands(q *query, fits []fit, cands []quoteCand) ([]quoteCan
 		return cands, ""
 	}
 	groups := [][]*fit{nil}
-	if q.req.Workload.Kind == WorkInference && !q.req.Workload.SpreadRegions {
+	if q.perRegion() {
 		byRegion := map[uint8]int{}
 		groups = groups[:0]
 		for i := range fits {
@@ -335,7 +335,14 @@ func (e *engine) bounded(q *query, fits []*fit) ([]*fit, int64) {
 	return out, lb
 }
 
-// reduce keeps, for every piece size d, the P offers cheapest at size d.
+// reduce keeps, for every piece size d, the P offers cheapest at size d
+// and every offer that costs as little as the P-th. Every optimal split
+// then lies in the offers kept (an offer used at size d that costs more
+// than P others there can be swapped for one of them left unused, for
+// less), so the DP, which picks among the optimal splits by a rule on the
+// splits alone (see dpSplit), gives the same split over the kept offers
+// as over all, and the same over any offers that include every optimal
+// split's — which the early stop relies on (splitWalk).
 func reduce(q *query, fits []*fit) []*fit {
 	p := int(q.devices / q.minPiece)
 	if len(fits) <= p {
@@ -355,17 +362,16 @@ func reduce(q *query, fits []*fit) []*fit {
 			}
 			q.tick(1)
 			c := int64(pieceCost(f.s, q, d, f.hours(), f.intr).Total)
-			if len(top) == p && (c > top[p-1].c || (c == top[p-1].c && f.s.id > top[p-1].f.s.id)) {
+			if len(top) >= p && c > top[p-1].c {
 				continue
 			}
-			i := sort.Search(len(top), func(i int) bool {
-				return top[i].c > c || (top[i].c == c && top[i].f.s.id > f.s.id)
-			})
+			i := sort.Search(len(top), func(i int) bool { return top[i].c > c })
 			top = append(top, fc{})
 			copy(top[i+1:], top[i:])
 			top[i] = fc{f, c}
-			if len(top) > p {
-				top = top[:p]
+			// Keep the P cheapest and every offer tied with the P-th.
+			for len(top) > p && top[len(top)-1].c > top[p-1].c {
+				top = top[:len(top)-1]
 			}
 		}
 		for _, t := range top {
@@ -386,7 +392,12 @@ func sortByID(fits []*fit) []*fit {
 }
 
 // dpSplit is the exact DP over device counts: best[j] is the cheapest way
-// to place j devices on the offers seen so far.
+// to place j devices on the offers seen so far. Among optimal splits it
+// returns the one that, going through the offers from the highest id
+// down, leaves each out when an optimal split does, else gives it the
+// most devices an optimal split does (an update needs a strictly lower
+// cost, and for one target the largest piece is tried first); so offers
+// that no optimal split uses do not change the answer.
 func dpSplit(q *query, fits []*fit) ([]pieceRef, bool) {
 	n, D := len(fits), q.devices
 	const inf = int64(1) << 62

@@ -202,6 +202,9 @@ func TestTimelineAgainstBruteForce(t *testing.T) {
 				if got := tl.placeLeft(sh, l, devices, from, to); got != left {
 					t.Fatalf("instance %d: placeLeft %d, place left %d", i, got, left)
 				}
+				if got := placeLeft(spans, sh, l, devices, from, to); got != left {
+					t.Fatalf("instance %d: placeLeft over spans %d, place left %d", i, got, left)
+				}
 			}
 
 			lo := from

@@ -46,6 +46,7 @@ const (
 	AuditReservationReject     = "reservation.reject"
 	AuditIncidentNote          = "incident.note"
 	AuditTwoFactorReset        = "user.reset_two_factor"
+	AuditReplacementTrigger    = "replacement.trigger"
 	AuditMoneyPrefix           = "money."
 	AuditSubjectOffer          = "offer"
 	AuditSubjectUser           = "user"
@@ -82,6 +83,8 @@ func AuditActionLabel(action string) string {
 		return "Provider's note on an incident"
 	case AuditTwoFactorReset:
 		return "Two-factor sign-in reset by the operator"
+	case AuditReplacementTrigger:
+		return "Replacement triggered by an admin"
 	}
 	if kind, ok := strings.CutPrefix(action, AuditMoneyPrefix); ok {
 		return "Money: " + market.EntryKindLabel(kind)

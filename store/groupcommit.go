@@ -38,16 +38,28 @@ import (
 // batch with whatever has queued by then. A lone booker runs a batch of one,
 // without savepoints.
 //
+// The heartbeats written in full (RecordHeartbeatRun: a node's first, or
+// one that changed) have a queue of their own, run the same way with one
+// difference (groupKind.commitLate): a heartbeat whose caller gave up
+// while its batch ran still commits with the batch, rather than the batch
+// being rolled back and run again without it. A heartbeat is a fact the
+// agent sent, stored or not; a fleet reconnecting at once whose requests
+// time out together would otherwise keep the writer redoing the same
+// batch. A caller whose context has ended before its turn is still
+// skipped.
+//
 // On PostgreSQL a batch locks, before its first booking, what all its
 // bookings' checks read (each job's bookingLocks, their union): the write
-// lock shared and, exclusive, a key per offer booked, per buyer booked
-// for and per template whose use is counted, all in one sorted order (bookingLocks.keys), so batches on other
-// replicas that book other offers for other buyers run at the same time,
-// one that shares an offer or a buyer waits for this one to commit, and no
-// two wait for each other in a circle. Any other write transaction takes
-// the write lock exclusive (begin) and so runs between batches, never
-// beside one. A job that cannot name its offers and buyers before it runs
-// asks for the whole lock, and its batch takes the write lock exclusive.
+// lock shared and, exclusive, a key per offer booked, per buyer booked for
+// and per template whose use is counted, all in one sorted order
+// (bookingLocks.keys), so batches on other replicas that book other offers
+// for other buyers run at the same time, one that shares an offer or a
+// buyer waits for this one to commit, and no two wait for each other in a
+// circle. Any other write transaction takes the write lock exclusive
+// (begin) and so runs between batches, never beside one. A job that cannot
+// name its offers and buyers before it runs asks for the whole lock, and
+// its batch takes the write lock exclusive; so does every heartbeat batch
+// (groupCommit).
 
 // bookingLocks is what a booking's transaction must hold on PostgreSQL
 // before the booking's reads: a lock per offer whose capacity it checks
@@ -122,8 +134,8 @@ type bookingResult struct {
 	err  error
 }
 
-// bookingQueue is the group-commit queue of one DB handle. Invariant: if
-// pending is not empty, leading is true.
+// bookingQueue is a group-commit queue of one DB handle (its bookings, its
+// heartbeats). Invariant: if pending is not empty, leading is true.
 type bookingQueue struct {
 	mu      sync.Mutex
 	pending []*bookingJob
@@ -136,8 +148,34 @@ type bookingQueue struct {
 // run must read and write nothing that locks does not cover beyond what
 // other bookings leave alone (see bookingLocks).
 func (db *DB) book(ctx context.Context, locks bookingLocks, run func(ctx context.Context, tx preparedTx) error) error {
+	return db.groupCommitLocked(ctx, &db.bookings, bookingGroup, locks, run)
+}
+
+// groupKind is what differs between the group-commit queues.
+type groupKind struct {
+	op      string   // names the writes in errors
+	queries []string // prepared on the writer for the batch's transaction
+	// commitLate: a job whose caller's context ended while its batch ran
+	// commits with the batch (heartbeats), instead of being undone and the
+	// batch run again without it (bookings).
+	commitLate bool
+}
+
+var (
+	bookingGroup   = groupKind{op: "create reservation", queries: bookingQueries}
+	heartbeatGroup = groupKind{op: "record heartbeat", queries: heartbeatQueries, commitLate: true}
+)
+
+// groupCommit runs run in a write transaction shared with the other jobs
+// of queue q, as book does, under the whole lock (bookingLocks{}: on
+// PostgreSQL the write lock exclusive, as every write but a booking).
+func (db *DB) groupCommit(ctx context.Context, q *bookingQueue, kind groupKind, run func(ctx context.Context, tx preparedTx) error) error {
+	return db.groupCommitLocked(ctx, q, kind, bookingLocks{}, run)
+}
+
+// groupCommitLocked is groupCommit with the locks the job needs.
+func (db *DB) groupCommitLocked(ctx context.Context, q *bookingQueue, kind groupKind, locks bookingLocks, run func(ctx context.Context, tx preparedTx) error) error {
 	job := &bookingJob{ctx: ctx, locks: locks, run: run, done: make(chan bookingResult, 1)}
-	q := &db.bookings
 	q.mu.Lock()
 	q.pending = append(q.pending, job)
 	if q.leading {
@@ -158,7 +196,7 @@ func (db *DB) book(ctx context.Context, locks bookingLocks, run func(ctx context
 	q.pending = append(q.pending[:0], q.pending[n:]...)
 	q.mu.Unlock()
 
-	db.runBookingBatch(batch)
+	db.runBatch(kind, batch)
 
 	q.mu.Lock()
 	if len(q.pending) > 0 {
@@ -180,12 +218,12 @@ func deadlineFirst(ctx context.Context, err error) error {
 	return err
 }
 
-// runBookingBatch runs the jobs in one immediate transaction and sends each
+// runBatch runs the jobs in one immediate transaction and sends each
 // its result. The transaction does not follow any one caller's
 // cancellation (it serves them all); a caller whose context has ended
 // before its turn is skipped. A panic is answered, never passed on: the
 // leader must go on to hand the queue to the next batch.
-func (db *DB) runBookingBatch(batch []*bookingJob) {
+func (db *DB) runBatch(kind groupKind, batch []*bookingJob) {
 	var running *bookingJob // the job whose statements are running
 	defer func() {
 		r := recover()
@@ -193,12 +231,12 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 			return
 		}
 		// Deferred before the rollback below, so this runs after it.
-		others := fmt.Errorf("store: create reservation: batch of %d rolled back after a panic: %v", len(batch), r)
+		others := fmt.Errorf("store: %s: batch of %d rolled back after a panic: %v", kind.op, len(batch), r)
 		for _, j := range batch {
 			switch {
 			case j.answered:
 			case j == running:
-				j.answer(fmt.Errorf("store: create reservation: panic, batch of %d rolled back: %v\n%s", len(batch), r, debug.Stack()))
+				j.answer(fmt.Errorf("store: %s: panic, batch of %d rolled back: %v\n%s", kind.op, len(batch), r, debug.Stack()))
 			default:
 				j.answer(others)
 			}
@@ -206,7 +244,7 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 	}()
 	ctx, done := batchContext(batch)
 	defer done()
-	tx, err := db.beginPrepared(ctx, bookingQueries, batchLocks(batch))
+	tx, err := db.beginPrepared(ctx, kind.queries, batchLocks(batch))
 	if err != nil {
 		for _, j := range batch {
 			j.answer(err)
@@ -238,7 +276,7 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 		if err == nil {
 			err = j.run(ctx, tx)
 		}
-		if err == nil {
+		if err == nil && !kind.commitLate {
 			// A booking whose caller's deadline passed while it ran is
 			// undone: its caller is answered that it failed, so it must
 			// not commit.
@@ -275,13 +313,13 @@ func (db *DB) runBookingBatch(batch []*bookingJob) {
 	// The batch commits only if every booking in it can still be answered
 	// (see above); one whose deadline passed since makes the batch run
 	// again without it.
-	if late := expired(booked); len(late) > 0 {
+	if late := expired(booked); len(late) > 0 && !kind.commitLate {
 		tx.Rollback()
 		for _, j := range late {
 			j.answer(j.ctx.Err())
 		}
 		if rest := pending(booked); len(rest) > 0 {
-			db.runBookingBatch(rest)
+			db.runBatch(kind, rest)
 		}
 		return
 	}

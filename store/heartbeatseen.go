@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"time"
+
+	"github.com/gpumarket/gpumarket/market"
 )
 
 // HeartbeatSeen is the heartbeats of a node absorbed since its last
@@ -88,4 +90,48 @@ func (db *DB) HostLastSeq(ctx context.Context, offerID int64, node int) (int64, 
 		return 0, nil
 	}
 	return seq, fail(op, err, "")
+}
+
+// HeartbeatState is what the store holds of a node's last heartbeat, for
+// a replica that has not heard the node since it started: its host token
+// (with its highest sequence number), its status (Reported false when it
+// never reported) and the id of its latest history run.
+type HeartbeatState struct {
+	Token    HostToken
+	Reported bool
+	Status   HostStatus
+	RunID    int64
+}
+
+// NodeHeartbeatState returns what the store holds of the last heartbeat of
+// the live token's node, in one read: RecordHeartbeat compares a node's
+// first heartbeat since this replica started with it, so that a restart's
+// first heartbeats that change nothing are absorbed, not written.
+func (db *DB) NodeHeartbeatState(ctx context.Context, tokenID int64) (HeartbeatState, error) {
+	const op = "node heartbeat state"
+	tx, err := db.read(ctx)
+	if err != nil {
+		return HeartbeatState{}, fail(op, err, "")
+	}
+	defer tx.Rollback()
+	t, err := liveHostToken(ctx, tx, tokenID)
+	if err != nil {
+		return HeartbeatState{}, fail(op, err, "")
+	}
+	st := HeartbeatState{Token: t}
+	h, err := getHost(ctx, tx, t.OfferID, t.Node)
+	if market.ErrorCode(err) == market.CodeNotFound {
+		return st, nil
+	}
+	if err != nil {
+		return HeartbeatState{}, fail(op, err, "")
+	}
+	st.Reported, st.Status = true, h
+	err = tx.QueryRowContext(ctx, `SELECT id FROM host_heartbeat_runs WHERE offer_id = ? AND node = ? ORDER BY id DESC LIMIT 1`,
+		t.OfferID, t.Node).Scan(&st.RunID)
+	if errors.Is(err, sql.ErrNoRows) {
+		st.Reported = false // a status without a history: write the next heartbeat in full
+		return st, nil
+	}
+	return st, fail(op, err, "")
 }

@@ -279,28 +279,43 @@ type HeartbeatRecord struct {
 
 // RecordHeartbeatRun is RecordHeartbeat, telling what it wrote, so that the
 // caller can absorb the node's following heartbeats that report the same
-// thing into a batch (FlushHeartbeatsSeen). It is not put in the group
-// commit with bookings: a batch is rolled back and run again when one of
-// its callers gives up, which a fleet of agents timing out at once turns
-// into the writer doing the same work over and over.
+// thing into a batch (FlushHeartbeatsSeen). Concurrent calls share one
+// write transaction, each heartbeat in its own savepoint, and commit
+// together (the heartbeats' group commit, groupcommit.go): a fleet's first
+// heartbeats, or a fleet's heartbeats after a restart, cost the writer one
+// commit per batch instead of one each. Each heartbeat keeps its own
+// all-or-nothing; one that fails is undone alone; a later heartbeat of
+// the same node in the batch sees the earlier one's rows, as if it had
+// committed first. The call returns after the commit that holds it.
 func (db *DB) RecordHeartbeatRun(ctx context.Context, tokenID int64, hb market.Heartbeat, now time.Time) (HeartbeatRecord, error) {
 	const op = "record heartbeat"
-	tx, err := db.begin(ctx)
+	var rec HeartbeatRecord
+	err := db.groupCommit(ctx, &db.heartbeats, heartbeatGroup, func(ctx context.Context, tx preparedTx) error {
+		var err error
+		rec, err = recordHeartbeat(ctx, tx, tokenID, hb, now)
+		return err
+	})
 	if err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")
-	}
-	defer tx.Rollback()
-	rec, err := recordHeartbeat(ctx, tx, tokenID, hb, now)
-	if err != nil {
-		return HeartbeatRecord{}, fail(op, err, "")
-	}
-	if rec.Accepted {
-		if err := tx.Commit(); err != nil {
-			return HeartbeatRecord{}, fail(op, err, "")
-		}
 	}
 	return rec, nil
 }
+
+// The statements of a heartbeat written in full, prepared once
+// (heartbeatQueries).
+const (
+	heartbeatSeqQuery  = `UPDATE host_tokens SET last_seq = ?, last_used_at = ? WHERE id = ?`
+	heartbeatHostQuery = `INSERT INTO hosts (offer_id, node, last_heartbeat_at, last_seq, agent_version, probe,
+			probe_error, devices_json, healthy_devices, hardware_differs, isolation)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (offer_id, node) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, last_seq = excluded.last_seq,
+			agent_version = excluded.agent_version, probe = excluded.probe, probe_error = excluded.probe_error,
+			devices_json = excluded.devices_json, healthy_devices = excluded.healthy_devices, hardware_differs = excluded.hardware_differs,
+			isolation = excluded.isolation`
+)
+
+// heartbeatQueries are prepared for the heartbeats' group commit.
+var heartbeatQueries = []string{heartbeatSeqQuery, heartbeatHostQuery, savepointQuery, rollbackToSavepointQuery, releaseSavepointQuery}
 
 // recordHeartbeat is RecordHeartbeatRun's work inside its transaction.
 func recordHeartbeat(ctx context.Context, tx querier, tokenID int64, hb market.Heartbeat, now time.Time) (HeartbeatRecord, error) {
@@ -315,7 +330,7 @@ func recordHeartbeat(ctx context.Context, tx querier, tokenID int64, hb market.H
 	if msg := market.SeqProblem(t.LastSeq, hb.Seq, now); msg != "" {
 		return HeartbeatRecord{}, &market.Error{Code: market.CodeInvalid, Message: msg, Fields: map[string]string{"seq": msg}}
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE host_tokens SET last_seq = ?, last_used_at = ? WHERE id = ?`, hb.Seq, unix(now), t.ID); err != nil {
+	if _, err := tx.ExecContext(ctx, heartbeatSeqQuery, hb.Seq, unix(now), t.ID); err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")
 	}
 	o, err := getOffer(ctx, tx, t.OfferID)
@@ -341,13 +356,7 @@ func recordHeartbeat(ctx context.Context, tx querier, tokenID int64, hb market.H
 	if hb.Devices == nil {
 		devices = []byte("[]")
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO hosts (offer_id, node, last_heartbeat_at, last_seq, agent_version, probe,
-			probe_error, devices_json, healthy_devices, hardware_differs, isolation)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (offer_id, node) DO UPDATE SET last_heartbeat_at = excluded.last_heartbeat_at, last_seq = excluded.last_seq,
-			agent_version = excluded.agent_version, probe = excluded.probe, probe_error = excluded.probe_error,
-			devices_json = excluded.devices_json, healthy_devices = excluded.healthy_devices, hardware_differs = excluded.hardware_differs,
-			isolation = excluded.isolation`,
+	if _, err := tx.ExecContext(ctx, heartbeatHostQuery,
 		t.OfferID, t.Node, unix(now), hb.Seq, hb.AgentVersion, hb.Probe, hb.Error, string(devices), hb.HealthyDevices(), differs,
 		string(hb.Isolation)); err != nil {
 		return HeartbeatRecord{}, fail(op, err, "")

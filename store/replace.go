@@ -68,8 +68,13 @@ type Replacement struct {
 	// (market.PurposeReplacement); PremiumRef the processor's payment of it.
 	ChargeIntentID int64
 	PremiumRef     string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// TriggeredBy is the admin who triggered it from the incident
+	// (IncidentID); 0 when the agent's measurement did. Recording a row
+	// with it writes the audit trail's replacement.trigger entry in the
+	// same transaction.
+	TriggeredBy int64
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
 }
 
 // OfferLive reports whether an offered replacement may still be confirmed at now.
@@ -79,7 +84,7 @@ func (r Replacement) OfferLive(now time.Time) bool {
 
 const replacementColumns = `id, COALESCE(outage_id, 0), reservation_id, piece_id, failed_node, kind, policy, state, reason, tier, piece_ids,
 	from_at, until_at, offer_expires_at, remaining_cents, delivered_cents, cost_cents, refund_cents, provider_share_cents,
-	buyer_share_cents, refund_done, refund_ref, attempts, next_attempt_at, last_error, charge_intent_id, premium_ref, created_at, updated_at, COALESCE(incident_id, 0)`
+	buyer_share_cents, refund_done, refund_ref, attempts, next_attempt_at, last_error, charge_intent_id, premium_ref, created_at, updated_at, COALESCE(incident_id, 0), COALESCE(triggered_by, 0)`
 
 func scanReplacement(s scanner) (Replacement, error) {
 	var r Replacement
@@ -88,7 +93,7 @@ func scanReplacement(s scanner) (Replacement, error) {
 	var rem, del, cost, refund, ps, bs int64
 	if err := s.Scan(&r.ID, &r.OutageID, &r.ReservationID, &r.PieceID, &r.FailedNode, &kind, &policy, &r.State, &r.Reason, &r.Tier, &ids,
 		&from, &until, &expires, &rem, &del, &cost, &refund, &ps, &bs, &r.RefundDone, &r.RefundRef, &r.Attempts, &next, &r.LastError,
-		&r.ChargeIntentID, &r.PremiumRef, &created, &updated, &r.IncidentID); err != nil {
+		&r.ChargeIntentID, &r.PremiumRef, &created, &updated, &r.IncidentID, &r.TriggeredBy); err != nil {
 		return Replacement{}, err
 	}
 	r.Kind, r.Policy = market.IncidentKind(kind), market.ReplacementPolicy(policy)
@@ -115,6 +120,7 @@ func scanReplacement(s scanner) (Replacement, error) {
 type ReplacementTrigger struct {
 	OutageID    int64
 	IncidentID  int64 // an admin's trigger from an incident, when OutageID is 0
+	AdminID     int64 // the admin who triggered it from IncidentID
 	Node        int
 	Kind        market.IncidentKind
 	Reservation market.Reservation
@@ -160,7 +166,8 @@ func (db *DB) ListReplacementTriggers(ctx context.Context, now time.Time) ([]Rep
 
 // insertReplacementRow records rep once for its outage and returns it with
 // its id; inserted is false when a row for the outage was there already
-// (then that row is returned).
+// (then that row is returned). A row an admin triggers (rep.TriggeredBy)
+// is written to the audit trail with it (replacementTriggerAudit).
 func insertReplacementRow(ctx context.Context, tx *sql.Tx, rep Replacement, now time.Time) (Replacement, bool, error) {
 	var expires any = 0
 	if !rep.OfferExpiresAt.IsZero() {
@@ -168,6 +175,13 @@ func insertReplacementRow(ctx context.Context, tx *sql.Tx, rep Replacement, now 
 	}
 	if rep.OutageID == 0 && rep.IncidentID == 0 {
 		return Replacement{}, false, errors.New("a replacement needs a measured outage or an incident")
+	}
+	if rep.TriggeredBy != 0 && (rep.IncidentID == 0 || rep.OutageID != 0) {
+		return Replacement{}, false, errors.New("an admin triggers a replacement from an incident only")
+	}
+	var by any
+	if rep.TriggeredBy != 0 {
+		by = rep.TriggeredBy
 	}
 	// The key: the measured outage, or the incident an admin triggered it from.
 	var outage, incident any
@@ -178,10 +192,10 @@ func insertReplacementRow(ctx context.Context, tx *sql.Tx, rep Replacement, now 
 		incident, keyCol, key = rep.IncidentID, "incident_id", rep.IncidentID
 	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO replacements (outage_id, incident_id, reservation_id, piece_id, failed_node, kind, policy, state, reason,
-		from_at, until_at, offer_expires_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		from_at, until_at, offer_expires_at, triggered_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (`+keyCol+`) DO NOTHING`,
 		outage, incident, rep.ReservationID, rep.PieceID, rep.FailedNode, string(rep.Kind), string(rep.Policy), rep.State, rep.Reason,
-		unix(rep.From), unix(rep.Until), expires, unix(now), unix(now))
+		unix(rep.From), unix(rep.Until), expires, by, unix(now), unix(now))
 	if err != nil {
 		return Replacement{}, false, err
 	}
@@ -190,7 +204,33 @@ func insertReplacementRow(ctx context.Context, tx *sql.Tx, rep Replacement, now 
 		return Replacement{}, false, err
 	}
 	got, err := scanReplacement(tx.QueryRowContext(ctx, `SELECT `+replacementColumns+` FROM replacements WHERE `+keyCol+` = ?`, key))
-	return got, n == 1, err
+	if err != nil || n != 1 || got.TriggeredBy == 0 {
+		return got, n == 1, err
+	}
+	return got, true, insertAudit(ctx, tx, replacementTriggerAudit(got, now))
+}
+
+// replacementTriggerAudit is the audit entry of an admin's trigger of
+// replacement rep (just recorded): the admin, the rental, and what was
+// decided — booked, offered to the buyer, being paid, unfilled with the
+// reason, or not wanted.
+func replacementTriggerAudit(rep Replacement, now time.Time) AuditEntry {
+	decided := strings.ReplaceAll(rep.State, "_", " ")
+	switch rep.State {
+	case ReplacementCharging:
+		decided = "being paid (the buyer's share is charged to their saved card)"
+	case ReplacementOffered:
+		decided = "offered to the buyer"
+	case ReplacementUnfilled:
+		decided = "not booked: " + rep.Reason
+	case ReplacementNotWanted:
+		decided = "not wanted (the buyer's policy is never)"
+	}
+	return AuditEntry{At: now, ActorID: rep.TriggeredBy, Action: AuditReplacementTrigger, SubjectKind: AuditSubjectReservation, SubjectID: rep.ReservationID,
+		After: AuditJSON(map[string]any{"replacement_id": rep.ID, "incident_id": rep.IncidentID, "piece_id": rep.PieceID, "node": rep.FailedNode,
+			"policy": rep.Policy, "state": rep.State}),
+		Note: fmt.Sprintf("Replacement #%d of reservation #%d triggered from incident #%d (%s on node %d): %s.",
+			rep.ID, rep.ReservationID, rep.IncidentID, strings.ToLower(rep.Kind.Label()), rep.FailedNode+1, strings.TrimSuffix(decided, "."))}
 }
 
 // RecordReplacementDecision records, once per outage, a replacement that

@@ -264,6 +264,23 @@ func (db *DB) ListOpenResaleOffers(ctx context.Context, now time.Time) ([]Resale
 	return out, nil
 }
 
+// ListResalesSoldInto returns the listings whose sales made any of the
+// reservations (sold_reservation_id), newest first, in one query: the
+// buyer's list of reservations marks those bought on resale with their
+// price without a read per row.
+func (db *DB) ListResalesSoldInto(ctx context.Context, reservationIDs []int64) ([]market.ResaleListing, error) {
+	if len(reservationIDs) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(reservationIDs))
+	for i, id := range reservationIDs {
+		args[i] = id
+	}
+	ls, err := collect(ctx, db.reader, scanListingRow, `SELECT `+resaleColumns+` FROM resale_listings l
+		WHERE l.sold_reservation_id IN (`+placeholders(len(args))+`) ORDER BY l.id DESC`, args...)
+	return ls, fail("list resales sold into", err, "")
+}
+
 // ListReservationResales returns the listings of a reservation's time and
 // the listing it was bought from, if any (sold_reservation_id), newest
 // first.

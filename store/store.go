@@ -24,15 +24,16 @@ import (
 // DB is the application's database: one writer connection and a pool of
 // readers on the same file. It is safe for concurrent use.
 type DB struct {
-	postgres bool   // the engine: PostgreSQL, else SQLite
-	dsn      string // what Open was given
-	feedDSN  string // where the change feed connects, when not dsn (FollowDirect)
-	writer   *sql.DB
-	reader   *sql.DB
-	stmts    stmtCache    // prepared on the writer, for the booking path
-	reads    stmtCache    // prepared on the readers, for per-request lookups
-	bookings bookingQueue // concurrent bookings waiting to share a transaction
-	feed     *commitFeed  // the offers each write transaction changed, published on commit (feed.go)
+	postgres   bool   // the engine: PostgreSQL, else SQLite
+	dsn        string // what Open was given
+	feedDSN    string // where the change feed connects, when not dsn (FollowDirect)
+	writer     *sql.DB
+	reader     *sql.DB
+	stmts      stmtCache    // prepared on the writer, for the booking path
+	reads      stmtCache    // prepared on the readers, for per-request lookups
+	bookings   bookingQueue // concurrent bookings waiting to share a transaction
+	heartbeats bookingQueue // concurrent heartbeats written in full, likewise (RecordHeartbeatRun)
+	feed       *commitFeed  // the offers each write transaction changed, published on commit (feed.go)
 }
 
 // Open opens the database named by dsn — a postgres:// URL (IsPostgresURL)

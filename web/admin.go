@@ -330,7 +330,7 @@ func auditActionOptions() []views.Option {
 	for _, a := range []string{
 		store.AuditOfferApprove, store.AuditOfferAutoApprove, store.AuditOfferReject, store.AuditOfferRequestChanges,
 		store.AuditFigureVerify, store.AuditProviderSuspend, store.AuditProviderReinstate, store.AuditReservationFlagClear,
-		store.AuditDisputeDecide,
+		store.AuditDisputeDecide, store.AuditReplacementTrigger,
 	} {
 		opts = append(opts, views.Option{Value: a, Label: store.AuditActionLabel(a)})
 	}

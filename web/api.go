@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -97,7 +98,7 @@ func readBody(c echo.Context) ([]byte, error) {
 
 // decodeStrict decodes one JSON value from data into v as decodeBody does.
 func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return &market.Error{Code: market.CodeInvalid, Message: "The JSON body is malformed: " + jsonProblem(err), Fields: jsonProblemField(err)}

@@ -264,14 +264,24 @@ func (h *Handler) providerBookingView(c echo.Context, r market.Reservation, mine
 		return views.ProviderBookingView{}, err
 	}
 	v := views.ProviderBookingView{ReservationID: strconv.FormatInt(r.ID, 10), State: string(r.State), StateLabel: r.StateLabel(), Buyer: buyer.DisplayName}
+	if v.Resale, v.ResaleID, err = h.bookingResaleMark(ctx, r); err != nil {
+		return v, err
+	}
+	if v.ResaleID != "" {
+		v.ResaleURL = "/provider/bookings/" + v.ResaleID
+	}
 	cache := map[int64]pieceInfo{}
 	for _, p := range mine {
 		info, err := h.pieceInfo(ctx, p.OfferID, cache)
 		if err != nil {
 			return v, err
 		}
-		v.Pieces = append(v.Pieces, views.ReservationPieceRow{OfferTitle: info.title, Devices: strconv.Itoa(p.Devices),
-			Window: formatTime(p.Start) + " – " + formatTime(p.End), Amount: p.AmountCents.String()})
+		row := views.ReservationPieceRow{OfferTitle: info.title, Devices: strconv.Itoa(p.Devices),
+			Window: formatTime(p.Start) + " – " + formatTime(p.End), Amount: p.AmountCents.String()}
+		if r.ResaleOf != 0 { // bought on resale: its pieces carry no money (0), as on the Bookings list
+			row.Amount = fmt.Sprintf("paid in #%d", r.ResaleOf)
+		}
+		v.Pieces = append(v.Pieces, row)
 	}
 	incs, err := h.db.ListIncidents(ctx, r.ID)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/gpumarket/gpumarket/agentapi"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 )
@@ -46,15 +47,24 @@ func (h *Handler) requestLogger(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		req := c.Request()
 		took := time.Since(start)
-		l.Info("request",
-			"method", req.Method,
-			"path", req.URL.Path,
-			"status", c.Response().Status,
-			"bytes", c.Response().Size,
-			"duration_ms", float64(took.Microseconds())/1000,
-			"remote", c.RealIP(),
-		)
 		route := c.Path()
+		// An agent's heartbeat or long-poll answered 2xx is routine (a
+		// fleet sends a thousand a second): heard at DEBUG, and not even
+		// formatted when that is off.
+		level := slog.LevelInfo
+		if routineRoutes[route] && c.Response().Status < 300 {
+			level = slog.LevelDebug
+		}
+		if l.Enabled(req.Context(), level) {
+			l.Log(req.Context(), level, "request",
+				"method", req.Method,
+				"path", req.URL.Path,
+				"status", c.Response().Status,
+				"bytes", c.Response().Size,
+				"duration_ms", float64(took.Microseconds())/1000,
+				"remote", c.RealIP(),
+			)
+		}
 		if !h.routeSet[req.Method+" "+route] {
 			route = "unmatched"
 		}
@@ -62,6 +72,10 @@ func (h *Handler) requestLogger(next echo.HandlerFunc) echo.HandlerFunc {
 		return nil
 	}
 }
+
+// routineRoutes are the routes requestLogger logs at DEBUG when they
+// succeed: the agents' periodic requests.
+var routineRoutes = map[string]bool{"/" + agentapi.PathHeartbeat: true, "/" + agentapi.PathAssignments: true}
 
 // deadline gives every request a deadline timeout after it began
 // (Config.RequestTimeout): what the request asks of the database under
@@ -335,6 +349,9 @@ func refuseUnstorableText(next echo.HandlerFunc) echo.HandlerFunc {
 			if !utf8.Valid(body) {
 				return bad("body", "Remove the bytes that are not text (the input is not valid UTF-8).")
 			}
+			if plainJSONText(body) {
+				return next(c)
+			}
 			dec := json.NewDecoder(bytes.NewReader(body))
 			dec.UseNumber()
 			var doc any
@@ -347,6 +364,20 @@ func refuseUnstorableText(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return next(c)
 	}
+}
+
+// plainJSONText reports whether a JSON body (valid UTF-8) holds no text
+// that jsonTextProblem could refuse, without decoding it: without a
+// backslash every string in it (key or value) is its own bytes, and a
+// control character JSON lets stand unescaped inside a string does not
+// exist (a raw one there makes the body malformed, for the handler's
+// decoder to refuse), so the body's own text passing market.TextProblem
+// (line breaks and tabs allowed, as between JSON's tokens) is every
+// string's passing. An agent's heartbeat or a quote is such a body: the
+// decoding into a generic document below is for the rest, to name the
+// field.
+func plainJSONText(body []byte) bool {
+	return bytes.IndexByte(body, '\\') < 0 && market.TextProblem(string(body), true) == ""
 }
 
 // jsonTextProblem finds the first string of a decoded JSON document that

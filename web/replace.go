@@ -132,13 +132,7 @@ func (h *Handler) replacementPanel(ctx context.Context, r market.Reservation, no
 				parts = append(parts, fmt.Sprintf("Offer #%d, %d device(s), %s, %s", p.OfferID, p.Devices, market.FormatSpan(p.Start, p.End), p.AmountCents))
 			}
 			row.Replacement = strings.Join(parts, "; ")
-			row.Incident = "The outage is an incident of the original piece once it ends; its SLA credit is on the original piece's statement."
-			for _, inc := range incs {
-				if inc.PieceID == rep.PieceID && inc.Kind == rep.Kind && inc.End.Equal(rep.From) {
-					row.Incident = fmt.Sprintf("Incident #%d: %s, %s (%d min down); its SLA credit is on the original piece's statement.",
-						inc.ID, inc.Kind.Label(), market.FormatSpan(inc.Start, inc.End), int(inc.End.Sub(inc.Start).Round(time.Minute)/time.Minute))
-				}
-			}
+			row.Incident = replacementIncident(rep, incs)
 			switch {
 			case rep.Split.BuyerShare > 0:
 				row.Difference = fmt.Sprintf("%s dearer: %s borne by the failing provider, %s charged to your saved card",
@@ -154,6 +148,102 @@ func (h *Handler) replacementPanel(ctx context.Context, r market.Reservation, no
 			default:
 				row.Difference = "none"
 			}
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	return v, nil
+}
+
+// replacementIncident says what became of rep's outage as an incident of
+// the original piece, from the reservation's incidents incs.
+func replacementIncident(rep store.Replacement, incs []store.Incident) string {
+	for _, inc := range incs {
+		if inc.PieceID == rep.PieceID && inc.Kind == rep.Kind && inc.End.Equal(rep.From) {
+			return fmt.Sprintf("Incident #%d: %s, %s (%d min down); its SLA credit is on the original piece's statement.",
+				inc.ID, inc.Kind.Label(), market.FormatSpan(inc.Start, inc.End), int(inc.End.Sub(inc.Start).Round(time.Minute)/time.Minute))
+		}
+	}
+	return "The outage is an incident of the original piece once it ends; its SLA credit is on the original piece's statement."
+}
+
+// providerReplacementPanel is a provider's statement's account of their
+// pieces of r that failed and were replaced: the piece and the
+// replacement side by side, with the incident, and what moved out of what
+// the buyer paid for the piece — the time after the failure, and the
+// provider's share of a dearer replacement under the offer's SLA credit
+// cap. Another provider's replacement is described as the buyer's
+// statement describes it less its offer: devices, time and cost, never
+// who.
+func (h *Handler) providerReplacementPanel(ctx context.Context, r market.Reservation, providerID int64) (views.ProviderReplacementPanelView, error) {
+	var v views.ProviderReplacementPanelView
+	reps, err := h.db.ListReplacements(ctx, r.ID)
+	if err != nil {
+		return v, err
+	}
+	pieces := map[int64]market.ReservationPiece{}
+	for _, p := range r.Pieces {
+		pieces[p.ID] = p
+	}
+	var incs []store.Incident
+	for _, rep := range reps {
+		orig := pieces[rep.PieceID]
+		if rep.State != store.ReplacementBooked || orig.ProviderID != providerID {
+			continue
+		}
+		if incs == nil {
+			if incs, err = h.db.ListIncidents(ctx, r.ID); err != nil {
+				return v, err
+			}
+		}
+		sp := rep.Split
+		paid := sp.Delivered + sp.Remaining
+		row := views.ProviderReplacementRow{
+			What: fmt.Sprintf("%s on node %d of your offer #%d, measured %s.", rep.Kind.Label(), rep.FailedNode+1, orig.OfferID, formatTime(rep.CreatedAt)),
+			Original: fmt.Sprintf("Your offer #%d, %d device(s), booked %s; ran until %s", orig.OfferID, orig.Devices,
+				market.FormatSpan(orig.Start, rep.Until), formatTime(rep.From)),
+			Incident: replacementIncident(rep, incs),
+		}
+		var parts []string
+		for _, id := range rep.PieceIDs {
+			p := pieces[id]
+			where := "Another provider's offer"
+			if p.ProviderID == providerID {
+				where = fmt.Sprintf("Your offer #%d", p.OfferID)
+			}
+			parts = append(parts, fmt.Sprintf("%s, %d device(s), %s, %s", where, p.Devices, market.FormatSpan(p.Start, p.End), p.AmountCents))
+		}
+		row.Replacement = strings.Join(parts, "; ")
+		row.Lines = []views.StatementLine{
+			{Label: "Paid for your piece", Amount: paid.String(), TestID: "repl-paid"},
+			{Label: "The time after the failure, moved off your piece", Amount: "−" + sp.Remaining.String(), TestID: "repl-moved"},
+		}
+		if sp.ProviderShare > 0 {
+			row.Lines = append(row.Lines, views.StatementLine{Label: "Your share of the dearer replacement", Amount: "−" + sp.ProviderShare.String(), TestID: "repl-your-share"})
+		}
+		row.Lines = append(row.Lines, views.StatementLine{Label: "Your piece settles for", Amount: sp.OriginalAmount().String(), TestID: "repl-settles", Total: true})
+		row.Cost = []views.StatementLine{{Label: "The replacement costs", Amount: sp.Cost.String(), TestID: "repl-cost"}}
+		capAmount := market.Share(paid, orig.Terms.CreditCapBP)
+		switch {
+		case sp.Refund > 0:
+			row.Cost = append(row.Cost,
+				views.StatementLine{Label: "Paid from the time moved off your piece", Amount: sp.Cost.String(), TestID: "repl-from-moved"},
+				views.StatementLine{Label: "The rest of that time, refunded to the buyer", Amount: sp.Refund.String(), TestID: "repl-refund"})
+			row.Check = fmt.Sprintf("%s paid = %s your piece settles for + %s moved off it; the %s moved = %s for the replacement + %s refunded to the buyer.",
+				paid, sp.OriginalAmount(), sp.Remaining, sp.Remaining, sp.Cost, sp.Refund)
+		case sp.ProviderShare > 0:
+			row.Cost = append(row.Cost,
+				views.StatementLine{Label: "Paid from the time moved off your piece", Amount: sp.Remaining.String(), TestID: "repl-from-moved"},
+				views.StatementLine{Label: fmt.Sprintf("Borne by you: the least of the extra %s, your SLA credit cap (%s%% of %s = %s) and the %s delivered",
+					sp.ProviderShare+sp.BuyerShare, market.FormatPercentBP(orig.Terms.CreditCapBP), paid, capAmount, sp.Delivered),
+					Amount: sp.ProviderShare.String(), TestID: "repl-borne"})
+			if sp.BuyerShare > 0 {
+				row.Cost = append(row.Cost, views.StatementLine{Label: "Charged to the buyer's saved card, within their maximum premium", Amount: sp.BuyerShare.String(), TestID: "repl-buyer-share"})
+			}
+			row.Check = fmt.Sprintf("%s paid = %s your piece settles for + %s moved off it + %s your share; the replacement's %s = %s + %s + %s from the buyer.",
+				paid, sp.OriginalAmount(), sp.Remaining, sp.ProviderShare, sp.Cost, sp.Remaining, sp.ProviderShare, sp.BuyerShare)
+		default:
+			row.Cost = append(row.Cost, views.StatementLine{Label: "Paid from the time moved off your piece", Amount: sp.Cost.String(), TestID: "repl-from-moved"})
+			row.Check = fmt.Sprintf("%s paid = %s your piece settles for + %s moved off it, which pays the replacement.", paid, sp.OriginalAmount(), sp.Remaining)
 		}
 		v.Rows = append(v.Rows, row)
 	}

@@ -43,6 +43,62 @@ func (h *Handler) boughtOnResale(ctx context.Context, id int64) (market.ResaleLi
 	return market.ResaleListing{}, false, nil
 }
 
+// boughtOnResaleAll returns, for each of the reservations bought on
+// resale, the listing whose sale made it, read in one query
+// (store.ListResalesSoldInto) rather than one per row; newest first wins,
+// as in boughtOnResale.
+func (h *Handler) boughtOnResaleAll(ctx context.Context, rs []market.Reservation) (map[int64]market.ResaleListing, error) {
+	var ids []int64
+	for _, r := range rs {
+		if r.ResaleOf != 0 {
+			ids = append(ids, r.ID)
+		}
+	}
+	ls, err := h.db.ListResalesSoldInto(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int64]market.ResaleListing{}
+	for _, l := range ls {
+		if _, seen := out[l.SoldReservationID]; !seen && boughtBy(l, l.SoldReservationID) {
+			out[l.SoldReservationID] = l
+		}
+	}
+	return out, nil
+}
+
+// markBoughtOnResale marks a row as time bought on resale from listing l:
+// its amount is the listing's price (its pieces' amounts are 0), and it
+// names and links the listing.
+func markBoughtOnResale(row *views.ReservationRow, l market.ResaleListing) {
+	row.Amount = l.Price.String()
+	row.Resale = &views.ResaleMark{Price: l.Price.String(), Listing: fmt.Sprintf("listing #%d", l.ID),
+		ListingURL: fmt.Sprintf("/resale/%d", l.ID), From: formatTime(l.From), SoldAt: formatTime(l.SoldAt)}
+}
+
+// bookingResaleMark is the provider's booking page's link to the other
+// booking of a resale, as on their Bookings list: time bought on resale
+// names the booking it was bought from; a booking whose time was resold
+// names the hour and the booking bought from it. Both are on the
+// provider's offers. "" when there is none.
+func (h *Handler) bookingResaleMark(ctx context.Context, r market.Reservation) (text, otherID string, err error) {
+	switch {
+	case r.ResaleOf != 0:
+		return "bought on resale from", strconv.FormatInt(r.ResaleOf, 10), nil
+	case !r.ResoldAt.IsZero():
+		ls, err := h.db.ListReservationResales(ctx, r.ID)
+		if err != nil {
+			return "", "", err
+		}
+		for _, l := range ls {
+			if l.ReservationID == r.ID && l.State == market.ListingSold && l.SoldReservationID != 0 {
+				return "from " + formatTime(r.ResoldAt) + " to", strconv.FormatInt(l.SoldReservationID, 10), nil
+			}
+		}
+	}
+	return "", "", nil
+}
+
 // resalePanel is the reservation page's resale card for its holder.
 func (h *Handler) resalePanel(ctx context.Context, userID int64, r market.Reservation, now time.Time) (views.ResalePanelView, error) {
 	v := views.ResalePanelView{}

@@ -52,17 +52,15 @@ func (h *Handler) handleReservations(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	sales, err := h.boughtOnResaleAll(c.Request().Context(), list)
+	if err != nil {
+		return err
+	}
 	v := views.ReservationsView{}
 	for _, r := range list {
 		row := reservationRow(r, h.now())
-		if r.ResaleOf != 0 { // its amount is the resale's price, not the pieces' (0)
-			sale, bought, err := h.boughtOnResale(c.Request().Context(), r.ID)
-			if err != nil {
-				return err
-			}
-			if bought {
-				row.Amount = sale.Price.String()
-			}
+		if sale, bought := sales[r.ID]; bought {
+			markBoughtOnResale(&row, sale)
 		}
 		v.Rows = append(v.Rows, row)
 	}
@@ -156,6 +154,15 @@ func (h *Handler) handleReservationShow(c echo.Context) error {
 	}
 	if v.Observe, err = h.observationPanel(ctx, r, "", ""); err != nil {
 		return err
+	}
+	if r.ResaleOf != 0 {
+		sale, bought, err := h.boughtOnResale(ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		if bought {
+			markBoughtOnResale(&v.Row, sale)
+		}
 	}
 	resaleAdjust(r, &v)
 	return render(c, http.StatusOK, views.Reservation(h.page(c, fmt.Sprintf("Reservation %d", r.ID)), v))

@@ -156,9 +156,12 @@ func (h *Handler) renderStatement(c echo.Context, r market.Reservation, provider
 	}
 	v.BackURL = back
 	if providerID == 0 {
-		if v.Replace, err = h.replacementPanel(ctx, r, h.now()); err != nil {
-			return err
-		}
+		v.Replace, err = h.replacementPanel(ctx, r, h.now())
+	} else {
+		v.ProviderReplace, err = h.providerReplacementPanel(ctx, r, providerID)
+	}
+	if err != nil {
+		return err
 	}
 	return render(c, http.StatusOK, views.Statement(h.page(c, title), v))
 }

@@ -55,10 +55,11 @@ type agentState struct {
 }
 
 // maxHeartbeatWrites is how many heartbeats may wait to be written in
-// full at once; beyond it a heartbeat that needs a write is refused
-// (ErrHeartbeatsBehind) rather than left to time out in the writer's
-// queue, with the payments and bookings queued behind it.
-const maxHeartbeatWrites = 32
+// full at once (one batch of the store's heartbeat group commit); beyond
+// it a heartbeat that needs a write is refused (ErrHeartbeatsBehind)
+// rather than left to time out in the writer's queue, with the payments
+// and bookings queued behind it.
+const maxHeartbeatWrites = 64
 
 // HeartbeatRetryAfter is when an agent whose heartbeat was refused because
 // the writer is behind is asked to send it again (the agent adds a random
@@ -119,7 +120,10 @@ func (s *Service) AgentCounts() AgentCounts {
 // grace period, of a node with every device healthy and as listed, writes
 // nothing: it is absorbed in memory (its last-seen time and sequence
 // number) and written with the others in one transaction at most
-// heartbeatFlushEvery later (FlushHeartbeats). A gap in the sequence
+// heartbeatFlushEvery later (FlushHeartbeats). A node's first heartbeat
+// heard since this replica started is compared with the store's last one
+// (one read, storedSeen), so after a restart a fleet that changed nothing
+// is absorbed rather than written node by node. A gap in the sequence
 // numbers (heartbeats lost, or sent to another replica) costs one read:
 // absorbed still when the store holds no later heartbeat of the node.
 // Anything else — a change, a long silence, a node with a problem to
@@ -133,6 +137,20 @@ func (s *Service) RecordHeartbeat(ctx context.Context, tok store.HostToken, hb m
 	outcome := seenWrite
 	if !s.agent.writeAll {
 		outcome = s.agent.seen.absorb(tok.ID, hb.Seq, digest, now, func() string { return devicesJSON(hb) })
+	}
+	if outcome == seenUnknown {
+		// The node's first heartbeat heard here since the start: the
+		// store's last heartbeat of it, read once, stands for one written
+		// here, so a restart's first heartbeats that change nothing are
+		// absorbed rather than written one by one.
+		outcome = seenWrite
+		if n, ok := s.storedSeen(ctx, tok); ok {
+			s.agent.seen.seed(tok.ID, n)
+			outcome = s.agent.seen.absorb(tok.ID, hb.Seq, digest, now, func() string { return devicesJSON(hb) })
+		}
+		if outcome == seenUnknown {
+			outcome = seenWrite
+		}
 	}
 	if outcome == seenCheck {
 		// Heartbeats were lost in between (timed out, say), or went to
@@ -178,6 +196,26 @@ func (s *Service) RecordHeartbeat(ctx context.Context, tok store.HostToken, hb m
 	s.agent.seen.remember(tok.ID, seenNode{digest: digest, seq: hb.Seq, at: now, written: now, offerID: rec.OfferID, node: rec.Node,
 		runID: rec.RunID, quiet: quietHeartbeat(hb, rec.HardwareDiffers)})
 	return true, nil
+}
+
+// storedSeen is the store's last heartbeat of the token's node as the seen
+// cache keeps one written here; false when the node never reported, or
+// its token is ahead of its status (a heartbeat being written elsewhere),
+// or the read failed: then the heartbeat is written in full.
+func (s *Service) storedSeen(ctx context.Context, tok store.HostToken) (seenNode, bool) {
+	release, err := s.agentRead(ctx)
+	if err != nil {
+		return seenNode{}, false
+	}
+	st, err := s.db.NodeHeartbeatState(ctx, tok.ID)
+	release()
+	if err != nil || !st.Reported || st.Token.LastSeq != st.Status.LastSeq {
+		return seenNode{}, false
+	}
+	h := st.Status
+	last := market.Heartbeat{Seq: h.LastSeq, AgentVersion: h.AgentVersion, Probe: h.Probe, Error: h.ProbeError, Isolation: h.Isolation, Devices: h.Devices}
+	return seenNode{digest: heartbeatDigest(last), seq: h.LastSeq, at: h.LastHeartbeatAt, written: h.LastHeartbeatAt, offerID: h.OfferID, node: h.Node,
+		runID: st.RunID, quiet: quietHeartbeat(last, h.HardwareDiffers)}, true
 }
 
 // FlushHeartbeats writes the heartbeats absorbed so far (RecordHeartbeat).
@@ -280,6 +318,7 @@ const (
 	seenAbsorbed                    // absorbed: accepted, nothing written now
 	seenReplay                      // a sequence number already seen here: not accepted
 	seenCheck                       // absorbable but for a gap in the sequence numbers: check the store
+	seenUnknown                     // nothing known of the node here: compare with the store's last heartbeat
 )
 
 // absorb decides a heartbeat's fate against the node's last one here;
@@ -291,7 +330,7 @@ func (c *seenCache) absorb(tokenID, seq int64, digest [sha256.Size]byte, now tim
 	n := c.nodes[tokenID]
 	switch {
 	case n == nil:
-		return seenWrite
+		return seenUnknown
 	case seq <= n.seq:
 		return seenReplay
 	case digest != n.digest || !n.quiet || now.Before(n.at) ||
@@ -408,7 +447,18 @@ func (c *seenCache) remember(tokenID int64, n seenNode) {
 	c.mu.Unlock()
 }
 
-// forget drops what is known of a node: its next heartbeat is written.
+// seed notes the store's last heartbeat of a node (storedSeen) unless one
+// was written or absorbed here meanwhile.
+func (c *seenCache) seed(tokenID int64, n seenNode) {
+	c.mu.Lock()
+	if c.nodes[tokenID] == nil {
+		c.nodes[tokenID] = &n
+	}
+	c.mu.Unlock()
+}
+
+// forget drops what is known of a node: its next heartbeat is compared
+// with the store's again.
 func (c *seenCache) forget(tokenID int64) {
 	c.mu.Lock()
 	delete(c.nodes, tokenID)

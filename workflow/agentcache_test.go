@@ -1,7 +1,10 @@
 package workflow
 
 import (
+	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -145,4 +148,176 @@ func nodeReported(nodes []store.HostNode) bool {
 		}
 	}
 	return false
+}
+
+// TestRestartAbsorbsAFirstHeartbeatThatChangesNothing: a replica that has
+// not heard a node since it started compares the node's first heartbeat
+// with the store's last one (store.NodeHeartbeatState): one sequence
+// number later, the same report, soon after, it is absorbed — no write —
+// and the batch write stores it; a replay is refused; a
+// changed report, or one after a long silence, is written in full.
+func TestRestartAbsorbsAFirstHeartbeatThatChangesNothing(t *testing.T) {
+	f := newFixture(t, nil)
+	_, raw, err := f.wf.CreateHostToken(f.ctx, f.prov.ID, f.offer.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restart := func() (*Service, store.HostToken) {
+		t.Helper()
+		wf, err := New(f.ctx, Config{Billing: f.proc, PlatformFeeBP: feeBP, Now: func() time.Time { return f.now }}, f.db, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := wf.AuthenticateHost(f.ctx, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wf, tok
+	}
+	beat := func(wf *Service, tok store.HostToken, hb market.Heartbeat) bool {
+		t.Helper()
+		if err := market.ValidateHeartbeat(&hb); err != nil {
+			t.Fatal(err)
+		}
+		ok, err := wf.RecordHeartbeat(f.ctx, tok, hb)
+		if err != nil {
+			t.Fatalf("heartbeat seq %d: %v", hb.Seq, err)
+		}
+		wf.FlushHeartbeats(f.ctx)
+		return ok
+	}
+	wantStored := func(seq int64) {
+		t.Helper()
+		if last, err := f.db.HostLastSeq(f.ctx, f.offer.ID, 0); err != nil || last != seq {
+			t.Errorf("stored seq %d, %v; want %d", last, err, seq)
+		}
+		hosts, err := f.db.ListProviderHosts(f.ctx, f.prov.ID, f.now)
+		if err != nil || len(hosts) != 1 || len(hosts[0].Nodes) != 1 || !hosts[0].Nodes[0].Status.LastHeartbeatAt.Equal(f.now.Truncate(time.Second)) {
+			t.Errorf("hosts %+v, %v; want the node's last heartbeat at %s", hosts, err, f.now)
+		}
+	}
+
+	wf, tok := restart()
+	beat(wf, tok, quietHeartbeat8(1))
+	f.now = f.now.Add(10 * time.Second)
+	beat(wf, tok, quietHeartbeat8(2))
+	if c := wf.AgentCounts(); c.Written != 1 || c.Absorbed != 1 {
+		t.Fatalf("before the restart: %+v, want 1 written, 1 absorbed", c)
+	}
+
+	wf, tok = restart()
+	f.now = f.now.Add(10 * time.Second)
+	if !beat(wf, tok, quietHeartbeat8(3)) {
+		t.Fatal("the first heartbeat after the restart was not accepted")
+	}
+	if c := wf.AgentCounts(); c.Written != 0 || c.Absorbed != 1 {
+		t.Errorf("the same report after a restart: %+v, want it absorbed, nothing written", c)
+	}
+	wantStored(3)
+
+	wf, tok = restart()
+	if beat(wf, tok, quietHeartbeat8(3)) {
+		t.Error("a replay after a restart was accepted")
+	}
+	if c := wf.AgentCounts(); c.Written != 0 || c.Absorbed != 0 {
+		t.Errorf("a replay after a restart: %+v, want nothing written or absorbed", c)
+	}
+
+	wf, tok = restart()
+	f.now = f.now.Add(10 * time.Second)
+	sick := quietHeartbeat8(4)
+	sick.Devices[2].Healthy = false
+	beat(wf, tok, sick)
+	if c := wf.AgentCounts(); c.Written != 1 || c.Absorbed != 0 {
+		t.Errorf("a changed report after a restart: %+v, want it written", c)
+	}
+	wantStored(4)
+
+	wf, tok = restart()
+	f.now = f.now.Add(10 * time.Second)
+	beat(wf, tok, quietHeartbeat8(5)) // healthy again: a change, written
+	wf, tok = restart()
+	f.now = f.now.Add(10 * time.Minute)
+	beat(wf, tok, quietHeartbeat8(6))
+	if c := wf.AgentCounts(); c.Written != 1 || c.Absorbed != 0 {
+		t.Errorf("the same report after a long silence and a restart: %+v, want it written", c)
+	}
+	wantStored(6)
+}
+
+// TestStaleAssignmentsServedWhileReadsAreBusy: a node's assignments aged
+// past agentCacheMaxAge (nothing on the feed dropped them) are read again
+// when a read slot is free; while both are busy they are served from
+// memory up to twice that age rather than queued, and past it the request
+// waits for a slot as before. A buyer's key added in the store directly
+// (a change no feed carries here) shows which answer was read.
+func TestStaleAssignmentsServedWhileReadsAreBusy(t *testing.T) {
+	f := newFixture(t, nil)
+	if f.db.Postgres() {
+		// Memory serves only while the change feed is joined, as in serve.
+		fctx, stop := context.WithCancel(f.ctx)
+		followed := make(chan struct{})
+		go func() { defer close(followed); f.wf.Follow(fctx) }()
+		t.Cleanup(func() { stop(); <-followed })
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, joined := f.wf.FeedLag(); joined {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the change feed did not join")
+			}
+		}
+	}
+	tok, raw, err := f.wf.CreateHostToken(f.ctx, f.prov.ID, f.offer.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err = f.wf.AuthenticateHost(f.ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	f.now = t0.Add(time.Hour)
+	r := f.book(f.now)
+	f.pay(r)
+	keys := func(ctx context.Context) (int, error) {
+		na, err := f.wf.Assignments(ctx, tok)
+		if err != nil {
+			return 0, err
+		}
+		if len(na.Assignments) != 1 {
+			t.Fatalf("assignments %+v", na.Assignments)
+		}
+		return len(na.Assignments[0].SSHKeys), nil
+	}
+	read := f.now
+	before, err := keys(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.AddSSHKey(f.ctx, f.buyer.ID, market.SSHKey{Type: "ssh-ed25519", Bits: 256, Fingerprint: "SHA256:stale-test", Comment: "late@example",
+		Line: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG01hsMAM7RpPI0A/8qBgEd+reLeY9Y/YXcvCKwu2ocf late@example"}, f.now); err != nil {
+		t.Fatal(err)
+	}
+	for range cap(f.wf.agent.reads) {
+		f.wf.agent.reads <- struct{}{}
+	}
+	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(f.ctx, 200*time.Millisecond) }
+	f.now = read.Add(agentCacheMaxAge + agentCacheMaxAge/2) // past every entry's minute, within twice it
+	ctx, cancel := short()
+	if n, err := keys(ctx); err != nil || n != before {
+		t.Errorf("stale, both slots busy: %d keys, %v; want the %d kept, served at once", n, err, before)
+	}
+	cancel()
+	f.now = read.Add(3 * agentCacheMaxAge) // past twice the minute: waits for a slot
+	ctx, cancel = short()
+	if _, err := keys(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("past twice the minute, both slots busy: %v; want it to wait for a slot", err)
+	}
+	cancel()
+	for range cap(f.wf.agent.reads) {
+		<-f.wf.agent.reads
+	}
+	f.now = read.Add(agentCacheMaxAge + agentCacheMaxAge/2)
+	if n, err := keys(f.ctx); err != nil || n != before+1 {
+		t.Errorf("stale, a slot free: %d keys, %v; want %d, read again", n, err, before+1)
+	}
 }

@@ -49,8 +49,8 @@ func (s *Service) decideReplacement(ctx context.Context, t store.ReplacementTrig
 	// The replacement starts on a whole second, as pieces are stored, so
 	// the money is split over the very seconds booked.
 	now = now.Truncate(time.Second)
-	rep := store.Replacement{OutageID: t.OutageID, IncidentID: t.IncidentID, ReservationID: t.Reservation.ID, PieceID: t.Piece.ID, FailedNode: t.Node,
-		Kind: t.Kind, From: now, Until: t.Piece.End}
+	rep := store.Replacement{OutageID: t.OutageID, IncidentID: t.IncidentID, TriggeredBy: t.AdminID, ReservationID: t.Reservation.ID, PieceID: t.Piece.ID,
+		FailedNode: t.Node, Kind: t.Kind, From: now, Until: t.Piece.End}
 	req, err := market.DecodeRequestJSON([]byte(t.Reservation.RequestJSON))
 	if err != nil {
 		rep.Policy, rep.State, rep.Reason = market.ReplaceNever, store.ReplacementNotWanted, "The request this reservation was booked with is not on record."
@@ -136,9 +136,13 @@ func (s *Service) bookChargedReplacement(ctx context.Context, ci market.ChargeIn
 // the incident must be a host failure or fewer devices, on a piece that
 // runs now with at least market.MinReplacementWindow left. It is decided
 // as a measured outage is — under the buyer's policy, once per incident —
-// and the decision is returned. A decision already made is a conflict
-// saying what it was.
+// and the decision is returned. The transaction that records the decision
+// records adminID on it and in the audit trail (store.AuditReplacementTrigger).
+// A decision already made is a conflict saying what it was.
 func (s *Service) TriggerReplacement(ctx context.Context, adminID, reservationID, incidentID int64, node int) (store.Replacement, error) {
+	if adminID <= 0 {
+		return store.Replacement{}, market.Errorf(market.CodeForbidden, "Only an admin may trigger a replacement.")
+	}
 	now := s.now().Truncate(time.Second)
 	incs, err := s.db.ListIncidents(ctx, reservationID)
 	if err != nil {
@@ -191,7 +195,7 @@ func (s *Service) TriggerReplacement(ctx context.Context, adminID, reservationID
 		return store.Replacement{}, market.Errorf(market.CodeInvalid, "Choose a node the piece runs on.")
 	}
 	s.log.Info("replacement triggered by an admin", "admin_id", adminID, "reservation_id", r.ID, "incident_id", inc.ID, "node", node)
-	s.decideReplacement(ctx, store.ReplacementTrigger{IncidentID: inc.ID, Node: node, Kind: inc.Kind, Reservation: r, Piece: piece}, now)
+	s.decideReplacement(ctx, store.ReplacementTrigger{IncidentID: inc.ID, AdminID: adminID, Node: node, Kind: inc.Kind, Reservation: r, Piece: piece}, now)
 	if reps, err = s.db.ListReplacements(ctx, reservationID); err != nil {
 		return store.Replacement{}, err
 	}

@@ -286,6 +286,57 @@ func TestNeverAndNothingFits(t *testing.T) {
 	}
 }
 
+// secondReplica is another replica on the database dsn names (its own
+// handle and service, replica "second", its clock at `at`), its local
+// processor seen through wrap (nil: as it is).
+func (f *fixture) secondReplica(dsn string, wrap func(billing.Processor) billing.Processor, at time.Time) *Service {
+	f.t.Helper()
+	db2, err := store.Open(f.ctx, dsn)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { db2.Close() })
+	var proc billing.Processor = billing.NewLocal(billing.LocalConfig{Store: db2})
+	if wrap != nil {
+		proc = wrap(proc)
+	}
+	wf2, err := New(f.ctx, Config{Billing: proc, PlatformFeeBP: feeBP, Replica: "second", Now: func() time.Time { return at }},
+		db2, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return wf2
+}
+
+// raceTicks races the replicas' background work at `at` without the
+// lease (as after a lease takeover): once the first has measured the
+// outage, their replacement steps start together from a gate, so both
+// plan the same replacement and try to record it; then their whole
+// background ticks run at once twice more, a second apart.
+func (f *fixture) raceTicks(at time.Time, replicas ...*Service) {
+	for _, wf := range replicas {
+		wf.measureTick(f.ctx, at) // the first measures; the others' connections are warm
+	}
+	for round := range 3 {
+		var wg sync.WaitGroup
+		gate := make(chan struct{})
+		for _, wf := range replicas {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-gate
+				if round == 0 {
+					wf.replaceTick(f.ctx, at)
+				} else {
+					wf.Tick(f.ctx, at.Add(time.Duration(round)*time.Second))
+				}
+			}()
+		}
+		close(gate)
+		wg.Wait()
+	}
+}
+
 // TestTwoReplicasBookOneReplacement: two replicas on one database (two
 // handles, two services), their background ticks run at the same moment
 // without the lease, as after a lease takeover: exactly one replacement
@@ -297,26 +348,9 @@ func TestTwoReplicasBookOneReplacement(t *testing.T) {
 	f, _, _, r := replacementFixtureAt(t, dsn, market.ReplaceAuto, start)
 	f.tick(start)
 	f.failHost(start, start.Add(time.Hour))
-	db2, err := store.Open(f.ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db2.Close() })
 	detect := start.Add(time.Hour + 5*time.Minute)
 	f.now = detect
-	wf2, err := New(f.ctx, Config{Billing: billing.NewLocal(billing.LocalConfig{Store: db2}), PlatformFeeBP: feeBP, Replica: "second",
-		Now: func() time.Time { return detect }}, db2, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for round := range 3 {
-		var wg sync.WaitGroup
-		for _, wf := range []*Service{f.wf, wf2} {
-			wg.Add(1)
-			go func() { defer wg.Done(); wf.Tick(f.ctx, detect.Add(time.Duration(round)*time.Second)) }()
-		}
-		wg.Wait()
-	}
+	f.raceTicks(detect, f.wf, f.secondReplica(dsn, nil, detect))
 	reps := f.replacements(r.ID)
 	got, err := f.db.FindReservation(f.ctx, r.ID)
 	if err != nil {
@@ -328,4 +362,138 @@ func TestTwoReplicasBookOneReplacement(t *testing.T) {
 	if f.ledgerSum(r.ID, market.EntryRefund) != reps[0].Split.Refund || reps[0].Split.Refund <= 0 {
 		t.Fatalf("refunded %s, want %s once", f.ledgerSum(r.ID, market.EntryRefund), reps[0].Split.Refund)
 	}
+}
+
+// TestTwoReplicasChargeTheBuyersShareOnce: the buyer-share path under the
+// same race. The replacement is dearer than the failing provider's SLA cap
+// covers (the figures of replacepremium_test.go: 23,560¢ for 9,794¢ of
+// remaining time; the provider bears its cap, 9,960¢, the buyer 3,806¢,
+// within a maximum premium of 31¢ per reference device-hour), so the
+// buyer's share is charged off-session to the saved card, through
+// billing.Stripe against stripe-mock. Both replicas plan it at the same
+// moment: exactly one charge reaches Stripe, under the charge intent's
+// key, one payment is made and recorded once in the ledger, one
+// replacement is booked with it, and the rental settles and reconciles.
+func TestTwoReplicasChargeTheBuyersShareOnce(t *testing.T) {
+	start := t0.Add(time.Hour)
+	dsn := pgtest.DSN(t, filepath.Join(t.TempDir(), "gpm.db"))
+	bank := newStripeBank(t)
+	f, prov2, o2, r := replacementFixtureWith(t, dsn, func(l *billing.Local) billing.Processor { return bank.processor(l) },
+		market.Replacement{Policy: market.ReplaceAuto, MaxPremium: 31}, 599, start)
+	card := f.saveCard(f.buyer.ID, "4242 4242 4242 4242")
+	f.tick(start)
+	f.failHost(start, start.Add(5*time.Hour))
+	detect := start.Add(5*time.Hour + 5*time.Minute)
+	f.now = detect
+	f.raceTicks(detect, f.wf, f.secondReplica(dsn, bank.processor, detect))
+
+	reps := f.replacements(r.ID)
+	want := market.ReplacementSplit{Remaining: premRemaining, Delivered: premDelivered, Cost: premCost, ProviderShare: premProviderShare, BuyerShare: premBuyerShare}
+	if len(reps) != 1 || reps[0].State != store.ReplacementBooked || reps[0].Split != want || reps[0].PremiumRef == "" {
+		t.Fatalf("replacements %+v, want one booked with %+v", reps, want)
+	}
+	got, err := f.db.FindReservation(f.ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Pieces) != 2 || got.Pieces[0].AmountCents != premOriginalAmount || got.Pieces[1].OfferID != o2.ID ||
+		got.Pieces[1].AmountCents != premCost || !got.Pieces[1].Start.Equal(detect) || got.AmountCents != 19920+premBuyerShare {
+		t.Fatalf("reservation %s, pieces %+v", got.AmountCents, got.Pieces)
+	}
+	ci, err := f.db.FindChargeIntent(f.ctx, reps[0].ChargeIntentID)
+	if err != nil || ci.State != market.ChargeDone || ci.Purpose != market.PurposeReplacement || ci.Amount != premBuyerShare ||
+		ci.ProcessorMethodID != card.ProcessorMethodID || ci.PaymentIntentID != reps[0].PremiumRef {
+		t.Fatalf("charge intent %+v %v", ci, err)
+	}
+	// One request reached Stripe, under the intent's key; one payment.
+	reqs, pays := bank.charges()
+	if len(reqs) != 1 || reqs[ci.Key()] != 1 {
+		t.Fatalf("charges sent to stripe-mock by key %v, want one under %q", reqs, ci.Key())
+	}
+	if len(pays) != 1 || pays[0].ID != reps[0].PremiumRef || pays[0].AmountReceived != premBuyerShare {
+		t.Fatalf("payments %+v", pays)
+	}
+	// Recorded once: the share's charge entries carry that payment and sum
+	// to the share; the rental's charges are what was paid and the share.
+	es, err := f.db.ListLedger(f.ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var share market.Cents
+	for _, e := range es {
+		if e.StripeRef == pays[0].ID {
+			if e.Kind != market.EntryCharge {
+				t.Errorf("entry %+v on the share's payment", e)
+			}
+			share += e.Amount
+		}
+	}
+	if share != premBuyerShare || f.ledgerSum(r.ID, market.EntryCharge) != 19920+premBuyerShare {
+		t.Fatalf("share recorded %s, charges %s; want %d and %d", share, f.ledgerSum(r.ID, market.EntryCharge), premBuyerShare, 19920+premBuyerShare)
+	}
+	if p := f.ledgerSum(r.ID, market.EntryReplacement); p != premCost-premBuyerShare {
+		t.Errorf("passed to the new provider %s, want %d", p, premCost-premBuyerShare)
+	}
+	f.settleReplaced(prov2, r.ID, start.Add(10*time.Hour))
+	if reqs, pays := bank.charges(); len(reqs) != 1 || len(pays) != 1 {
+		t.Fatalf("after settling: requests %v, payments %d", reqs, len(pays))
+	}
+}
+
+// TestAdminTriggerIsAuditedInTheDecisionsTransaction: the admin's id goes
+// with the decision into the store's transaction: a booking that fails
+// inside it (the rental moved on) leaves neither the replacement nor its
+// audit entry; the one that commits leaves both, once, with the admin on
+// each; a trigger without an admin is refused; and it settles and
+// reconciles.
+func TestAdminTriggerIsAuditedInTheDecisionsTransaction(t *testing.T) {
+	start := t0.Add(time.Hour)
+	f, prov2, o2, r := replacementFixture(t, market.ReplaceAuto, start)
+	now := start.Add(3 * time.Hour)
+	f.tick(now)
+	f.now = now
+	inc, err := f.db.ReportIncident(f.ctx, store.Incident{Incident: market.Incident{PieceID: r.Pieces[0].ID, Kind: market.IncidentHostFailure,
+		Start: now.Add(-10 * time.Minute), End: now, DevicesAffected: 8, Note: "no answer on ssh"},
+		ReservationID: r.ID, ReportedBy: store.ReportedByProvider, ReporterID: f.prov.ID}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audited := func() []store.AuditEntry {
+		t.Helper()
+		es, _, err := f.db.ListAudit(f.ctx, store.AuditFilter{Action: store.AuditReplacementTrigger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return es
+	}
+	if _, err := f.wf.TriggerReplacement(f.ctx, 0, r.ID, inc.ID, 0); market.ErrorCode(err) != market.CodeForbidden {
+		t.Fatalf("trigger without an admin: %v", err)
+	}
+	// A booking the store refuses inside its transaction: the piece is no
+	// longer the one planned (its end differs), so nothing commits.
+	p := market.ReservationPiece{OfferID: o2.ID, ProviderID: o2.ProviderID, Devices: 8, Start: now, End: r.Pieces[0].End, PriceCents: 199, AmountCents: 9552, Gang: true}
+	rep := store.Replacement{IncidentID: inc.ID, TriggeredBy: f.admin.ID, ReservationID: r.ID, PieceID: r.Pieces[0].ID, Kind: inc.Kind,
+		Policy: market.ReplaceAuto, From: now, Until: r.Pieces[0].End.Add(-time.Hour)}
+	if _, _, err := f.db.BookReplacement(f.ctx, rep, 0, []market.ReservationPiece{p}, market.ReplacementSplit{Cost: 9552}, market.TierAnyone, now); market.ErrorCode(err) != market.CodeConflict {
+		t.Fatalf("booking a moved rental: %v", err)
+	}
+	if reps, es := f.replacements(r.ID), audited(); len(reps) != 0 || len(es) != 0 {
+		t.Fatalf("a refused booking left %+v and %+v", reps, es)
+	}
+	got, err := f.wf.TriggerReplacement(f.ctx, f.admin.ID, r.ID, inc.ID, 0)
+	if err != nil || got.State != store.ReplacementBooked || got.TriggeredBy != f.admin.ID {
+		t.Fatalf("trigger: %+v %v", got, err)
+	}
+	if _, err := f.wf.TriggerReplacement(f.ctx, f.admin.ID, r.ID, inc.ID, 0); market.ErrorCode(err) != market.CodeConflict {
+		t.Fatalf("second trigger: %v", err)
+	}
+	es := audited()
+	if len(es) != 1 || es[0].ActorID != f.admin.ID || es[0].SubjectID != r.ID || es[0].SubjectKind != store.AuditSubjectReservation ||
+		!strings.Contains(es[0].Note, "triggered from incident") || !strings.HasSuffix(es[0].Note, ": booked.") {
+		t.Fatalf("audit entries %+v", es)
+	}
+	if reps := f.replacements(r.ID); len(reps) != 1 || reps[0].ID != got.ID || reps[0].TriggeredBy != f.admin.ID {
+		t.Fatalf("replacements %+v", reps)
+	}
+	f.settleReplaced(prov2, r.ID, r.Pieces[0].End)
 }

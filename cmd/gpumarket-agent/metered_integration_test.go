@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -26,75 +23,28 @@ import (
 // reports to the stop at the offer's price, derived here from the
 // agent's rows alone, and `gpumarket reconcile` finds no difference.
 func TestMeteredRentalWithTheAgent(t *testing.T) {
-	bins := buildBinaries(t)
-	dir := t.TempDir()
-	db := filepath.Join(dir, "m.db")
-	srv := startServer(t, bins, db, freeAddr(t), 0)
-	const priceCents = 317
-
-	provider := newBrowser(t, srv.URL)
-	provider.signUp(db, "metered@agent.test", true)
-	today := time.Now().UTC().Truncate(24 * time.Hour)
-	provider.mustPost("/provider/offers/new", "/provider/offers", url.Values{
-		"title": {"8 H100 SXM, metered agent test"}, "accelerator": {"nvidia-h100-80gb-sxm"}, "memory_gb": {"80"},
-		"devices_per_node": {"8"}, "nodes": {"1"}, "interconnect": {"nvlink"}, "network": {"none"},
-		"cpu_cores": {"96"}, "ram_gb": {"1024"}, "storage_gb": {"8000"},
-		"driver_version": {"550.90"}, "cuda_version": {"12.4"}, "os_image": {"Ubuntu 22.04"}, "container_runtime": {"Docker 26"},
-		"region": {"us-west-or"}, "carbon": {""},
-		"available_from": {today.Format("2006-01-02T15:04")}, "available_until": {today.AddDate(0, 2, 0).Format("2006-01-02T15:04")},
-		"min_rental_hours": {"1"}, "max_rental_hours": {"720"}, "provisioning_mins": {"10"},
-		"price": {"3.17"}, "storage_price": {"0.08"}, "egress_price": {"0.05"},
-		"billing_basis": {"wall_clock"}, "uptime": {"99.5"}, "credit_schedule": {"99.5:10, 99:25"},
-		"credit_cap": {"100"}, "free_cancel_hours": {"24"}, "cancel_fee": {"25"},
-	}, http.StatusSeeOther)
-	srv.createAdmin(t, "ops@metered.test")
-	admin := newBrowser(t, srv.URL)
-	admin.logIn("ops@metered.test")
-	admin.setUpTwoFactor()
-	m := regexp.MustCompile(`/admin/offers/(\d+)/review`).FindStringSubmatch(admin.get("/admin/offers").body)
-	if m == nil {
-		t.Fatal("the offer is not in the review queue")
-	}
-	offerID := m[1]
-	admin.mustPost("/admin/offers", "/admin/offers/"+offerID+"/review", url.Values{"decision": {"approved"}}, http.StatusSeeOther)
+	const priceCents = 317 // the harness's itOfferForm
+	mk := newMarket(t, "metered", url.Values{"title": {"8 H100 SXM, metered agent test"}})
+	srv, db, provider, buyer := mk.srv, mk.db, mk.provider, mk.buyer
+	offerID, buyerKey, apiToken := mk.offerID, mk.buyerKey, mk.apiToken
 	provider.mustPost("/offers/"+offerID, "/provider/offers/"+offerID+"/metered", url.Values{"allow": {"1"}, "notice_minutes": {"30"}}, http.StatusSeeOther)
-	r := provider.mustPost("/provider/reservations", "/provider/payouts/connect", url.Values{}, http.StatusSeeOther)
-	onboard := provider.path(r.location)
-	provider.mustPost(onboard, onboard, url.Values{}, http.StatusSeeOther)
-	provider.mustPost("/provider/hosts", "/provider/hosts/tokens", url.Values{"offer_id": {offerID}, "node": {"0"}}, http.StatusSeeOther)
-	token := regexp.MustCompile(`gph_[A-Za-z0-9_-]{43}`).FindString(provider.get("/provider/hosts").body)
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	host := mk.host(0, "203.0.113.8", "")
+	keysFile := host.keys
 
-	buyer := newBrowser(t, srv.URL)
-	buyer.signUp(db, "grace@metered.test", false)
-	buyerKey := newPublicKey(t, "grace@laptop")
-	buyer.mustPost("/account", "/account/ssh-keys", url.Values{"public_key": {buyerKey}}, http.StatusSeeOther)
-	buyer.mustPost("/account", "/account/tokens", url.Values{"token_name": {"ci"}, "token_scope": {"write"}}, http.StatusSeeOther)
-	apiToken := regexp.MustCompile(`gpm_[A-Za-z0-9_-]+`).FindString(buyer.get("/account").body)
-	r = buyer.mustPost("/balance", "/balance/top-up/checkout", url.Values{"amount": {"20.00"}}, http.StatusSeeOther)
+	r := buyer.mustPost("/balance", "/balance/top-up/checkout", url.Values{"amount": {"20.00"}}, http.StatusSeeOther)
 	checkout := buyer.path(r.location)
 	buyer.mustPost(checkout, checkout, url.Values{"outcome": {"pay"}}, http.StatusSeeOther)
 	if got := testidText(buyer.get("/balance").body, "balance-amount"); got != "$20.00" {
 		t.Fatalf("balance after the top-up %q", got)
 	}
 
-	keysFile := filepath.Join(dir, "authorized_keys")
-	if err := os.WriteFile(keysFile, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"-server", srv.URL, "-token-file", tokenFile, "-state", filepath.Join(dir, "state.json"),
-		"-interval", "2s", "-simulate", "H100 80GB SXM x8", "-authorized-keys", keysFile,
-		"-host", "203.0.113.8", "-port", "2222", "-ssh-user", "gpu"}
 	var started struct {
 		ReservationID int64 `json:"reservation_id"`
 	}
 	srv.api(t, apiToken, "POST", "/api/v1/offers/"+offerID+"/metered", `{"devices":1}`, http.StatusCreated, &started)
 	// The agent comes up a little after the booking: the clock waits for it.
 	time.Sleep(2 * time.Second)
-	startAgent(t, bins, args)
+	mk.start(host)
 	waitUntil(t, 20*time.Second, "the hosts page shows node 0 online", func() bool {
 		return strings.Contains(provider.get("/provider/hosts").body, `data-testid="host-status">online<`)
 	})

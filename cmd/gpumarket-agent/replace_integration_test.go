@@ -6,9 +6,6 @@ import (
 	"html"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,65 +29,21 @@ import (
 // statement shows both pieces side by side, its figures equal those
 // derived here from the terms, and `gpumarket reconcile` is clean.
 func TestReplacementAgainstServer(t *testing.T) {
-	bins := buildBinaries(t)
-	dir := t.TempDir()
-	db := filepath.Join(dir, "m.db")
-	srv := startServer(t, bins, db, freeAddr(t), 0)
-
 	const (
-		priceCents = 317
+		priceCents = 317 // the harness's itOfferForm
 		perNode    = 8
 		tierBP     = 2500 // uptime below 99 %: 25 % of the amount
 	)
-	provider := newBrowser(t, srv.URL)
-	provider.signUp(db, "hosts@replace.test", true)
-	today := time.Now().UTC().Truncate(24 * time.Hour)
-	provider.mustPost("/provider/offers/new", "/provider/offers", url.Values{
-		"title": {"2 × 8 H100 SXM, replacement test"}, "accelerator": {"nvidia-h100-80gb-sxm"}, "memory_gb": {"80"},
-		"devices_per_node": {strconv.Itoa(perNode)}, "nodes": {"2"}, "interconnect": {"nvlink"}, "network": {"roce-400"}, "placement_group": {"1"},
-		"cpu_cores": {"96"}, "ram_gb": {"1024"}, "storage_gb": {"8000"},
-		"driver_version": {"550.90"}, "cuda_version": {"12.4"}, "os_image": {"Ubuntu 22.04"}, "container_runtime": {"Docker 26"},
-		"region": {"us-west-or"}, "carbon": {""},
-		"available_from": {today.Format("2006-01-02T15:04")}, "available_until": {today.AddDate(0, 2, 0).Format("2006-01-02T15:04")},
-		"min_rental_hours": {"1"}, "max_rental_hours": {"720"}, "provisioning_mins": {"10"},
-		"price": {"3.17"}, "storage_price": {"0.08"}, "egress_price": {"0.05"},
-		"billing_basis": {"wall_clock"}, "uptime": {"99.5"}, "credit_schedule": {"99.5:10, 99:25"},
-		"credit_cap": {"100"}, "free_cancel_hours": {"24"}, "cancel_fee": {"25"},
-	}, http.StatusSeeOther)
-	srv.createAdmin(t, "ops@replace.test")
-	admin := newBrowser(t, srv.URL)
-	admin.logIn("ops@replace.test")
-	admin.setUpTwoFactor()
-	m := regexp.MustCompile(`/admin/offers/(\d+)/review`).FindStringSubmatch(admin.get("/admin/offers").body)
-	if m == nil {
-		t.Fatal("the offer is not in the review queue")
-	}
-	offerID := m[1]
-	admin.mustPost("/admin/offers", "/admin/offers/"+offerID+"/review", url.Values{"decision": {"approved"}}, http.StatusSeeOther)
-	r := provider.mustPost("/provider/reservations", "/provider/payouts/connect", url.Values{}, http.StatusSeeOther)
-	onboard := provider.path(r.location)
-	provider.mustPost(onboard, onboard, url.Values{}, http.StatusSeeOther)
+	mk := newMarket(t, "replace", url.Values{"title": {"2 × 8 H100 SXM, replacement test"}, "devices_per_node": {strconv.Itoa(perNode)},
+		"nodes": {"2"}, "network": {"roce-400"}, "placement_group": {"1"}})
+	srv, db, buyer := mk.srv, mk.db, mk.buyer
+	offerID, buyerKey, apiToken := mk.offerID, mk.buyerKey, mk.apiToken
 
-	// A host token per node, each shown once on the hosts page.
-	tokens := make([]string, 2)
-	for node := range tokens {
-		provider.mustPost("/provider/hosts", "/provider/hosts/tokens", url.Values{"offer_id": {offerID}, "node": {strconv.Itoa(node)}}, http.StatusSeeOther)
-		for _, tok := range regexp.MustCompile(`gph_[A-Za-z0-9_-]{43}`).FindAllString(provider.get("/provider/hosts").body, -1) {
-			tokens[node] = tok
-		}
-		if tokens[node] == "" {
-			t.Fatalf("no host token for node %d", node)
-		}
-	}
-
-	buyer := newBrowser(t, srv.URL)
-	buyer.signUp(db, "ada@replace.test", false)
-	buyerKey := newPublicKey(t, "ada@laptop")
-	buyer.mustPost("/account", "/account/ssh-keys", url.Values{"public_key": {buyerKey}}, http.StatusSeeOther)
-	buyer.mustPost("/account", "/account/tokens", url.Values{"token_name": {"ci"}, "token_scope": {"write"}}, http.StatusSeeOther)
-	apiToken := regexp.MustCompile(`gpm_[A-Za-z0-9_-]+`).FindString(buyer.get("/account").body)
-	if apiToken == "" {
-		t.Fatal("the account page does not show the new API token")
+	// A host token per node, each shown once on the hosts page; an agent
+	// on each node, each with its own authorized_keys and address.
+	hosts := make([]*itHost, 2)
+	for node := range hosts {
+		hosts[node] = mk.host(node, fmt.Sprintf("203.0.113.%d", 7+node), "")
 	}
 
 	// One node for two hours, two hours from now, replaced automatically
@@ -114,32 +67,12 @@ func TestReplacementAgainstServer(t *testing.T) {
 	var booked apiReservation
 	srv.api(t, apiToken, "POST", "/api/v1/reservations", `{"request":`+request+`,"quote_id":"`+quotes.Quotes[0].QuoteID+`"}`, http.StatusCreated, &booked)
 	resPath := fmt.Sprintf("/reservations/%d", booked.ID)
-	r = buyer.mustPost(resPath, resPath+"/pay", url.Values{}, http.StatusSeeOther)
+	r := buyer.mustPost(resPath, resPath+"/pay", url.Values{}, http.StatusSeeOther)
 	checkout := buyer.path(r.location)
 	buyer.mustPost(checkout, checkout, url.Values{}, http.StatusSeeOther)
 
-	// An agent on each node, each with its own authorized_keys and address.
-	type host struct {
-		keys string
-		addr string
-		args []string
-		proc *process
-	}
-	hosts := make([]*host, 2)
-	for node := range hosts {
-		h := &host{keys: filepath.Join(dir, fmt.Sprintf("authorized_keys_%d", node)), addr: fmt.Sprintf("203.0.113.%d", 7+node)}
-		tokenFile := filepath.Join(dir, fmt.Sprintf("token_%d", node))
-		if err := os.WriteFile(tokenFile, []byte(tokens[node]+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(h.keys, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		h.args = []string{"-server", srv.URL, "-token-file", tokenFile, "-state", filepath.Join(dir, fmt.Sprintf("state_%d.json", node)),
-			"-interval", "2s", "-simulate", "H100 80GB SXM x8", "-authorized-keys", h.keys,
-			"-host", h.addr, "-port", "2222", "-ssh-user", "gpu"}
-		h.proc = startAgent(t, bins, h.args)
-		hosts[node] = h
+	for _, h := range hosts {
+		mk.start(h)
 	}
 
 	// Just before the start the booked node's agent installs the key.
@@ -179,7 +112,7 @@ func TestReplacementAgainstServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-srv.proc.done
-	srv = startServer(t, bins, db, srv.addr, time.Until(last.Add(5*time.Minute+2*time.Second)))
+	srv = startServer(t, mk.bins, db, srv.addr, time.Until(last.Add(5*time.Minute+2*time.Second)))
 
 	// The other node's agent installs the key; the buyer sees where to connect.
 	var moved apiReservation

@@ -37,6 +37,7 @@ var clientCommands = map[string]func(*apiClient, []string) error{
 	"list": cmdList, "show": cmdShow, "extend": cmdExtend, "cancel": cmdCancel, "reject": cmdReject,
 	"ssh": cmdSSH, "orders": cmdOrders, "bids": cmdBids, "resale": cmdResale,
 	"offers": cmdOffers, "hosts": cmdHosts, "ping": cmdPing, "metered": cmdMetered,
+	"balance": cmdBalance,
 }
 
 // exitError is a failure with its exit code; its message is printed on

@@ -11,7 +11,7 @@ import (
 //
 //	gpumarket metered start OFFER --devices N [--max-minutes M] [--json]
 //	gpumarket metered stop RESERVATION [--json]
-//	gpumarket metered balance [--json]
+//	gpumarket metered balance [--json] (the same as gpumarket balance)
 
 // cliMetered is the API's metered rental, as far as the client prints it.
 type cliMetered struct {
@@ -65,21 +65,7 @@ func cmdMetered(c *apiClient, args []string) error {
 		if _, err := parseFlags(fs, args[1:], "metered balance [--json]", 0, 0); err != nil {
 			return err
 		}
-		var b struct {
-			Balance int64 `json:"balance_cents"`
-			TopUps  int64 `json:"top_ups_cents"`
-			Draws   int64 `json:"draws_cents"`
-			Refunds int64 `json:"refunds_cents"`
-		}
-		data, err := c.do(http.MethodGet, "/balance", nil, &b)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return c.printJSON(data)
-		}
-		fmt.Fprintf(c.stdout, "Balance %s (top-ups %s − draws %s − refunds %s)\n", money(b.Balance), money(b.TopUps), money(b.Draws), money(b.Refunds))
-		return nil
+		return c.showBalance(*asJSON)
 	}
 	return usageErr("unknown metered command %q (want start, stop or balance)", args[0])
 }

@@ -154,12 +154,19 @@ func (s *cliServer) offer(providerID int64, cents market.Cents) market.Offer {
 // as the account page's setup does.
 func (s *cliServer) saveCard(userID int64) {
 	s.t.Helper()
+	s.saveCardNumber(userID, "4242 4242 4242 4242")
+}
+
+// saveCardNumber saves the local processor's test card of that number
+// (e.g. 4000 0000 0000 0002, which declines); the newest is the default.
+func (s *cliServer) saveCardNumber(userID int64, number string) {
+	s.t.Helper()
 	ctx := context.Background()
 	co, err := s.local.CreateSetupCheckout(ctx, billing.SetupInput{UserID: userID, SuccessURL: "http://127.0.0.1/account", CancelURL: "http://127.0.0.1/account"})
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	m, err := s.local.CompleteSetup(co.ID, "4242 4242 4242 4242")
+	m, err := s.local.CompleteSetup(co.ID, number)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return errors.New("usage: gpumarket admin create -email EMAIL -name NAME [-db PATH] (password from GPUMARKET_ADMIN_PASSWORD or stdin)\n" +
 			"       gpumarket admin reset-2fa -email EMAIL -note WHY [-db PATH]")
 	default:
-		return usageErr("unknown command %q (want serve, reconcile, migrate-db, backup, admin create or admin reset-2fa; or a client command: search, quote, book, pay, list, show, extend, cancel, reject, ssh, orders, bids, resale, offers, hosts, metered, ping — docs/cli.md)", cmd)
+		return usageErr("unknown command %q (want serve, reconcile, migrate-db, backup, admin create or admin reset-2fa; or a client command: search, quote, book, pay, list, show, extend, cancel, reject, ssh, orders, bids, resale, offers, hosts, metered, balance, ping — docs/cli.md)", cmd)
 	}
 }
 

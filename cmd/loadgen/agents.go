@@ -13,7 +13,10 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -351,6 +354,10 @@ type fleetConfig struct {
 	writeEvery    bool
 	oldEvery      int // every oldEvery-th agent is an old one (heartbeats only); 0: none
 	rampPerSec    float64
+	// profileDir, when not "", receives CPU profiles of the server and of
+	// the agents' process over each size's measurement
+	// (server-N.prof, agents-N.prof: go tool pprof).
+	profileDir string
 }
 
 // fleetRow is one fleet size's figures.
@@ -366,6 +373,10 @@ type fleetRow struct {
 	missed                int
 	narrowPerSec, narrowQ float64
 	narrowP99, idleNarrow time.Duration
+	// serverCores and agentCores are the CPU the server's process and the
+	// agents' (this one, the narrow quotes' clients included) used over
+	// the measurement, in cores.
+	serverCores, agentCores float64
 }
 
 // runFleet is `loadgen -fleet`: the fleet server in a child process, then
@@ -490,12 +501,17 @@ func fleetSize(ctx context.Context, cfg fleetConfig, n int, base, apiToken, cont
 	if !sleepCtx(ctx, ramp+cfg.interval) {
 		return fleetRow{}, ctx.Err()
 	}
-	var before workflow.AgentCounts
+	var before fleetCounts
 	if err := getJSON(ctx, cc, control+"/counts", &before); err != nil {
 		return fleetRow{}, err
 	}
 	rec.window(true)
 	start := time.Now()
+	agentsBefore := processCPU()
+	stopProfiles, err := fleetProfiles(ctx, cfg, n, control, cc)
+	if err != nil {
+		return fleetRow{}, err
+	}
 
 	// Payments beside, on nodes never paid before, push and old in turn.
 	var push, old []time.Duration
@@ -558,18 +574,23 @@ func fleetSize(ctx context.Context, cfg fleetConfig, n int, base, apiToken, cont
 	}
 	elapsed := time.Since(start)
 	rec.window(false)
-	var after workflow.AgentCounts
+	agentsCPU := processCPU() - agentsBefore
+	var after fleetCounts
 	if err := getJSON(ctx, cc, control+"/counts", &after); err != nil {
 		pstop()
 		return fleetRow{}, err
 	}
 	pstop()
 	pwg.Wait()
+	if err := stopProfiles(); err != nil {
+		return fleetRow{}, err
+	}
 
 	rec.mu.Lock()
 	hb := slices.Clone(rec.hb)
 	row := fleetRow{agents: n, heartbeatsPerSec: float64(len(hb)) / elapsed.Seconds(), hbErrors: rec.hbErrors,
-		otherErrors: rec.pollErrs + rec.repErrs, refused: rec.refused, firstErr: rec.firstErr, counts: after.Sub(before), missed: missed}
+		otherErrors: rec.pollErrs + rec.repErrs, refused: rec.refused, firstErr: rec.firstErr, counts: after.Sub(before.AgentCounts), missed: missed,
+		serverCores: (after.CPU - before.CPU).Seconds() / elapsed.Seconds(), agentCores: agentsCPU.Seconds() / elapsed.Seconds()}
 	rec.mu.Unlock()
 	slices.Sort(hb)
 	row.hbP50, row.hbP99 = quantile(hb, 0.5), quantile(hb, 0.99)
@@ -606,6 +627,55 @@ func printFleetRow(w io.Writer, r fleetRow) {
 	}
 	fmt.Fprintf(w, "narrow quotes beside: %.0f/s (%.2f of idle, target at least 0.50), p99 %s (idle %s)\n", r.narrowPerSec, r.narrowQ,
 		fmtDur(r.narrowP99), fmtDur(r.idleNarrow))
+	fmt.Fprintf(w, "CPU over the measurement: server %.2f cores, agents and quote clients %.2f cores (of %d)\n", r.serverCores, r.agentCores,
+		runtime.NumCPU())
+}
+
+// fleetProfiles starts CPU profiles of the server (through its control
+// surface) and of this process for a size's measurement when
+// cfg.profileDir is set; the returned function ends and writes them.
+func fleetProfiles(ctx context.Context, cfg fleetConfig, n int, control string, cc *http.Client) (func() error, error) {
+	if cfg.profileDir == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(filepath.Join(cfg.profileDir, fmt.Sprintf("agents-%d.prof", n)))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	server := make(chan error, 1)
+	go func() {
+		u := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", control, max(1, int(cfg.dur/time.Second)-1))
+		server <- fetchTo(ctx, cc, u, filepath.Join(cfg.profileDir, fmt.Sprintf("server-%d.prof", n)))
+	}()
+	return func() error {
+		pprof.StopCPUProfile()
+		return errors.Join(f.Close(), <-server)
+	}, nil
+}
+
+// fetchTo writes the body of a GET of u to the file path.
+func fetchTo(ctx context.Context, c *http.Client, u, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %d", u, resp.StatusCode)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 func getJSON(ctx context.Context, c *http.Client, u string, out any) error {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gpumarket/gpumarket/billing"
@@ -259,7 +260,7 @@ func (fs *fleetServer) control() http.Handler {
 		reply(w, p, err)
 	})
 	mux.HandleFunc("GET /counts", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, fs.wf.AgentCounts(), nil)
+		reply(w, fleetCounts{AgentCounts: fs.wf.AgentCounts(), CPU: processCPU()}, nil)
 	})
 	// Profiles of the server under the fleet (go tool pprof URL/debug/pprof/profile).
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -286,6 +287,22 @@ func runFleetServer(ctx context.Context, path string, offers, nodes int, writeEv
 	fmt.Fprintf(stdout, "control http://%s\n", ln.Addr())
 	<-ctx.Done()
 	return nil
+}
+
+// fleetCounts is the server's GET /counts: what the agents cost the
+// database, and the CPU time the server's process used so far.
+type fleetCounts struct {
+	workflow.AgentCounts
+	CPU time.Duration `json:"cpu_ns"`
+}
+
+// processCPU is the CPU time (user and system) this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // errNoControl is a fleet server child that never said where its control

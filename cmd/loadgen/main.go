@@ -64,6 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	oldEvery := fs.Int("old-every", 10, "with -fleet: every N-th agent is an old one, heartbeats only (0: none)")
 	writeEvery := fs.Bool("write-every-heartbeat", false, "with -fleet: the server writes every heartbeat in full (the figures before absorbing)")
 	ramp := fs.Float64("ramp", 100, "with -fleet: new agents started per second at most (their first heartbeats are written in full)")
+	fleetProfile := fs.String("fleet-profile", "", "with -fleet: write CPU profiles of the server and the agents over each size's measurement to this directory")
 	fleetOffers := fs.Int("fleet-offers", 10_000, "with -fleet: market offers beside the fleet's, for the quote yardstick")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -90,7 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer os.RemoveAll(dir)
 		return runFleet(ctx, fleetConfig{sizes: sizes, interval: *interval, dur: *dur, offers: *fleetOffers, payEvery: *payEvery,
-			narrowClients: *narrowClients, dir: dir, writeEvery: *writeEvery, oldEvery: *oldEvery, rampPerSec: *ramp}, stdout, stderr)
+			narrowClients: *narrowClients, dir: dir, writeEvery: *writeEvery, oldEvery: *oldEvery, rampPerSec: *ramp, profileDir: *fleetProfile}, stdout, stderr)
 	}
 	if *seed {
 		return seedMarket(ctx, *dbPath, *offers, *trace, *tokenOut, stdout)
