@@ -33,7 +33,10 @@ func (db *DB) CreateExtension(ctx context.Context, buyerID, extendsID int64, pie
 	r, offerIDs, byOffer := newHold(buyerID, pieces, now, hold)
 	r.ExtendsID = extendsID
 
-	err := db.book(ctx, func(ctx context.Context, tx preparedTx) error {
+	// The buyer's lock covers the reservation extended (only its buyer
+	// extends it) and its extensions; the runtime copied with it counts
+	// no template's use.
+	err := db.book(ctx, bookingLocks{offers: offerIDs, buyers: []int64{buyerID}}, func(ctx context.Context, tx preparedTx) error {
 		orig, err := getBuyerReservation(ctx, tx, buyerID, extendsID)
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -46,6 +47,66 @@ import (
 // time out together would otherwise keep the writer redoing the same
 // batch. A caller whose context has ended before its turn is still
 // skipped.
+//
+// On PostgreSQL a batch locks, before its first booking, what all its
+// bookings' checks read (each job's bookingLocks, their union): the write
+// lock shared and, exclusive, a key per offer booked, per buyer booked for
+// and per template whose use is counted, all in one sorted order
+// (bookingLocks.keys), so batches on other replicas that book other offers
+// for other buyers run at the same time, one that shares an offer or a
+// buyer waits for this one to commit, and no two wait for each other in a
+// circle. Any other write transaction takes the write lock exclusive
+// (begin) and so runs between batches, never beside one. A job that cannot
+// name its offers and buyers before it runs asks for the whole lock, and
+// its batch takes the write lock exclusive; so does every heartbeat batch
+// (groupCommit).
+
+// bookingLocks is what a booking's transaction must hold on PostgreSQL
+// before the booking's reads: a lock per offer whose capacity it checks
+// and books, per buyer whose holds it counts (market.MaxUnpaidHolds) or
+// whose reservations it reads to extend, and per runtime template whose
+// use it counts — a row two bookings may both update, which, locked by the
+// first in the middle of its batch, would otherwise have the second wait
+// there, where batches can wait for each other in a circle. With no offers
+// (the zero value) it is the whole lock: the write lock exclusive, as
+// every other write takes it.
+type bookingLocks struct {
+	offers, buyers, templates []int64
+}
+
+// whole reports whether l is the whole lock.
+func (l bookingLocks) whole() bool { return len(l.offers) == 0 }
+
+// batchLocks is what a batch must hold: the union of its jobs' locks, or
+// the whole lock when one of them needs it.
+func batchLocks(batch []*bookingJob) bookingLocks {
+	var l bookingLocks
+	for _, j := range batch {
+		if j.locks.whole() {
+			return bookingLocks{}
+		}
+		l.offers = append(l.offers, j.locks.offers...)
+		l.buyers = append(l.buyers, j.locks.buyers...)
+		l.templates = append(l.templates, j.locks.templates...)
+	}
+	return l
+}
+
+// keys are the advisory lock keys of l's offers, buyers and templates
+// (offerLockSpace, buyerLockSpace, templateLockSpace), sorted, each once.
+func (l bookingLocks) keys() []int64 {
+	keys := make([]int64, 0, len(l.offers)+len(l.buyers)+len(l.templates))
+	for _, space := range []struct {
+		space int64
+		ids   []int64
+	}{{offerLockSpace, l.offers}, {buyerLockSpace, l.buyers}, {templateLockSpace, l.templates}} {
+		for _, id := range space.ids {
+			keys = append(keys, space.space<<32|int64(uint32(id)))
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
 
 // maxBookingBatch bounds a batch, so one commit (and the latency of the
 // batch's first caller) stays small.
@@ -53,9 +114,10 @@ const maxBookingBatch = 64
 
 // bookingJob is one CreateReservation call in the queue.
 type bookingJob struct {
-	ctx  context.Context
-	run  func(ctx context.Context, tx preparedTx) error // the booking's statements
-	done chan bookingResult                             // buffered: a lead signal, then the result
+	ctx   context.Context
+	locks bookingLocks                                   // the locks its statements need (PostgreSQL)
+	run   func(ctx context.Context, tx preparedTx) error // the booking's statements
+	done  chan bookingResult                             // buffered: a lead signal, then the result
 	// answered is set when the leader has sent the result (the leader's
 	// goroutine only), so a panic answers only the rest of the batch.
 	answered bool
@@ -80,11 +142,13 @@ type bookingQueue struct {
 	leading bool
 }
 
-// book runs job.run inside a write transaction shared with concurrent
-// bookings and returns its error, or the batch's commit error, after the
-// batch has committed or rolled back.
-func (db *DB) book(ctx context.Context, run func(ctx context.Context, tx preparedTx) error) error {
-	return db.groupCommit(ctx, &db.bookings, bookingGroup, run)
+// book runs run inside a write transaction shared with concurrent
+// bookings, holding at least locks on PostgreSQL, and returns its error, or
+// the batch's commit error, after the batch has committed or rolled back.
+// run must read and write nothing that locks does not cover beyond what
+// other bookings leave alone (see bookingLocks).
+func (db *DB) book(ctx context.Context, locks bookingLocks, run func(ctx context.Context, tx preparedTx) error) error {
+	return db.groupCommitLocked(ctx, &db.bookings, bookingGroup, locks, run)
 }
 
 // groupKind is what differs between the group-commit queues.
@@ -103,9 +167,15 @@ var (
 )
 
 // groupCommit runs run in a write transaction shared with the other jobs
-// of queue q, as book does.
+// of queue q, as book does, under the whole lock (bookingLocks{}: on
+// PostgreSQL the write lock exclusive, as every write but a booking).
 func (db *DB) groupCommit(ctx context.Context, q *bookingQueue, kind groupKind, run func(ctx context.Context, tx preparedTx) error) error {
-	job := &bookingJob{ctx: ctx, run: run, done: make(chan bookingResult, 1)}
+	return db.groupCommitLocked(ctx, q, kind, bookingLocks{}, run)
+}
+
+// groupCommitLocked is groupCommit with the locks the job needs.
+func (db *DB) groupCommitLocked(ctx context.Context, q *bookingQueue, kind groupKind, locks bookingLocks, run func(ctx context.Context, tx preparedTx) error) error {
+	job := &bookingJob{ctx: ctx, locks: locks, run: run, done: make(chan bookingResult, 1)}
 	q.mu.Lock()
 	q.pending = append(q.pending, job)
 	if q.leading {
@@ -174,7 +244,7 @@ func (db *DB) runBatch(kind groupKind, batch []*bookingJob) {
 	}()
 	ctx, done := batchContext(batch)
 	defer done()
-	tx, err := db.beginPrepared(ctx, kind.queries)
+	tx, err := db.beginPrepared(ctx, kind.queries, batchLocks(batch))
 	if err != nil {
 		for _, j := range batch {
 			j.answer(err)

@@ -169,7 +169,7 @@ func TestGroupCommitPanicFailsItsBatchOnly(t *testing.T) {
 	firstErr := make(chan error, 1)
 	go func() {
 		firstErr <- call(func() error {
-			return db.book(ctx, func(ctx context.Context, tx preparedTx) error {
+			return db.book(ctx, bookingLocks{}, func(ctx context.Context, tx preparedTx) error {
 				close(started)
 				<-release
 				return nil
@@ -186,7 +186,7 @@ func TestGroupCommitPanicFailsItsBatchOnly(t *testing.T) {
 				errs[i] <- call(func() error { return book(i / 2) })
 			case 1:
 				errs[i] <- call(func() error {
-					return db.book(ctx, func(ctx context.Context, tx preparedTx) error { panic("a bug in a booking") })
+					return db.book(ctx, bookingLocks{}, func(ctx context.Context, tx preparedTx) error { panic("a bug in a booking") })
 				})
 			}
 		}()

@@ -488,7 +488,9 @@ func (db *DB) StartMeteredRental(ctx context.Context, buyerID, offerID int64, de
 	}
 	now = truncate(now)
 	var out MeteredRental
-	err := db.book(ctx, func(ctx context.Context, tx preparedTx) error {
+	// The buyer's balance is read, not changed: only money steps (the
+	// whole lock) change it.
+	err := db.book(ctx, bookingLocks{offers: []int64{offerID}, buyers: []int64{buyerID}}, func(ctx context.Context, tx preparedTx) error {
 		terms, err := getMeteredTerms(ctx, tx, offerID)
 		if err != nil {
 			return err

@@ -29,17 +29,33 @@ func IsPostgresURL(dsn string) bool {
 }
 
 // writeLockKey is the transaction-level advisory lock every write
-// transaction takes first on PostgreSQL (pg_advisory_xact_lock). It makes
+// transaction takes first on PostgreSQL. Taken exclusive
+// (pg_advisory_xact_lock), as every write but a booking takes it, it makes
 // writes one at a time across every replica on the database — what
-// SQLite's single writer gives the same code — so the capacity re-check and
-// the insert of a booking's pieces, and every read-then-write of a money
-// step, see all earlier commits and cannot interleave. Reads never take it.
-// The number is arbitrary ("gpumarket" in ASCII, truncated to 63 bits).
+// SQLite's single writer gives the same code — so every read-then-write of
+// a money step, a cancellation or an expiry sees all earlier commits and
+// cannot interleave. A booking's transaction (db.book, groupcommit.go)
+// takes it shared instead, with exclusive locks on what its checks read
+// (bookingLocks): bookings of different offers for different buyers run at
+// once, while any other write still excludes every booking and is excluded
+// by them. Reads never take it. The number is arbitrary ("gpumarket" in
+// ASCII, truncated to 63 bits).
 const writeLockKey int64 = 0x6770756d61726b65
 
+// The key spaces of a booking's own locks (bookingLocks.keys): the space
+// in the upper 32 bits, an offer's, buyer's or template's id in the lower.
+// None is writeLockKey's upper half, so no key is the global one. Ids
+// beyond 32 bits share keys, which only makes two bookings wait for each
+// other.
+const (
+	offerLockSpace    int64 = 0x6f666672 // "offr"
+	buyerLockSpace    int64 = 0x62757972 // "buyr"
+	templateLockSpace int64 = 0x746d706c // "tmpl"
+)
+
 // openPostgres opens the writer and reader pools on the database at url.
-// Both are pools over the same server: the writer's transactions serialise
-// on writeLockKey, the readers' run READ ONLY at REPEATABLE READ (one
+// Both are pools over the same server: the writer's transactions take the
+// write locks (writeLockKey), the readers' run READ ONLY at REPEATABLE READ (one
 // snapshot per method, as SQLite's read transactions see).
 // The writer's transactions hand the offers they changed to feed
 // (pgTx).
@@ -133,8 +149,34 @@ func isPgUnavailable(err error) bool {
 		pgconn.SafeToRetry(err) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// pgLockQuery starts every PostgreSQL write transaction.
+// pgLockQuery starts every PostgreSQL write transaction but a booking's:
+// the write lock, exclusive.
 var pgLockQuery = `SELECT pg_advisory_xact_lock(` + strconv.FormatInt(writeLockKey, 10) + `)`
+
+// pgSharedLockQuery starts a booking's transaction: the write lock,
+// shared with other bookings, before pgKeyLocksQuery.
+var pgSharedLockQuery = `SELECT pg_advisory_xact_lock_shared(` + strconv.FormatInt(writeLockKey, 10) + `)`
+
+// pgKeyLocksQuery takes a booking's own locks, exclusive, one after
+// another in the order of its array (bookingLocks.keys sorts them, so two
+// transactions never wait for each other's keys in a circle): a function
+// scan hands the projection its rows in array order.
+const pgKeyLocksQuery = `SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(? AS bigint[])) AS k`
+
+// pgKeyArray spells keys as a PostgreSQL array literal for
+// pgKeyLocksQuery.
+func pgKeyArray(keys []int64) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(k, 10))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
 
 // isPgUniqueViolation reports a PostgreSQL unique_violation (23505).
 func isPgUniqueViolation(err error) bool {

@@ -53,12 +53,13 @@ type preparedTx struct {
 }
 
 // beginPrepared prepares queries on the writer, once per handle, then
-// starts a write transaction like begin whose queries use them.
-func (db *DB) beginPrepared(ctx context.Context, queries []string) (preparedTx, error) {
+// starts a write transaction like beginLocked (with locks) whose queries
+// use them.
+func (db *DB) beginPrepared(ctx context.Context, queries []string, locks bookingLocks) (preparedTx, error) {
 	if err := db.stmts.prepare(ctx, db.writer, queries); err != nil {
 		return preparedTx{}, err
 	}
-	tx, err := db.begin(ctx)
+	tx, err := db.beginLocked(ctx, locks)
 	if err != nil {
 		return preparedTx{}, err
 	}

@@ -292,7 +292,7 @@ func (db *DB) CreateReservation(ctx context.Context, buyerID int64, pieces []mar
 	// The booking runs in a transaction shared with concurrent bookings,
 	// inside its own savepoint (see groupcommit.go); it returns after the
 	// commit, so r is stored when err is nil.
-	err := db.book(ctx, func(ctx context.Context, tx preparedTx) error {
+	err := db.book(ctx, bookingLocks{offers: offerIDs, buyers: []int64{buyerID}}, func(ctx context.Context, tx preparedTx) error {
 		if err := holdReservation(ctx, tx, &r, offerIDs, byOffer, now); err != nil {
 			return err
 		}

@@ -402,21 +402,27 @@ func TestBookingRefusals(t *testing.T) {
 	book(t, db, buyer.ID, t0, piece(o, 1, start, 1))
 }
 
-// TestReservationRace has many buyers, through two handles on the same
-// file as two replicas would have, race for the last devices of an offer,
-// some of them booking a split across two offers. No instant may ever be
-// overbooked, every loser must get a conflict and nothing else may fail;
-// and since some losers asked for a single device, the contested instant
-// must end up booked to exactly the offer's capacity.
+// TestReservationRace has many buyers, through three handles on the same
+// database as three replicas would have, race for the last devices of an
+// offer, some of them booking a split across two offers, named in either
+// order (on PostgreSQL each booking locks both offers, in one order
+// whatever the request's: a circle of waits would fail some with a
+// deadlock). No instant may ever be overbooked, every loser must get a
+// conflict and nothing else may fail; and since some losers asked for a
+// single device, the contested instant must end up booked to exactly the
+// offer's capacity.
 func TestReservationRace(t *testing.T) {
 	ctx := context.Background()
 	db, path := openTestDB(t)
-	db2, err := Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
+	handles := []*DB{db}
+	for range 2 {
+		h, err := Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		handles = append(handles, h)
 	}
-	defer db2.Close()
-	handles := []*DB{db, db2}
 
 	prov := createUser(t, db, "prov@example.com", true)
 	a := listedOffer(t, db, prov.ID, 8)
@@ -439,8 +445,11 @@ func TestReservationRace(t *testing.T) {
 	request := func(i int) []market.ReservationPiece {
 		start := base.Add(time.Duration(i%4) * time.Hour)
 		ps := []market.ReservationPiece{piece(a, 1+i%3, start, 4+i%3)}
-		if i%5 == 0 {
+		switch i % 5 {
+		case 0:
 			ps = append(ps, piece(b, 3, start, 4))
+		case 1:
+			ps = append([]market.ReservationPiece{piece(b, 3, start, 4)}, ps...)
 		}
 		return ps
 	}
@@ -454,7 +463,7 @@ func TestReservationRace(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-begin
-			results[i], errs[i] = handles[i%2].CreateReservation(ctx, buyers[i].ID, request(i), "{}", t0, hold)
+			results[i], errs[i] = handles[i%3].CreateReservation(ctx, buyers[i].ID, request(i), "{}", t0, hold)
 		}()
 	}
 	close(begin)
@@ -529,4 +538,62 @@ func TestReservationRace(t *testing.T) {
 		t.Errorf("%d of %d bookers won; the race did not contest anything", len(winners), n)
 	}
 	t.Logf("%d of %d bookers won", len(winners), n)
+}
+
+// TestHoldLimitRace has one buyer book many different offers at once
+// through three handles, as through three replicas: on PostgreSQL those
+// bookings need no common offer lock, so only the buyer's own lock keeps
+// two of them from counting the same unpaid holds. Exactly
+// market.MaxUnpaidHolds must be held, every other booking refused with the
+// hold limit's conflict.
+func TestHoldLimitRace(t *testing.T) {
+	ctx := context.Background()
+	db, path := openTestDB(t)
+	handles := []*DB{db}
+	for range 2 {
+		h, err := Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		handles = append(handles, h)
+	}
+	prov := createUser(t, db, "prov@example.com", true)
+	buyer := createUser(t, db, "buyer@example.com", false)
+	const n = 12
+	offers := make([]market.Offer, n)
+	for i := range offers {
+		offers[i] = listedOffer(t, db, prov.ID, 8)
+	}
+	var wg sync.WaitGroup
+	begin := make(chan struct{})
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-begin
+			_, errs[i] = handles[i%3].CreateReservation(ctx, buyer.ID,
+				[]market.ReservationPiece{piece(offers[i], 1, t0.Add(time.Hour), 1)}, "{}", t0, hold)
+		}()
+	}
+	close(begin)
+	wg.Wait()
+	booked := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			booked++
+		case market.ErrorCode(err) != market.CodeConflict || !strings.Contains(market.ErrorMessage(err), "unpaid reservations"):
+			t.Errorf("booking %d failed with %v; want the hold limit's conflict", i, err)
+		}
+	}
+	var held int
+	if err := db.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM reservations WHERE buyer_id = ? AND state = ?`,
+		buyer.ID, string(market.ReservationHeld)).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if booked != market.MaxUnpaidHolds || held != market.MaxUnpaidHolds {
+		t.Errorf("%d bookings answered booked and %d held; want the limit, %d, each", booked, held, market.MaxUnpaidHolds)
+	}
 }

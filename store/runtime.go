@@ -33,7 +33,11 @@ func (db *DB) CreateReservationWithRuntime(ctx context.Context, buyerID int64, p
 	}
 	r, offerIDs, byOffer := newHold(buyerID, pieces, now, hold)
 	r.RequestJSON = requestJSON
-	err := db.book(ctx, func(ctx context.Context, tx preparedTx) error {
+	locks := bookingLocks{offers: offerIDs, buyers: []int64{buyerID}}
+	if rt.TemplateID != 0 {
+		locks.templates = []int64{rt.TemplateID}
+	}
+	err := db.book(ctx, locks, func(ctx context.Context, tx preparedTx) error {
 		if err := holdReservation(ctx, tx, &r, offerIDs, byOffer, now); err != nil {
 			return err
 		}

@@ -306,7 +306,9 @@ func (db *DB) FillStandingOrder(ctx context.Context, orderID int64, pieces []mar
 	}
 	var o market.StandingOrder
 	var r market.Reservation
-	err := db.book(ctx, func(ctx context.Context, tx preparedTx) error {
+	// The whole lock (bookingLocks{}): the order's buyer is known only
+	// once it is read, and a fill may record a charge.
+	err := db.book(ctx, bookingLocks{}, func(ctx context.Context, tx preparedTx) error {
 		rows, err := queryStandingOrders(ctx, tx, `WHERE s.id = ?`, orderID)
 		if err != nil {
 			return err

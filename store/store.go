@@ -1,8 +1,9 @@
 // Package store persists market values in SQLite (the embedded default) or
 // PostgreSQL, with the same SQL and the same tests. Every exported method is
 // one transaction; writes go through the writer (one connection with
-// immediate transactions on SQLite, transactions serialised by an advisory
-// lock on PostgreSQL), reads through a separate pool of read-only
+// immediate transactions on SQLite, transactions under advisory locks on
+// PostgreSQL: one at a time, but bookings of different offers for different
+// buyers at once), reads through a separate pool of read-only
 // connections. Not found and conflicts are *market.Error values; anything
 // else is an internal error wrapped with the operation that failed.
 package store
@@ -146,16 +147,25 @@ func (db *DB) Postgres() bool { return db.postgres }
 
 // begin starts a write transaction. On SQLite the one writer connection
 // and BEGIN IMMEDIATE make writes one at a time; on PostgreSQL the
-// transaction first takes the write lock (postgres.go), which every
-// replica's writes share. A context with a fence (WithFence) has the
-// transaction refused when its lease was lost.
+// transaction first takes the write lock (postgres.go) exclusive, which
+// every replica's writes share, so it runs alone. A context with a fence
+// (WithFence) has the transaction refused when its lease was lost.
 func (db *DB) begin(ctx context.Context) (*sql.Tx, error) {
+	return db.beginLocked(ctx, bookingLocks{})
+}
+
+// beginLocked starts a write transaction as begin does, but on PostgreSQL
+// with the locks a booking's transaction needs (bookingLocks): the write
+// lock shared and locks's keys exclusive, or, when locks is whole (no
+// offers), the write lock exclusive as begin takes it. SQLite has one
+// writer either way.
+func (db *DB) beginLocked(ctx context.Context, locks bookingLocks) (*sql.Tx, error) {
 	tx, err := db.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	if db.postgres {
-		if _, err := tx.ExecContext(ctx, pgLockQuery); err != nil {
+		if err := lockPostgres(ctx, tx, locks); err != nil {
 			tx.Rollback()
 			return nil, err
 		}
@@ -165,6 +175,19 @@ func (db *DB) begin(ctx context.Context) (*sql.Tx, error) {
 		return nil, err
 	}
 	return tx, nil
+}
+
+// lockPostgres takes locks at the start of a PostgreSQL write transaction.
+func lockPostgres(ctx context.Context, tx *sql.Tx, locks bookingLocks) error {
+	if locks.whole() {
+		_, err := tx.ExecContext(ctx, pgLockQuery)
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, pgSharedLockQuery); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, pgKeyLocksQuery, pgKeyArray(locks.keys()))
+	return err
 }
 
 // read starts a read-only transaction on the reader pool, so the several
