@@ -35,7 +35,7 @@ func TestGroupCommitDeadlineAfterItsStatements(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	firstErr := make(chan error, 1)
 	go func() {
-		firstErr <- db.book(ctx, func(ctx context.Context, tx preparedTx) error {
+		firstErr <- db.book(ctx, bookingLocks{}, func(ctx context.Context, tx preparedTx) error {
 			close(started)
 			<-release
 			return nil
@@ -61,7 +61,7 @@ func TestGroupCommitDeadlineAfterItsStatements(t *testing.T) {
 	var runs atomic.Int32
 	seen := make(chan [2]int, 2) // X's and Y's held reservations, as each run of the last job saw them
 	go func() {
-		lastErr <- db.book(ctx, func(ctx context.Context, tx preparedTx) error {
+		lastErr <- db.book(ctx, bookingLocks{}, func(ctx context.Context, tx preparedTx) error {
 			nx, err := countHeld(ctx, tx, buyerX.ID, t0)
 			if err != nil {
 				return err
@@ -146,7 +146,7 @@ func TestGroupCommitDeadlineDuringItsStatements(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	firstErr := make(chan error, 1)
 	go func() {
-		firstErr <- db.book(ctx, func(ctx context.Context, tx preparedTx) error {
+		firstErr <- db.book(ctx, bookingLocks{}, func(ctx context.Context, tx preparedTx) error {
 			close(started)
 			<-release
 			return nil
@@ -156,7 +156,7 @@ func TestGroupCommitDeadlineDuringItsStatements(t *testing.T) {
 	xctx := newLateDeadline(ctx)
 	xErr, yErr := make(chan error, 1), make(chan error, 1)
 	go func() {
-		xErr <- db.book(xctx, func(ctx context.Context, tx preparedTx) error {
+		xErr <- db.book(xctx, bookingLocks{}, func(ctx context.Context, tx preparedTx) error {
 			r, offerIDs, byOffer := newHold(buyerX.ID, []market.ReservationPiece{pieceX}, t0, hold)
 			r.RequestJSON = "{}"
 			if err := holdReservation(ctx, tx, &r, offerIDs, byOffer, t0); err != nil {
