@@ -83,7 +83,7 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 	}
 	routes := app.echo.Routes()
 	sort.Slice(routes, func(i, j int) bool { // the routes that log out or lock the account last
-		return strings.Contains(routes[i].Path, "logout") == false && strings.Contains(routes[j].Path, "logout")
+		return !strings.Contains(routes[i].Path, "logout") && strings.Contains(routes[j].Path, "logout")
 	})
 	// The routes outside the page, API and agent groups read no query
 	// string or path parameter into the store (the health check, the
