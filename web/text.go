@@ -16,11 +16,19 @@ import (
 // UTF-8 and PostgreSQL refuses them (a 500 where SQLite answered 200, and a
 // database migrate-db cannot copy), so no request's text reaches a handler
 // unless market.TextProblem accepts it: refuseUnstorableURL checks the
-// path parameters and the query string of every route, refuseUnstorableForm
-// the form fields (urlencoded and multipart) of every page, and
-// refuseUnstorableText the bodies of the API and the agent.
+// path parameters and the query string of every page, API and agent route
+// (web/routes.go: on the pages after the session is loaded, so the error
+// page keeps the visitor signed in), refuseUnstorableForm the form fields
+// (urlencoded and multipart) of every page, and refuseUnstorableText the
+// query strings, forms and JSON bodies of the API and the agent. The few
+// routes outside those groups (the health check, the embedded files, the
+// icon, the processor's signed webhook) read no text into the store.
+//
+// JSON carried inside a form field or an uploaded file (a pasted
+// observation, an uploaded request) is decoded by its handler after the
+// boundary; the strings in it are the domain's to check (market).
 
-// refuseUnstorableURL refuses a request to any route whose path parameters
+// refuseUnstorableURL refuses a request whose path parameters
 // or query string (names and values) hold text market.TextProblem refuses
 // (line breaks and tabs are kept in values, as a textarea of a GET form
 // sends them). A page answers 400 with the site's error page naming the

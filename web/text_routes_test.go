@@ -176,6 +176,10 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 	}
 	provider := fresh.client()
 	provider.signUp("provider@example.com", true)
+	handlers := map[string]string{}
+	for _, rt := range fresh.echo.Routes() {
+		handlers[rt.Method+" "+rt.Path] = handlerName(rt.Name)
+	}
 	for route, o := range own {
 		if !formsCheckingTheirText[route] {
 			t.Fatalf("%s is not in formsCheckingTheirText", route)
@@ -195,6 +199,22 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 				if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, `data-testid="`+o.testid(field)+`"`) {
 					t.Errorf("%s with %s in %s: status %d, want 422 with the message next to the field", route, kind, field, r.status)
 				}
+			}
+		}
+		// The other names its handler reads, each in an otherwise correct
+		// form: whatever the answer, not a 5xx and nothing stored (below).
+		for _, field := range reads[handlers[route]] {
+			if _, ok := o.form()[field]; ok || field == "_csrf" {
+				continue
+			}
+			for kind, v := range bad {
+				c := provider
+				if route == "POST /signup" || route == "POST /login" {
+					c = fresh.client()
+				}
+				form := o.form()
+				form.Set(field, v)
+				check(route+" with "+kind+" in "+field+" of a correct form", c.post(o.from, strings.TrimPrefix(route, "POST "), form))
 			}
 		}
 	}
