@@ -47,7 +47,7 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 	admin := signIn()
 	tok := admin.createToken("walker", "write")
 	csrf := admin.csrf("/account")
-	last := ""
+	last, sent := "", 0
 	still := func() {
 		if r := admin.get("/account"); r.status != http.StatusOK { // a route logged the walker out
 			t.Errorf("%s signed the walker out (/account: %d → %s): a refusal must keep the session", last, r.status, r.location)
@@ -77,6 +77,7 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
 		last = method + " " + path + " " + body
+		sent++
 		resp, err := admin.http.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -149,6 +150,7 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 	if walked < 100 {
 		t.Fatalf("walked %d routes: the route table was not read", walked)
 	}
+	t.Logf("walked %d routes with %d requests", walked, sent)
 
 	// The forms that check their own fields, each field with a NUL or a
 	// byte that is not UTF-8 in an otherwise correct form: the page again
