@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/gpumarket/gpumarket/market"
@@ -90,7 +92,9 @@ func (db *DB) SaveTemplate(ctx context.Context, authorID int64, tpl market.Templ
 }
 
 // ListTemplates returns the templates a user may use: every public one and
-// their own private ones, most used first, secrets' values removed.
+// their own private ones, most used first, then by name as lists shown to
+// people are ordered (compareNames: the same on both engines, which an
+// ORDER BY on the name would not be), secrets' values removed.
 func (db *DB) ListTemplates(ctx context.Context, userID int64) ([]Template, error) {
 	const op = "list templates"
 	tx, err := db.read(ctx)
@@ -99,7 +103,13 @@ func (db *DB) ListTemplates(ctx context.Context, userID int64) ([]Template, erro
 	}
 	defer tx.Rollback()
 	out, err := collect(ctx, tx, scanTemplate, `SELECT `+templateColumns+templateFrom+`
-		WHERE t.public = 1 OR t.author_id = ? ORDER BY t.used_by DESC, t.name, t.id`, userID)
+		WHERE t.public = 1 OR t.author_id = ?`, userID)
+	slices.SortFunc(out, func(a, b Template) int {
+		if c := cmp.Compare(b.UsedBy, a.UsedBy); c != 0 {
+			return c
+		}
+		return compareNames(a.Name, a.ID, b.Name, b.ID)
+	})
 	for i := range out {
 		out[i].Runtime = out[i].Runtime.WithoutSecrets()
 	}

@@ -306,8 +306,8 @@ func safeNext(next string) string {
 // line break or tab (market.TextProblem): a NUL that SQLite would keep and
 // PostgreSQL refuses, or bytes PostgreSQL cannot store, so both engines
 // only ever see the same values. The error names the field (400) and
-// nothing is changed. The pages' forms check their fields themselves, to
-// show the message next to the field.
+// nothing is changed. The pages' query strings, path parameters and forms
+// are checked by refuseUnstorableURL and refuseUnstorableForm (web/text.go).
 func refuseUnstorableText(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()

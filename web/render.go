@@ -94,6 +94,9 @@ func (h *Handler) handleError(err error, c echo.Context) {
 			code, msg = market.CodeInvalid, "That request is too large."
 		case http.StatusBadRequest:
 			code, msg = market.CodeInvalid, "The request could not be understood."
+			if me := (*market.Error)(nil); errors.As(he.Internal, &me) {
+				msg = me.Message // text refused at the boundary (unstorableText) names its field
+			}
 		case http.StatusForbidden:
 			code, msg = market.CodeForbidden, "You may not do that."
 		case http.StatusTooManyRequests:

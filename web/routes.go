@@ -29,7 +29,7 @@ func (h *Handler) routes(e *echo.Echo) {
 
 	// JSON API for programmatic buyers and providers: bearer tokens, no
 	// cookies, so no CSRF; rate limited per token.
-	api := e.Group("/api/v1", middleware.BodyLimit("1M"), refuseUnstorableText, h.apiAuth, h.apiRateLimit())
+	api := e.Group("/api/v1", middleware.BodyLimit("1M"), refuseUnstorableURL, refuseUnstorableText, h.apiAuth, h.apiRateLimit())
 	api.GET("/ping", h.handleAPIPing)
 	api.GET("/offers", h.handleAPIOffers)
 	api.POST("/quotes", h.handleAPIQuotes)
@@ -59,7 +59,7 @@ func (h *Handler) routes(e *echo.Echo) {
 
 	// The provider agent (docs/agent.md): host tokens per node, no cookies,
 	// so no CSRF; rate limited per token.
-	agent := e.Group("/agent/v1", middleware.BodyLimit(agentBodyLimit), refuseUnstorableText, h.agentAuth, h.agentRateLimit())
+	agent := e.Group("/agent/v1", middleware.BodyLimit(agentBodyLimit), refuseUnstorableURL, refuseUnstorableText, h.agentAuth, h.agentRateLimit())
 	agent.POST("/heartbeat", h.handleAgentHeartbeat)
 	agent.GET("/assignments", h.handleAgentAssignments)
 	agent.POST("/assignments/:piece_id/installed", h.handleAgentInstalled)
@@ -68,8 +68,10 @@ func (h *Handler) routes(e *echo.Echo) {
 	agent.POST("/assignments/:piece_id/acceptance", h.handleAgentAcceptance)
 	agent.POST("/assignments/:piece_id/container", h.handleAgentContainer)
 
-	// Browser pages: size limit, session, then CSRF (its token is the session's).
-	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.loadSession, h.csrf())
+	// Browser pages: size limit, session, then CSRF (its token is the
+	// session's); text that cannot be stored is refused once the session is
+	// known, so the error page keeps the visitor signed in (web/text.go).
+	b := e.Group("", middleware.BodyLimit(formBodyLimit), h.loadSession, refuseUnstorableURL, h.csrf(), refuseUnstorableForm)
 
 	// The command-line client's routes: pay
 	// with the saved card, extend, resale, the provider's hosts. The API's

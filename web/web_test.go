@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/gpumarket/gpumarket/market"
@@ -30,6 +31,8 @@ type testApp struct {
 	srv     *httptest.Server
 	db      *store.DB
 	handler *Handler
+	echo    *echo.Echo
+	sqlite  string // the SQLite file's path, "" on PostgreSQL
 }
 
 // newTestApp serves the real Echo instance over a real SQLite file.
@@ -42,7 +45,8 @@ func newTestApp(t *testing.T) *testApp {
 func newTestAppWith(t *testing.T, edit func(*Config)) *testApp {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, pgtest.DSN(t, filepath.Join(t.TempDir(), "web.db")))
+	path := filepath.Join(t.TempDir(), "web.db")
+	db, err := store.Open(ctx, pgtest.DSN(t, path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +63,10 @@ func newTestAppWith(t *testing.T, edit func(*Config)) *testApp {
 	joinFeed(t, db, h)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	return &testApp{t: t, srv: srv, db: db, handler: h}
+	if db.Postgres() {
+		path = ""
+	}
+	return &testApp{t: t, srv: srv, db: db, handler: h, echo: e, sqlite: path}
 }
 
 // joinFeed runs the workflow's change feed on PostgreSQL, as serve does,

@@ -1,0 +1,155 @@
+package web
+
+import (
+	"fmt"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gpumarket/gpumarket/market"
+)
+
+// Text at the boundary. SQLite keeps a NUL byte or bytes that are not
+// UTF-8 and PostgreSQL refuses them (a 500 where SQLite answered 200, and a
+// database migrate-db cannot copy), so no request's text reaches a handler
+// unless market.TextProblem accepts it: refuseUnstorableURL checks the
+// path parameters and the query string of every page, API and agent route
+// (web/routes.go: on the pages after the session is loaded, so the error
+// page keeps the visitor signed in), refuseUnstorableForm the form fields
+// (urlencoded and multipart) of every page, and refuseUnstorableText the
+// query strings, forms and JSON bodies of the API and the agent. The few
+// routes outside those groups (the health check, the embedded files, the
+// icon, the processor's signed webhook) read no text into the store.
+//
+// JSON carried inside a form field or an uploaded file (a pasted
+// observation, an uploaded request) is decoded by its handler after the
+// boundary; the strings in it are the domain's to check (market).
+
+// refuseUnstorableURL refuses a request whose path parameters
+// or query string (names and values) hold text market.TextProblem refuses
+// (line breaks and tabs are kept in values, as a textarea of a GET form
+// sends them). A page answers 400 with the site's error page naming the
+// parameter, an API or agent request its JSON error naming it; nothing
+// runs.
+func refuseUnstorableURL(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		for i, name := range c.ParamNames() {
+			if i >= len(c.ParamValues()) {
+				break
+			}
+			v := c.ParamValues()[i]
+			if u, err := url.PathUnescape(v); err == nil {
+				v = u
+			}
+			if msg := market.TextProblem(v, false); msg != "" {
+				return unstorableText(c, "address", name, msg)
+			}
+		}
+		for k, vs := range c.Request().URL.Query() {
+			if msg := market.TextProblem(k, false); msg != "" {
+				return unstorableText(c, "address", k, msg)
+			}
+			for _, v := range vs {
+				if msg := market.TextProblem(v, true); msg != "" {
+					return unstorableText(c, "address", k, msg)
+				}
+			}
+		}
+		return next(c)
+	}
+}
+
+// refuseUnstorableForm refuses a page's form (urlencoded or multipart)
+// any of whose fields (names and values; line breaks and tabs are kept in
+// values, as a textarea sends them) holds text market.TextProblem refuses,
+// with the site's error page (400) naming the field; nothing runs. A
+// browser sends a form as UTF-8 and a person cannot type a NUL, so this
+// answers crafted requests and pasted control characters; the forms whose
+// handler checks each field it reads and re-renders the page with the
+// message next to the field (422) are left to it (formsCheckingTheirText).
+// An uploaded file's content is the handler's to read (it is not a field);
+// its file name is checked.
+func refuseUnstorableForm(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		if req.Method == http.MethodGet || req.Method == http.MethodHead || req.Body == nil ||
+			formsCheckingTheirText[req.Method+" "+c.Path()] {
+			return next(c)
+		}
+		ct, _, _ := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
+		var fields url.Values
+		switch ct {
+		case echo.MIMEApplicationForm:
+			if err := req.ParseForm(); err != nil {
+				return next(c) // the handler reports what it cannot read
+			}
+			fields = req.PostForm
+		case echo.MIMEMultipartForm:
+			if err := req.ParseMultipartForm(multipartMemory); err != nil {
+				return next(c)
+			}
+			fields = url.Values(req.MultipartForm.Value)
+			for k, fhs := range req.MultipartForm.File {
+				for _, fh := range fhs {
+					if msg := market.TextProblem(fh.Filename, false); msg != "" {
+						return unstorableText(c, "form", k, msg)
+					}
+				}
+			}
+		default:
+			return next(c)
+		}
+		for k, vs := range fields {
+			if msg := market.TextProblem(k, false); msg != "" {
+				return unstorableText(c, "form", k, msg)
+			}
+			for _, v := range vs {
+				if msg := market.TextProblem(v, true); msg != "" {
+					return unstorableText(c, "form", k, msg)
+				}
+			}
+		}
+		return next(c)
+	}
+}
+
+// multipartMemory is how much of a multipart form is held in memory while
+// its fields are checked (the rest goes to temporary files, as the
+// handler's own c.FormFile would do); the body limit bounds the whole.
+const multipartMemory = 32 << 20
+
+// formsCheckingTheirText are the page forms ("METHOD /route") whose handler
+// checks every text field it reads with market.TextProblem (or stricter)
+// and re-renders its page with the message next to the field and 422, as
+// a person who pasted a control character expects; refuseUnstorableForm
+// leaves their fields to them (TestEveryRouteRefusesUnstorableText checks
+// each field they read).
+var formsCheckingTheirText = map[string]bool{
+	"POST /signup":          true,
+	"POST /login":           true,
+	"POST /provider/offers": true,
+	"POST /account/tokens":  true,
+}
+
+// unstorableText is the error for text refused at the boundary: where
+// ("address" or "form"), the parameter or field's name and why. An API or
+// agent request gets its JSON error with the field (400, as
+// refuseUnstorableText answers); a page the site's error page (400) that
+// names the field and says what to do.
+func unstorableText(c echo.Context, where, field, msg string) error {
+	shown := fmt.Sprintf("%+q", field) // a name may itself hold the bad bytes
+	fe := &market.Error{Code: market.CodeInvalid, Message: fmt.Sprintf("%s (in %s)", msg, shown), Fields: map[string]string{field: msg}}
+	if p := c.Request().URL.Path; strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/agent/") {
+		return fe
+	}
+	var page string
+	if where == "form" {
+		page = fmt.Sprintf("The form's field %s cannot be kept: %s Go back, correct that field and send the form again; nothing was changed.", shown, msg)
+	} else {
+		page = fmt.Sprintf("The address's parameter %s cannot be read: %s Correct the address (or go back and use the page's own links and forms); nothing was changed.", shown, msg)
+	}
+	return &echo.HTTPError{Code: http.StatusBadRequest, Message: page, Internal: &market.Error{Code: market.CodeInvalid, Message: page, Fields: fe.Fields}}
+}

@@ -1,0 +1,425 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// TestEveryRouteRefusesUnstorableText walks the route table and sends every
+// route text that SQLite would keep and PostgreSQL refuses — a NUL and a
+// byte that is not UTF-8 — in each query parameter, form field and JSON
+// field its handler reads (found in the handler's source and the helpers
+// it calls) and a few common ones, signed in as an admin who is also a
+// provider with a write token and the session's CSRF token, so neither
+// authorisation nor CSRF hides the handler. No answer may be a 5xx (on
+// PostgreSQL the database refuses such text with an error: a 500), a page
+// refused at the boundary answers the site's page (400) naming the field,
+// and on SQLite no row may hold a NUL or bytes that are not UTF-8 at the
+// end. Run it on both engines (GPUMARKET_TEST_DB=postgres).
+func TestEveryRouteRefusesUnstorableText(t *testing.T) {
+	app := newTestApp(t)
+	reads := handlerReads(t)
+	n := 0
+	signIn := func() *client {
+		n++
+		c := app.client()
+		c.signUp("walker"+strconv.Itoa(n)+"@example.com", true)
+		if err := app.makeAdmin(context.Background(), c.userID(), true); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	admin := signIn()
+	tok := admin.createToken("walker", "write")
+	csrf := admin.csrf("/account")
+	last, sent := "", 0
+	still := func() {
+		if r := admin.get("/account"); r.status != http.StatusOK { // a route logged the walker out
+			t.Errorf("%s signed the walker out (/account: %d → %s): a refusal must keep the session", last, r.status, r.location)
+			admin = signIn()
+			csrf = admin.csrf("/account")
+		}
+	}
+	common := []string{"q", "name", "note", "page", "id", "next", "email"}
+	bad := map[string]string{"NUL": "a\x00b", "not UTF-8": "a\xffb"}
+	paramRe := regexp.MustCompile(`:[a-z_]+|\*`)
+	check := func(what string, r response) {
+		t.Helper()
+		if r.status >= 500 {
+			t.Errorf("%s: status %d\n%.600s", what, r.status, r.body)
+		}
+	}
+	send := func(method, path, contentType, body string, bearer bool) response {
+		t.Helper()
+		req, err := http.NewRequest(method, app.srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		if bearer {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		last = method + " " + path + " " + body
+		sent++
+		resp, err := admin.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return read(t, resp)
+	}
+	routes := app.echo.Routes()
+	sort.Slice(routes, func(i, j int) bool { // the routes that log out or lock the account last
+		return !strings.Contains(routes[i].Path, "logout") && strings.Contains(routes[j].Path, "logout")
+	})
+	// The routes outside the page, API and agent groups read no query
+	// string or path parameter into the store (the health check, the
+	// embedded files, the icon's redirect; the processor's webhook is
+	// verified by its signature before anything is read), and have no
+	// session an error page could keep.
+	ungrouped := map[string]bool{"/healthz": true, "/favicon.ico": true, "/webhooks/stripe": true}
+	walked := 0
+	for _, rt := range routes {
+		if rt.Method == "echo_route_not_found" || rt.Method == "" || strings.HasPrefix(rt.Path, "/static") {
+			continue
+		}
+		walked++
+		path := paramRe.ReplaceAllString(rt.Path, "1")
+		names := append(append([]string{}, reads[handlerName(rt.Name)]...), common...)
+		api := strings.HasPrefix(rt.Path, "/api/") || strings.HasPrefix(rt.Path, "/agent/")
+		for kind, v := range bad {
+			// The query string, name by name.
+			for _, name := range names {
+				q := url.Values{name: {v}}
+				r := send(rt.Method, path+"?"+q.Encode(), "", "", api)
+				check(rt.Method+" "+rt.Path+" with "+kind+" in query "+name, r)
+				if !api && ungrouped[rt.Path] {
+					// no session, no store: see ungrouped
+				} else if !api && r.status != http.StatusBadRequest {
+					t.Errorf("%s %s with %s in query %s: status %d, want 400 at the boundary", rt.Method, rt.Path, kind, name, r.status)
+				} else if !api && (!strings.Contains(r.body, `data-testid="error-page"`) || !strings.Contains(r.body, `action="/logout"`)) {
+					t.Errorf("%s %s with %s in query %s: not the site's error page, signed in\n%.600s", rt.Method, rt.Path, kind, name, r.body)
+				} else if !api && !strings.Contains(r.body, strconv.Quote(name)) && !strings.Contains(r.body, "&#34;"+name+"&#34;") {
+					t.Errorf("%s %s with %s in query %s: the page does not name the parameter\n%.600s", rt.Method, rt.Path, kind, name, r.body)
+				}
+				still()
+			}
+			// A path parameter.
+			if strings.Contains(rt.Path, ":") {
+				p := paramRe.ReplaceAllString(rt.Path, url.PathEscape(v))
+				check(rt.Method+" "+rt.Path+" with "+kind+" in a path parameter", send(rt.Method, p, "", "", api))
+				still()
+			}
+			if rt.Method == http.MethodGet || rt.Method == http.MethodHead {
+				continue
+			}
+			// The body, field by field: a form for a page, JSON for the API.
+			for _, name := range names {
+				if api {
+					body := `{"` + name + `":` + jsonString(v) + `}`
+					check(rt.Method+" "+rt.Path+" with "+kind+" in JSON "+name, send(rt.Method, path, "application/json", body, true))
+					continue
+				}
+				form := url.Values{"_csrf": {csrf}, name: {v}}
+				r := send(rt.Method, path, "application/x-www-form-urlencoded", form.Encode(), false)
+				check(rt.Method+" "+rt.Path+" with "+kind+" in form field "+name, r)
+				if !formsCheckingTheirText[rt.Method+" "+rt.Path] && !ungrouped[rt.Path] &&
+					(r.status != http.StatusBadRequest || !strings.Contains(r.body, "&#34;"+name+"&#34;")) {
+					t.Errorf("%s %s with %s in form field %s: status %d, want 400 naming the field", rt.Method, rt.Path, kind, name, r.status)
+				}
+				still()
+			}
+		}
+	}
+	if walked < 100 {
+		t.Fatalf("walked %d routes: the route table was not read", walked)
+	}
+	t.Logf("walked %d routes with %d requests", walked, sent)
+
+	// The forms that check their own fields, each field with a NUL or a
+	// byte that is not UTF-8 in an otherwise correct form: the page again
+	// with the message next to the field (422). The log-in form has one
+	// message, at its top. A fresh app, so the sign-up throttle has not
+	// counted the walker's accounts.
+	fresh := newTestApp(t)
+	figure := regexp.MustCompile(`^(figure_.+)_(value|basis|method)$`)
+	own := map[string]struct {
+		from   string
+		form   func() url.Values
+		testid func(field string) string
+	}{
+		"POST /signup": {"/signup", func() url.Values {
+			return url.Values{"email": {"new@example.com"}, "password": {testPassword}, "display_name": {"New"}, "organisation": {"Org"}, "is_buyer": {"1"}}
+		}, func(f string) string { return "error-" + f }},
+		"POST /login": {"/login", func() url.Values { return url.Values{"email": {"someone@example.com"}, "password": {testPassword}} },
+			func(string) string { return "form-message" }},
+		"POST /provider/offers": {"/provider/offers/new", validOfferForm, func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }},
+		"POST /account/tokens": {"/account", func() url.Values { return url.Values{"token_name": {"t"}, "token_scope": {"read"}} },
+			func(f string) string { return "error-" + f }},
+	}
+	if len(own) != len(formsCheckingTheirText) {
+		t.Fatalf("formsCheckingTheirText has %d forms, this test checks %d", len(formsCheckingTheirText), len(own))
+	}
+	provider := fresh.client()
+	provider.signUp("provider@example.com", true)
+	handlers := map[string]string{}
+	for _, rt := range fresh.echo.Routes() {
+		handlers[rt.Method+" "+rt.Path] = handlerName(rt.Name)
+	}
+	for route, o := range own {
+		if !formsCheckingTheirText[route] {
+			t.Fatalf("%s is not in formsCheckingTheirText", route)
+		}
+		for field := range o.form() {
+			if field == "password" || strings.HasPrefix(field, "is_") {
+				continue // hashed, or a checkbox: never stored as text
+			}
+			for kind, v := range bad {
+				c := provider
+				if route == "POST /signup" || route == "POST /login" {
+					c = fresh.client()
+				}
+				form := o.form()
+				form.Set(field, v)
+				r := c.post(o.from, strings.TrimPrefix(route, "POST "), form)
+				if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, `data-testid="`+o.testid(field)+`"`) {
+					t.Errorf("%s with %s in %s: status %d, want 422 with the message next to the field", route, kind, field, r.status)
+				}
+			}
+		}
+		// The other names its handler reads, each in an otherwise correct
+		// form: whatever the answer, not a 5xx and nothing stored (below).
+		for _, field := range reads[handlers[route]] {
+			if _, ok := o.form()[field]; ok || field == "_csrf" {
+				continue
+			}
+			for kind, v := range bad {
+				c := provider
+				if route == "POST /signup" || route == "POST /login" {
+					c = fresh.client()
+				}
+				form := o.form()
+				form.Set(field, v)
+				check(route+" with "+kind+" in "+field+" of a correct form", c.post(o.from, strings.TrimPrefix(route, "POST "), form))
+			}
+		}
+	}
+	if fresh.sqlite != "" {
+		for _, row := range unstorableRows(t, fresh.sqlite) {
+			t.Errorf("stored: %s", row)
+		}
+	}
+
+	if app.sqlite != "" {
+		for _, row := range unstorableRows(t, app.sqlite) {
+			t.Errorf("stored: %s", row)
+		}
+	}
+}
+
+// jsonString is v as a JSON string literal, a NUL escaped and other bytes
+// as they are (so a byte that is not UTF-8 reaches the server raw).
+func jsonString(v string) string {
+	return `"` + strings.ReplaceAll(v, "\x00", `\u0000`) + `"`
+}
+
+// handlerName is the method's name in a route's handler name
+// ("…web.(*Handler).handleAdminAudit-fm" → "handleAdminAudit").
+func handlerName(full string) string {
+	full = strings.TrimSuffix(full, "-fm")
+	return full[strings.LastIndex(full, ".")+1:]
+}
+
+// handlerReads maps each function and method of the package to the names
+// it reads from a request (string literals passed to QueryParam,
+// FormValue, Param, FormFile, Get — as in q.Get("action") — and the
+// fields of a JSON struct it decodes are left to the common names),
+// including what the package's functions it calls read, three calls deep.
+func handlerReads(t *testing.T) map[string][]string {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	decls := map[string]*ast.FuncDecl{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || strings.HasSuffix(f, "_templ.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		af, err := parser.ParseFile(fset, f, src, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range af.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+				decls[fd.Name.Name] = fd
+			}
+		}
+	}
+	readers := map[string]bool{"QueryParam": true, "FormValue": true, "Param": true, "FormFile": true, "Get": true}
+	var collect func(name string, depth int, seen map[string]bool, into map[string]bool)
+	collect = func(name string, depth int, seen map[string]bool, into map[string]bool) {
+		fd := decls[name]
+		if fd == nil || seen[name] || depth > 3 {
+			return
+		}
+		seen[name] = true
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			var callee string
+			switch f := call.Fun.(type) {
+			case *ast.Ident:
+				callee = f.Name
+			case *ast.SelectorExpr:
+				callee = f.Sel.Name
+			}
+			if readers[callee] && len(call.Args) == 1 {
+				if lit, ok := call.Args[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					if s, err := strconv.Unquote(lit.Value); err == nil && s != "" && !strings.ContainsAny(s, " -") {
+						into[s] = true
+					}
+				}
+			}
+			collect(callee, depth+1, seen, into)
+			return true
+		})
+	}
+	out := map[string][]string{}
+	for name := range decls {
+		into := map[string]bool{}
+		collect(name, 0, map[string]bool{}, into)
+		for s := range into {
+			out[name] = append(out[name], s)
+		}
+		sort.Strings(out[name])
+	}
+	if len(out["handleAdminAudit"]) == 0 {
+		t.Fatal("found no names the audit page reads: the source scan is broken")
+	}
+	return out
+}
+
+// unstorableRows lists the rows of the SQLite file at path any of whose
+// text values holds a NUL or bytes that are not UTF-8.
+func unstorableRows(t *testing.T, path string) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, n)
+	}
+	rows.Close()
+	var found []string
+	for _, tb := range tables {
+		rs, err := db.Query(`SELECT rowid, * FROM "` + tb + `"`)
+		if err != nil {
+			rs, err = db.Query(`SELECT 0, * FROM "` + tb + `"`) // WITHOUT ROWID
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		cols, _ := rs.Columns()
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		for rs.Next() {
+			if err := rs.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range vals {
+				if s, ok := v.(string); ok && (strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s)) {
+					found = append(found, tb+" row "+strconv.Quote(strings.TrimSpace(toString(vals[0])))+" column "+cols[i]+": "+strconv.Quote(s))
+				}
+			}
+		}
+		rs.Close()
+	}
+	return found
+}
+
+func toString(v any) string {
+	switch x := v.(type) {
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case string:
+		return x
+	}
+	return ""
+}
+
+// TestMultipartFormsRefuseUnstorableText: a multipart page form (the
+// request upload) with a NUL in a field, or bytes that are not UTF-8 in
+// an uploaded file's name, is refused at the boundary with the page (400)
+// naming the field, as an urlencoded one is; a correct upload still goes
+// through.
+func TestMultipartFormsRefuseUnstorableText(t *testing.T) {
+	app := newTestApp(t)
+	c := app.client()
+	exported := c.get("/requests/export?" + trainingQuery().Encode()).body
+	upload := func(field, value, filename string) response {
+		t.Helper()
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		mw.WriteField("_csrf", c.csrf("/requests"))
+		if field != "" {
+			mw.WriteField(field, value)
+		}
+		fw, _ := mw.CreateFormFile("request_file", filename)
+		fw.Write([]byte(exported))
+		mw.Close()
+		resp, err := c.http.Post(app.srv.URL+"/requests/upload", mw.FormDataContentType(), &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return read(t, resp)
+	}
+	if r := upload("note", "a\x00b", "req.json"); r.status != http.StatusBadRequest || !strings.Contains(r.body, "&#34;note&#34;") ||
+		!strings.Contains(r.body, "U+0000") {
+		t.Errorf("NUL in a multipart field: status %d\n%.800s", r.status, r.body)
+	}
+	if r := upload("", "", "req\xff.json"); r.status != http.StatusBadRequest || !strings.Contains(r.body, "&#34;request_file&#34;") ||
+		!strings.Contains(r.body, "not valid UTF-8") {
+		t.Errorf("a file name that is not UTF-8: status %d\n%.800s", r.status, r.body)
+	}
+	if r := upload("note", "fine\nlines\tand tabs", "req.json"); r.status != http.StatusSeeOther {
+		t.Errorf("a correct upload with line breaks in a field: status %d\n%.800s", r.status, r.body)
+	}
+}
