@@ -79,6 +79,7 @@ func TestBookPayIncidentSettle(t *testing.T) {
 	expectText(t, buyer.GetByTestId("statement-delivered"), "15.50 of 16.00", "delivered device-hours")
 	expectAmount(t, buyer.GetByTestId("statement-uptime"), "96.87%", "uptime (delivered ÷ promised, rounded down)")
 	expectSummary(t, buyer, want, "the buyer's statement")
+	fitsPhone(t, buyer, "the buyer's statement")
 	shot(t, buyer, "statement")
 	expectNotification(t, buyer, srv, fmt.Sprintf("A refund of %s for reservation #%s", usd(want.refund), resID), "the buyer's refund")
 
@@ -89,6 +90,8 @@ func TestBookPayIncidentSettle(t *testing.T) {
 	gotoOK(t, provider, srv.URL+"/provider/bookings/"+resID+"/statement")
 	expectAmount(t, provider.GetByTestId("payout-state"), fmt.Sprintf("Payout of %s paid to your connected account.", usd(want.payout)), "payout state")
 	expectSummary(t, provider, want, "the provider's statement")
+	fitsPhone(t, provider, "the provider's statement")
+	shot(t, provider, "provider-statement")
 	expectNotification(t, provider, srv, fmt.Sprintf("Payout of %s for booking #%s sent to your connected account.", usd(want.payout), resID), "the provider's payout")
 
 	srv.reconcile(t)
@@ -189,6 +192,27 @@ func expectAmount(t *testing.T, l playwright.Locator, want, what string) {
 	t.Helper()
 	if err := expect.Locator(l).ToHaveText(want); err != nil {
 		t.Errorf("%s is not %q: %v", what, want, err)
+	}
+}
+
+// fitsPhone checks a page at the phone's width (390 px): neither the page nor any table in its
+// box (.table-wrap, which scrolls sideways rather than widen the page) is wider than the window.
+func fitsPhone(t *testing.T, page playwright.Page, what string) {
+	t.Helper()
+	orig := page.ViewportSize()
+	if err := page.SetViewportSize(narrow.Width, narrow.Height); err != nil {
+		t.Fatalf("%s: resize to %d px: %v", what, narrow.Width, err)
+	}
+	defer page.SetViewportSize(orig.Width, orig.Height)
+	noHorizontalOverflow(t, page, what)
+	res, err := page.Evaluate(`() => [...document.querySelectorAll('.table-wrap')]
+		.filter(w => w.scrollWidth > w.clientWidth)
+		.map(w => (w.querySelector('table')?.dataset.testid || w.closest('[data-testid]')?.dataset.testid || 'a table') + ': ' + w.scrollWidth + ' px in ' + w.clientWidth)`)
+	if err != nil {
+		t.Fatalf("%s: measure the tables: %v", what, err)
+	}
+	if wide, _ := res.([]interface{}); len(wide) > 0 {
+		t.Errorf("%s: tables scroll sideways at %d px: %v", what, narrow.Width, wide)
 	}
 }
 

@@ -118,11 +118,14 @@ func TestDispute(t *testing.T) {
 	if text, _ := refund.TextContent(); !strings.Contains(text, "Refund to your card") {
 		t.Errorf("the ledger refund row does not say the money went to the buyer's card: %q", text)
 	}
+	fitsPhone(t, buyer, "A's buyer statement with its dispute credit")
 	shot(t, buyer, "statement")
 
 	// The provider's statement shows the held payout after the credit.
 	gotoOK(t, provider, srv.URL+"/provider/bookings/"+resA+"/statement")
 	expectSummary(t, provider, wantA, "A's provider statement after the credit")
+	fitsPhone(t, provider, "A's provider statement with its dispute credit")
+	shot(t, provider, "provider-statement")
 	expectAmount(t, provider.GetByTestId("payout-state"), fmt.Sprintf("Payout of %s held until you connect payouts.", usd(wantA.payout)), "A's payout state before onboarding")
 
 	// On B the admin first asks for a cent more than the form allows, then grants the most it allows:

@@ -138,6 +138,7 @@ func TestBuyerConfirmsReplacementInTheBrowser(t *testing.T) {
 		t.Fatal("the reservation page does not show the replacement")
 	}
 	expectText(t, buyer.GetByTestId("replacement-new"), "4 device(s)", "the replacement's pieces")
+	fitsPhone(t, buyer, "the reservation page with its replacement (the panel the statement shows too)")
 	shot(t, buyer, "replaced")
 	srv.reconcile(t)
 }

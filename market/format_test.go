@@ -81,12 +81,24 @@ func TestLedgerEntryDescribe(t *testing.T) {
 			"Taken back by buyer #3's bank (chargeback)", "Taken back by your bank (chargeback)", "Taken back by the buyer's bank (chargeback)"},
 		{LedgerEntry{Kind: EntryChargebackReversal, Debit: AccountPlatformCash, Credit: buyer},
 			"Chargeback reversed: returned by buyer #3's bank", "Chargeback reversed: returned by your bank", "Chargeback reversed: returned by the buyer's bank"},
+		{LedgerEntry{Kind: EntryReplacement, Debit: prov, Credit: ProviderAccount(9)},
+			"Paid for a replacement: from provider #7's takings to provider #9", "Paid for a replacement: from the provider's takings to the provider",
+			"Paid for the replacement of your failed piece, from your takings to its provider"},
 	} {
 		for _, r := range []struct{ reader, want string }{{"", c.staff}, {buyer, c.b}, {prov, c.p}} {
 			if got := c.e.Describe(r.reader); got != r.want {
 				t.Errorf("%s for %q = %q, want %q", c.e.Kind, r.reader, got, r.want)
 			}
 		}
+	}
+}
+
+// The replacing provider reads the replacement's pay without the failing
+// provider's name.
+func TestReplacementEntryForTheReplacingProvider(t *testing.T) {
+	e := LedgerEntry{Kind: EntryReplacement, Debit: ProviderAccount(7), Credit: ProviderAccount(9)}
+	if got, want := e.Describe(ProviderAccount(9)), "Paid for your replacement of another provider's failed piece, from their takings"; got != want {
+		t.Errorf("Describe = %q, want %q", got, want)
 	}
 }
 

@@ -189,6 +189,14 @@ func (e LedgerEntry) Describe(reader string) string {
 		return "Chargeback reversed: returned by " + whose(e.Credit) + " bank"
 	case EntryResale:
 		return "Resold time: paid by " + who(e.Debit) + " to " + who(e.Credit)
+	case EntryReplacement:
+		switch reader {
+		case e.Credit:
+			return "Paid for your replacement of another provider's failed piece, from their takings"
+		case e.Debit:
+			return "Paid for the replacement of your failed piece, from your takings to its provider"
+		}
+		return "Paid for a replacement: from " + whose(e.Debit) + " takings to " + who(e.Credit)
 	}
 	return e.Kind
 }

@@ -166,6 +166,63 @@ func replacementIncident(rep store.Replacement, incs []store.Incident) string {
 	return "The outage is an incident of the original piece once it ends; its SLA credit is on the original piece's statement."
 }
 
+// markReplacementPieces marks, on provider providerID's statement v of
+// r, each of their pieces that was booked as the replacement for another
+// provider's failed piece, with the incident's kind and when it began —
+// not whose piece failed. v.Pieces follow st.Pieces less the other
+// providers' pieces, as statementView builds them.
+func (h *Handler) markReplacementPieces(ctx context.Context, v *views.StatementView, r market.Reservation, st market.Statement, providerID int64) error {
+	reps, err := h.db.ListReplacements(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	owner := map[int64]int64{}
+	for _, p := range r.Pieces {
+		owner[p.ID] = p.ProviderID
+	}
+	var incs []store.Incident
+	marks := map[int64]string{}
+	for _, rep := range reps {
+		if rep.State != store.ReplacementBooked || owner[rep.PieceID] == providerID {
+			continue
+		}
+		if incs == nil {
+			if incs, err = h.db.ListIncidents(ctx, r.ID); err != nil {
+				return err
+			}
+		}
+		mark := fmt.Sprintf("A replacement for another provider's failed piece: %s, began %s.",
+			strings.ToLower(rep.Kind.Label()), formatTime(replacementBegan(rep, incs)))
+		for _, id := range rep.PieceIDs {
+			marks[id] = mark
+		}
+	}
+	i := 0
+	for _, p := range st.Pieces {
+		if p.ProviderID != providerID {
+			continue
+		}
+		if i < len(v.Pieces) {
+			v.Pieces[i].ReplacementFor = marks[p.PieceID]
+		}
+		i++
+	}
+	return nil
+}
+
+// replacementBegan is when the failure rep replaced began: the start of
+// the incident it was triggered from or became, else when the
+// replacement took over.
+func replacementBegan(rep store.Replacement, incs []store.Incident) time.Time {
+	for _, inc := range incs {
+		if (rep.IncidentID != 0 && inc.ID == rep.IncidentID) ||
+			(inc.PieceID == rep.PieceID && inc.Kind == rep.Kind && inc.End.Equal(rep.From)) {
+			return inc.Start
+		}
+	}
+	return rep.From
+}
+
 // providerReplacementPanel is a provider's statement's account of their
 // pieces of r that failed and were replaced: the piece and the
 // replacement side by side, with the incident, and what moved out of what

@@ -405,10 +405,26 @@ func TestStatementsShowTheFailingProviderTheReplacement(t *testing.T) {
 			// Nothing names the other provider or their offer.
 			mustNotContain(t, body, "stmt-repl-rival", "Rival's H100 hall", fmt.Sprintf("offer #%d", o2.ID), fmt.Sprintf("Offer #%d", o2.ID))
 			// The replacing provider's statement has no such panel; nor the buyer's.
-			if body := prov2.get(bookingPath + "/statement").body; strings.Contains(body, `data-testid="provider-replacements"`) {
+			rival := prov2.get(bookingPath + "/statement")
+			if rival.status != http.StatusOK {
+				t.Fatalf("the replacing provider's statement: %d", rival.status)
+			}
+			if strings.Contains(rival.body, `data-testid="provider-replacements"`) {
 				t.Error("the replacing provider's statement shows the failing provider's panel")
 			}
-			mustNotContain(t, buyer.get(fmt.Sprintf("/reservations/%d/statement", r.ID)).body, `data-testid="provider-replacements"`)
+			// It marks the replacement's piece with the incident's kind and when it began (the
+			// provider's report: 50 minutes in), naming neither the failing provider nor their offer.
+			wantMark := "A replacement for another provider's failed piece: host failure, began " + formatTime(p.Start.Add(50*time.Minute)) + "."
+			if n := strings.Count(rival.body, `data-testid="statement-replacement-for"`); n != 1 {
+				t.Errorf("%d replacement marks on the replacing provider's statement, want 1", n)
+			}
+			if got := html.UnescapeString(testidText(rival.body, "statement-replacement-for")); got != wantMark {
+				t.Errorf("the replacing provider's mark = %q, want %q", got, wantMark)
+			}
+			mustNotContain(t, html.UnescapeString(rival.body), "stmt-repl-prov", fmt.Sprintf("offer #%d", o.ID), fmt.Sprintf("Offer #%d", o.ID))
+			// The failing provider's own piece and the buyer's statement carry no such mark.
+			mustNotContain(t, body, `data-testid="statement-replacement-for"`)
+			mustNotContain(t, buyer.get(fmt.Sprintf("/reservations/%d/statement", r.ID)).body, `data-testid="provider-replacements"`, `data-testid="statement-replacement-for"`)
 			requireReconciled(t, app.testApp)
 		})
 	}

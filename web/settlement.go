@@ -159,6 +159,9 @@ func (h *Handler) renderStatement(c echo.Context, r market.Reservation, provider
 		v.Replace, err = h.replacementPanel(ctx, r, h.now())
 	} else {
 		v.ProviderReplace, err = h.providerReplacementPanel(ctx, r, providerID)
+		if err == nil {
+			err = h.markReplacementPieces(ctx, &v, r, s.Statement, providerID)
+		}
 	}
 	if err != nil {
 		return err
