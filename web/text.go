@@ -128,10 +128,11 @@ const multipartMemory = 32 << 20
 // leaves their fields to them (TestEveryRouteRefusesUnstorableText checks
 // each field they read).
 var formsCheckingTheirText = map[string]bool{
-	"POST /signup":          true,
-	"POST /login":           true,
-	"POST /provider/offers": true,
-	"POST /account/tokens":  true,
+	"POST /signup":              true,
+	"POST /login":               true,
+	"POST /provider/offers":     true,
+	"POST /account/tokens":      true,
+	"POST /provider/offers/:id": true,
 }
 
 // unstorableText is the error for text refused at the boundary: where

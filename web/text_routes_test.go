@@ -159,25 +159,29 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 	// counted the walker's accounts.
 	fresh := newTestApp(t)
 	figure := regexp.MustCompile(`^(figure_.+)_(value|basis|method)$`)
+	provider := fresh.client()
+	provider.signUp("provider@example.com", true)
+	offer := strconv.FormatInt(provider.createOffer(validOfferForm()), 10)
 	own := map[string]struct {
 		from   string
 		form   func() url.Values
 		testid func(field string) string
+		to     string // where the form is sent, if not the route itself
 	}{
 		"POST /signup": {"/signup", func() url.Values {
 			return url.Values{"email": {"new@example.com"}, "password": {testPassword}, "display_name": {"New"}, "organisation": {"Org"}, "is_buyer": {"1"}}
-		}, func(f string) string { return "error-" + f }},
+		}, func(f string) string { return "error-" + f }, ""},
 		"POST /login": {"/login", func() url.Values { return url.Values{"email": {"someone@example.com"}, "password": {testPassword}} },
-			func(string) string { return "form-message" }},
-		"POST /provider/offers": {"/provider/offers/new", validOfferForm, func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }},
+			func(string) string { return "form-message" }, ""},
+		"POST /provider/offers": {"/provider/offers/new", validOfferForm, func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }, ""},
 		"POST /account/tokens": {"/account", func() url.Values { return url.Values{"token_name": {"t"}, "token_scope": {"read"}} },
-			func(f string) string { return "error-" + f }},
+			func(f string) string { return "error-" + f }, ""},
+		"POST /provider/offers/:id": {"/provider/offers/" + offer + "/edit", validOfferForm,
+			func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }, "/provider/offers/" + offer},
 	}
 	if len(own) != len(formsCheckingTheirText) {
 		t.Fatalf("formsCheckingTheirText has %d forms, this test checks %d", len(formsCheckingTheirText), len(own))
 	}
-	provider := fresh.client()
-	provider.signUp("provider@example.com", true)
 	handlers := map[string]string{}
 	for _, rt := range fresh.echo.Routes() {
 		handlers[rt.Method+" "+rt.Path] = handlerName(rt.Name)
@@ -185,6 +189,10 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 	for route, o := range own {
 		if !formsCheckingTheirText[route] {
 			t.Fatalf("%s is not in formsCheckingTheirText", route)
+		}
+		to := o.to
+		if to == "" {
+			to = strings.TrimPrefix(route, "POST ")
 		}
 		for field := range o.form() {
 			if field == "password" || strings.HasPrefix(field, "is_") {
@@ -197,7 +205,7 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 				}
 				form := o.form()
 				form.Set(field, v)
-				r := c.post(o.from, strings.TrimPrefix(route, "POST "), form)
+				r := c.post(o.from, to, form)
 				if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, `data-testid="`+o.testid(field)+`"`) {
 					t.Errorf("%s with %s in %s: status %d, want 422 with the message next to the field", route, kind, field, r.status)
 				}
@@ -216,7 +224,7 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 				}
 				form := o.form()
 				form.Set(field, v)
-				check(route+" with "+kind+" in "+field+" of a correct form", c.post(o.from, strings.TrimPrefix(route, "POST "), form))
+				check(route+" with "+kind+" in "+field+" of a correct form", c.post(o.from, to, form))
 			}
 		}
 	}
