@@ -133,6 +133,7 @@ var formsCheckingTheirText = map[string]bool{
 	"POST /provider/offers":     true,
 	"POST /account/tokens":      true,
 	"POST /provider/offers/:id": true,
+	"POST /account/ssh-keys":    true,
 }
 
 // unstorableText is the error for text refused at the boundary: where

@@ -162,6 +162,7 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 	provider := fresh.client()
 	provider.signUp("provider@example.com", true)
 	offer := strconv.FormatInt(provider.createOffer(validOfferForm()), 10)
+	sshKey := publicKeyLine(t, "ed25519")
 	own := map[string]struct {
 		from   string
 		form   func() url.Values
@@ -178,6 +179,8 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			func(f string) string { return "error-" + f }, ""},
 		"POST /provider/offers/:id": {"/provider/offers/" + offer + "/edit", validOfferForm,
 			func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }, "/provider/offers/" + offer},
+		"POST /account/ssh-keys": {"/account", func() url.Values { return url.Values{"public_key": {sshKey}} },
+			func(f string) string { return "error-" + f }, ""},
 	}
 	if len(own) != len(formsCheckingTheirText) {
 		t.Fatalf("formsCheckingTheirText has %d forms, this test checks %d", len(formsCheckingTheirText), len(own))
