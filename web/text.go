@@ -134,6 +134,8 @@ var formsCheckingTheirText = map[string]bool{
 	"POST /account/tokens":      true,
 	"POST /provider/offers/:id": true,
 	"POST /account/ssh-keys":    true,
+	"POST /templates":           true,
+	"POST /templates/:id":       true,
 }
 
 // unstorableText is the error for text refused at the boundary: where

@@ -163,6 +163,15 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 	provider.signUp("provider@example.com", true)
 	offer := strconv.FormatInt(provider.createOffer(validOfferForm()), 10)
 	sshKey := publicKeyLine(t, "ed25519")
+	templateForm := func() url.Values {
+		return url.Values{"name": {"Train"}, "description": {"my image"}, "runtime.image": {"docker.io/pytorch/pytorch:2.3.1"},
+			"runtime.launch": {"ssh"}, "runtime.on_start": {"echo hi"}, "runtime.ports": {"6006"}, "runtime.env": {"MODE=train"},
+			"runtime.min_shm_mb": {"1024"}, "secrets": {"HF_TOKEN=x"}}
+	}
+	if r := provider.post("/templates", "/templates", templateForm()); r.status != http.StatusSeeOther {
+		t.Fatalf("save a template: status %d\n%.600s", r.status, r.body)
+	}
+	template := regexp.MustCompile(`data-testid="template-row" data-id="(\d+)"`).FindStringSubmatch(provider.get("/templates").body)[1]
 	own := map[string]struct {
 		from   string
 		form   func() url.Values
@@ -181,6 +190,9 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }, "/provider/offers/" + offer},
 		"POST /account/ssh-keys": {"/account", func() url.Values { return url.Values{"public_key": {sshKey}} },
 			func(f string) string { return "error-" + f }, ""},
+		"POST /templates": {"/templates", templateForm, func(f string) string { return "error-" + f }, ""},
+		"POST /templates/:id": {"/templates/" + template + "/edit", templateForm, func(f string) string { return "error-" + f },
+			"/templates/" + template},
 	}
 	if len(own) != len(formsCheckingTheirText) {
 		t.Fatalf("formsCheckingTheirText has %d forms, this test checks %d", len(formsCheckingTheirText), len(own))
