@@ -157,7 +157,7 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 	// with the message next to the field (422). The log-in form has one
 	// message, at its top. A fresh app, so the sign-up throttle has not
 	// counted the walker's accounts.
-	fresh := newTestApp(t)
+	fresh := newBillingApp(t)
 	figure := regexp.MustCompile(`^(figure_.+)_(value|basis|method)$`)
 	provider := fresh.client()
 	provider.signUp("provider@example.com", true)
@@ -172,33 +172,44 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 		t.Fatalf("save a template: status %d\n%.600s", r.status, r.body)
 	}
 	template := regexp.MustCompile(`data-testid="template-row" data-id="(\d+)"`).FindStringSubmatch(provider.get("/templates").body)[1]
+	// A paid booking, for the forms of a reservation (its messages).
+	host := fresh.client()
+	host.signUp("host@example.com", true)
+	fresh.manualOffer(host.userID(), testInstructions)
+	fresh.connectPayouts(host)
+	buyer := fresh.client()
+	buyer.signUp("buyer@example.com", false)
+	booked := strconv.FormatInt(fresh.bookAndPay(buyer).ID, 10)
 	own := map[string]struct {
 		from   string
 		form   func() url.Values
 		testid func(field string) string
-		to     string // where the form is sent, if not the route itself
+		to     string  // where the form is sent, if not the route itself
+		by     *client // who sends it, if not the provider
 	}{
 		"POST /signup": {"/signup", func() url.Values {
 			return url.Values{"email": {"new@example.com"}, "password": {testPassword}, "display_name": {"New"}, "organisation": {"Org"}, "is_buyer": {"1"}}
-		}, func(f string) string { return "error-" + f }, ""},
+		}, func(f string) string { return "error-" + f }, "", nil},
 		"POST /login": {"/login", func() url.Values { return url.Values{"email": {"someone@example.com"}, "password": {testPassword}} },
-			func(string) string { return "form-message" }, ""},
-		"POST /provider/offers": {"/provider/offers/new", validOfferForm, func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }, ""},
+			func(string) string { return "form-message" }, "", nil},
+		"POST /provider/offers": {"/provider/offers/new", validOfferForm, func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }, "", nil},
 		"POST /account/tokens": {"/account", func() url.Values { return url.Values{"token_name": {"t"}, "token_scope": {"read"}} },
-			func(f string) string { return "error-" + f }, ""},
+			func(f string) string { return "error-" + f }, "", nil},
 		"POST /provider/offers/:id": {"/provider/offers/" + offer + "/edit", validOfferForm,
-			func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }, "/provider/offers/" + offer},
+			func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }, "/provider/offers/" + offer, nil},
 		"POST /account/ssh-keys": {"/account", func() url.Values { return url.Values{"public_key": {sshKey}} },
-			func(f string) string { return "error-" + f }, ""},
-		"POST /templates": {"/templates", templateForm, func(f string) string { return "error-" + f }, ""},
+			func(f string) string { return "error-" + f }, "", nil},
+		"POST /templates": {"/templates", templateForm, func(f string) string { return "error-" + f }, "", nil},
 		"POST /templates/:id": {"/templates/" + template + "/edit", templateForm, func(f string) string { return "error-" + f },
-			"/templates/" + template},
+			"/templates/" + template, nil},
+		"POST /reservations/:id/messages": {"/reservations/" + booked, func() url.Values { return url.Values{"body": {"Hello,\n\tthere"}} },
+			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/messages", buyer},
 	}
 	if len(own) != len(formsCheckingTheirText) {
 		t.Fatalf("formsCheckingTheirText has %d forms, this test checks %d", len(formsCheckingTheirText), len(own))
 	}
 	handlers := map[string]string{}
-	for _, rt := range fresh.echo.Routes() {
+	for _, rt := range app.echo.Routes() { // the same table as fresh's
 		handlers[rt.Method+" "+rt.Path] = handlerName(rt.Name)
 	}
 	for route, o := range own {
@@ -215,6 +226,9 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			}
 			for kind, v := range bad {
 				c := provider
+				if o.by != nil {
+					c = o.by
+				}
 				if route == "POST /signup" || route == "POST /login" {
 					c = fresh.client()
 				}
@@ -234,6 +248,9 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			}
 			for kind, v := range bad {
 				c := provider
+				if o.by != nil {
+					c = o.by
+				}
 				if route == "POST /signup" || route == "POST /login" {
 					c = fresh.client()
 				}
