@@ -137,6 +137,7 @@ var formsCheckingTheirText = map[string]bool{
 	"POST /templates":                 true,
 	"POST /templates/:id":             true,
 	"POST /reservations/:id/messages": true,
+	"POST /reservations/:id/disputes": true,
 }
 
 // unstorableText is the error for text refused at the boundary: where

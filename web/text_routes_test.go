@@ -204,6 +204,11 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			"/templates/" + template, nil},
 		"POST /reservations/:id/messages": {"/reservations/" + booked, func() url.Values { return url.Values{"body": {"Hello,\n\tthere"}} },
 			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/messages", buyer},
+		"POST /reservations/:id/disputes": {"/reservations/" + booked + "/disputes/new",
+			func() url.Values {
+				return url.Values{"reason": {"not_as_listed"}, "statement": {"Not H100s:\n\tA100s."}}
+			},
+			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/disputes", buyer},
 	}
 	if len(own) != len(formsCheckingTheirText) {
 		t.Fatalf("formsCheckingTheirText has %d forms, this test checks %d", len(formsCheckingTheirText), len(own))
