@@ -17,7 +17,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/gpumarket/gpumarket/market"
 )
 
 // TestEveryRouteRefusesUnstorableText walks the route table and sends every
@@ -179,7 +182,15 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 	fresh.connectPayouts(host)
 	buyer := fresh.client()
 	buyer.signUp("buyer@example.com", false)
-	booked := strconv.FormatInt(fresh.bookAndPay(buyer).ID, 10)
+	res := fresh.bookAndPay(buyer)
+	booked := strconv.FormatInt(res.ID, 10)
+	piece := res.Pieces[0]
+	fresh.tick(piece.Start.Add(2 * time.Hour)) // it runs: incidents may be reported
+	incidentForm := func() url.Values {
+		return url.Values{"piece": {strconv.FormatInt(piece.ID, 10)}, "kind": {string(market.IncidentKinds[0])},
+			"start": {piece.Start.Format(formTimeLayout)}, "end": {piece.Start.Add(time.Hour).Format(formTimeLayout)},
+			"devices_affected": {"1"}, "degradation": {"50"}, "note": {"nvidia-smi:\n\tno devices"}}
+	}
 	own := map[string]struct {
 		from   string
 		form   func() url.Values
@@ -209,6 +220,8 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 				return url.Values{"reason": {"not_as_listed"}, "statement": {"Not H100s:\n\tA100s."}}
 			},
 			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/disputes", buyer},
+		"POST /reservations/:id/incidents": {"/reservations/" + booked + "/incidents/new", incidentForm,
+			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/incidents", buyer},
 	}
 	if len(own) != len(formsCheckingTheirText) {
 		t.Fatalf("formsCheckingTheirText has %d forms, this test checks %d", len(formsCheckingTheirText), len(own))
