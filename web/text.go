@@ -128,17 +128,18 @@ const multipartMemory = 32 << 20
 // leaves their fields to them (TestEveryRouteRefusesUnstorableText checks
 // each field they read).
 var formsCheckingTheirText = map[string]bool{
-	"POST /signup":                     true,
-	"POST /login":                      true,
-	"POST /provider/offers":            true,
-	"POST /account/tokens":             true,
-	"POST /provider/offers/:id":        true,
-	"POST /account/ssh-keys":           true,
-	"POST /templates":                  true,
-	"POST /templates/:id":              true,
-	"POST /reservations/:id/messages":  true,
-	"POST /reservations/:id/disputes":  true,
-	"POST /reservations/:id/incidents": true,
+	"POST /signup":                          true,
+	"POST /login":                           true,
+	"POST /provider/offers":                 true,
+	"POST /account/tokens":                  true,
+	"POST /provider/offers/:id":             true,
+	"POST /account/ssh-keys":                true,
+	"POST /templates":                       true,
+	"POST /templates/:id":                   true,
+	"POST /reservations/:id/messages":       true,
+	"POST /reservations/:id/disputes":       true,
+	"POST /reservations/:id/incidents":      true,
+	"POST /provider/bookings/:id/incidents": true,
 }
 
 // unstorableText is the error for text refused at the boundary: where

@@ -222,6 +222,8 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/disputes", buyer},
 		"POST /reservations/:id/incidents": {"/reservations/" + booked + "/incidents/new", incidentForm,
 			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/incidents", buyer},
+		"POST /provider/bookings/:id/incidents": {"/provider/bookings/" + booked + "/incidents/new", incidentForm,
+			func(f string) string { return "error-" + f }, "/provider/bookings/" + booked + "/incidents", host},
 	}
 	if len(own) != len(formsCheckingTheirText) {
 		t.Fatalf("formsCheckingTheirText has %d forms, this test checks %d", len(formsCheckingTheirText), len(own))
