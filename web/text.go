@@ -140,6 +140,7 @@ var formsCheckingTheirText = map[string]bool{
 	"POST /reservations/:id/disputes":       true,
 	"POST /reservations/:id/incidents":      true,
 	"POST /provider/bookings/:id/incidents": true,
+	"POST /disputes/:id/statements":         true,
 }
 
 // unstorableText is the error for text refused at the boundary: where

@@ -191,6 +191,11 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			"start": {piece.Start.Format(formTimeLayout)}, "end": {piece.Start.Add(time.Hour).Format(formTimeLayout)},
 			"devices_affected": {"1"}, "degradation": {"50"}, "note": {"nvidia-smi:\n\tno devices"}}
 	}
+	opened := buyer.post("/reservations/"+booked, "/reservations/"+booked+"/disputes", url.Values{"reason": {"not_as_listed"}, "statement": {"A100s."}})
+	if opened.status != http.StatusSeeOther {
+		t.Fatalf("open a dispute: status %d\n%.600s", opened.status, opened.body)
+	}
+	dispute := opened.location // /disputes/N
 	own := map[string]struct {
 		from   string
 		form   func() url.Values
@@ -215,7 +220,7 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			"/templates/" + template, nil},
 		"POST /reservations/:id/messages": {"/reservations/" + booked, func() url.Values { return url.Values{"body": {"Hello,\n\tthere"}} },
 			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/messages", buyer},
-		"POST /reservations/:id/disputes": {"/reservations/" + booked + "/disputes/new",
+		"POST /reservations/:id/disputes": {"/reservations/" + booked,
 			func() url.Values {
 				return url.Values{"reason": {"not_as_listed"}, "statement": {"Not H100s:\n\tA100s."}}
 			},
@@ -224,6 +229,8 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/incidents", buyer},
 		"POST /provider/bookings/:id/incidents": {"/provider/bookings/" + booked + "/incidents/new", incidentForm,
 			func(f string) string { return "error-" + f }, "/provider/bookings/" + booked + "/incidents", host},
+		"POST /disputes/:id/statements": {dispute, func() url.Values { return url.Values{"statement": {"More:\n\tthe log."}} },
+			func(f string) string { return "error-" + f }, dispute + "/statements", buyer},
 	}
 	if len(own) != len(formsCheckingTheirText) {
 		t.Fatalf("formsCheckingTheirText has %d forms, this test checks %d", len(formsCheckingTheirText), len(own))
