@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -488,5 +489,39 @@ func TestMultipartFormsRefuseUnstorableText(t *testing.T) {
 	}
 	if r := upload("note", "fine\nlines\tand tabs", "req.json"); r.status != http.StatusSeeOther {
 		t.Errorf("a correct upload with line breaks in a field: status %d\n%.800s", r.status, r.body)
+	}
+}
+
+// TestBoundaryPageNamesTheFieldByItsLabel: each label formLabels knows is
+// of a field its route's handler reads, and a form refused at the
+// boundary names that field by its label (and its name).
+func TestBoundaryPageNamesTheFieldByItsLabel(t *testing.T) {
+	app := newTestApp(t)
+	reads := handlerReads(t)
+	handlers := map[string]string{}
+	for _, rt := range app.echo.Routes() {
+		handlers[rt.Method+" "+rt.Path] = handlerName(rt.Name)
+	}
+	for route, labels := range formLabels {
+		h, ok := handlers[route]
+		if !ok {
+			t.Errorf("formLabels names %s, which is not a route", route)
+			continue
+		}
+		for field := range labels {
+			if !slices.Contains(reads[h], field) {
+				t.Errorf("formLabels labels %s of %s, which %s does not read (it reads %v)", field, route, h, reads[h])
+			}
+		}
+	}
+	c := app.client()
+	c.signUp("labels@example.com", false)
+	r := c.post("/account", "/reservations/1/work", url.Values{"workload": {"a\x00b"}})
+	if r.status != http.StatusBadRequest || !strings.Contains(r.body, "“What ran” (&#34;workload&#34;)") {
+		t.Errorf("NUL in the work report's workload: status %d, want 400 naming “What ran”\n%.800s", r.status, r.body)
+	}
+	if r := c.post("/account", "/reservations/1/work", url.Values{"lost_minutes": {"a\x00b"}}); r.status != http.StatusBadRequest ||
+		!strings.Contains(r.body, "field &#34;lost_minutes&#34; cannot") {
+		t.Errorf("NUL in a field without a label: status %d, want 400 naming the field\n%.800s", r.status, r.body)
 	}
 }
