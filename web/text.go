@@ -142,13 +142,13 @@ var formsCheckingTheirText = map[string]bool{
 	"POST /provider/bookings/:id/incidents": true,
 	"POST /disputes/:id/statements":         true,
 	"POST /reservations/:id/work":           true,
+	"POST /reservations/:id/observations":   true,
 }
 
 // formLabels are the labels of the free-text fields of the page forms
 // still refused at the boundary ("METHOD /route" → field → label, as the
 // form shows it), so the error page names the field as the person saw it.
 var formLabels = map[string]map[string]string{
-	"POST /reservations/:id/observations":                   {"report": "The script's output (the JSON report), if you did not post it with a token"},
 	"POST /reservations/:id/reject":                         {"reason": "What was wrong (optional)"},
 	"POST /provider/offers/:id/carbon":                      {"source": "Source", "hourly_g": "gCO2/kWh for each hour, 00:00 to 23:00 UTC"},
 	"POST /provider/bookings/:id/incidents/:incident/notes": {"note": "Add a note for the buyer and the admins"},

@@ -236,6 +236,8 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			return url.Values{"offer": {strconv.FormatInt(piece.OfferID, 10)}, "metric": {"tokens_per_sec"}, "latency_percentile": {"95"},
 				"workload": {"Llama 3.1 8B, vLLM"}, "value": {"3600"}, "observed_minutes": {"60"}, "lost_minutes": {"0"}, "note": {"fine"}}
 		}, func(f string) string { return "error-" + f }, "/reservations/" + booked + "/work", buyer},
+		"POST /reservations/:id/observations": {"/reservations/" + booked, func() url.Values { return url.Values{"report": {"{}"}} },
+			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/observations", buyer},
 	}
 	if len(own) != len(formsCheckingTheirText) {
 		t.Fatalf("formsCheckingTheirText has %d forms, this test checks %d", len(formsCheckingTheirText), len(own))
@@ -291,6 +293,12 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 				check(route+" with "+kind+" in "+field+" of a correct form", c.post(o.from, to, form))
 			}
 		}
+	}
+	// A pasted report that is not text is said as such, not as the JSON
+	// decoder's complaint.
+	if r := buyer.post("/reservations/"+booked, "/reservations/"+booked+"/observations", url.Values{"report": {`{"devices": "a` + "\x00" + `"}`}}); r.status != http.StatusUnprocessableEntity ||
+		!strings.Contains(r.body, "control character U+0000") {
+		t.Errorf("a NUL in a pasted observation: status %d, want 422 naming U+0000\n%.800s", r.status, r.body)
 	}
 	if fresh.sqlite != "" {
 		for _, row := range unstorableRows(t, fresh.sqlite) {
