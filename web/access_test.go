@@ -93,6 +93,9 @@ func TestSSHKeysOnTheAccountPage(t *testing.T) {
 		{`command="rm -rf /" ` + ed, "without the options in front of it"},
 		{ed + "\n" + publicKeyLine(t, "ed25519"), "one key at a time"},
 		{ed, "You have already added this key."},
+		{ed + " me\x00laptop", "control character U+0000"},
+		{ed + " me\xfflaptop", "not valid UTF-8"},
+		{"ssh-ed25519\x00" + strings.Fields(ed)[1], "control character U+0000"},
 		{"ssh-dss AAAAB3NzaC1kc3MAAACBAP1/U4EddRIpUt9KnC7s5Of2EbdSPO9EAMMeP4C2USZpRV1AIlH7WT2NWPq/xfW6MPbLm1Vs14E7gB00b/JmYLdrmVClpJ+f6AR7ECLCT7up1/63xhv4O1fnxqimFQ8E+4P208UewwI1VBNaFpEy9nXzrith1yrv8iIDGZ3RSAHHAAAAFQCXYFCPFSMLzLKSuYKi64QL8Fgc9QAAAIEA9+GghdabPd7LvKtcNrhXuXmUr7v6OuqC+VdMCz0HgmdRWVeOutRZT+ZxBxCBgLRJFnEj6EwoFhO3zwkyjMim4TwWeotUfI0o4KOuHiuzpnWRbqN/C/ohNWLx+2J6ASQ7zKTxvqhRkImog9/hWuWfBpKLZl6Ae1UlZAFMO/7PSSoAAACBAPGmf1n7X9g3RqCj+3PQ1JWBC7ZtZRnDcWWIiEUm8iO7ihvHrU1z3K9IKdQZQ2ms6Gu4yGAaHcCMnSxAmeYwwewYx9MmXVxYM8/ZLSxP/GY+W63dKxdrtVNSTymfEPSn+X4y+jG3E1qYuS7t9tpd+ZaxzVBxhnkrG8MZqOnEh8XV", "DSA keys are no longer safe"},
 	}
 	for _, b := range bad {

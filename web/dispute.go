@@ -124,6 +124,12 @@ func (h *Handler) handleDisputeShow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	return h.disputePage(c, http.StatusOK, id, "", "")
+}
+
+// disputePage is dispute id's page for its buyer, a provider of it or an
+// admin, with the answer form holding value and its message problem.
+func (h *Handler) disputePage(c echo.Context, status int, id int64, value, problem string) error {
 	u := currentUser(c)
 	d, err := h.db.FindDispute(c.Request().Context(), id)
 	if err != nil {
@@ -152,8 +158,9 @@ func (h *Handler) handleDisputeShow(c echo.Context) error {
 		if role == "provider" {
 			v.AnswerLabel = "Your answer"
 		}
+		v.Value, v.Error = value, problem
 	}
-	return render(c, http.StatusOK, views.Dispute(h.page(c, "Dispute "+v.ID), v))
+	return render(c, status, views.Dispute(h.page(c, "Dispute "+v.ID), v))
 }
 
 func (h *Handler) handleDisputeStatement(c echo.Context) error {
@@ -163,8 +170,11 @@ func (h *Handler) handleDisputeStatement(c echo.Context) error {
 	}
 	err = h.wf.AddDisputeStatement(c.Request().Context(), currentUser(c).ID, id, c.FormValue("statement"))
 	if market.ErrorCode(err) == market.CodeInvalid {
-		h.setFlash(c, "error", market.FieldErrors(err)["statement"])
-		return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/disputes/%d", id))
+		msg := market.FieldErrors(err)["statement"]
+		if msg == "" {
+			msg = market.ErrorMessage(err)
+		}
+		return h.disputePage(c, http.StatusUnprocessableEntity, id, c.FormValue("statement"), msg)
 	}
 	if err != nil {
 		return err

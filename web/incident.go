@@ -33,8 +33,12 @@ func parseIncidentForm(c echo.Context) incidentInput {
 func (in incidentInput) incident() (market.Incident, market.Problems) {
 	p := market.Problems{}
 	inc := market.Incident{Kind: market.IncidentKind(in.Kind), Note: in.Note}
-	inc.PieceID, _ = strconv.ParseInt(in.Piece, 10, 64)
 	var err error
+	if in.Piece != "" {
+		if inc.PieceID, err = strconv.ParseInt(in.Piece, 10, 64); err != nil || inc.PieceID < 1 {
+			p.Add("piece", "Choose a piece from the list.")
+		}
+	}
 	if in.Start != "" {
 		if inc.Start, err = time.Parse(formTimeLayout, in.Start); err != nil {
 			p.Add("start", "Enter the start as a date and time (UTC).")

@@ -104,6 +104,10 @@ func (h *Handler) handleObservation(c echo.Context) error {
 	}
 	value := c.FormValue("report")
 	obs, err := parseObservation([]byte(strings.TrimSpace(value)))
+	if msg := market.TextProblem(value, true); msg != "" {
+		// Said as such, not as the JSON decoder's complaint.
+		err = market.Errorf(market.CodeInvalid, "%s", msg)
+	}
 	if err == nil {
 		_, err = h.wf.RecordObservation(ctx, u.ID, r.ID, obs)
 		if err == nil {

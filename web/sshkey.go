@@ -31,6 +31,9 @@ func parseSSHKey(text string) (market.SSHKey, string) {
 	case strings.ContainsAny(text, "\r\n"):
 		return market.SSHKey{}, "Paste one key at a time, on one line."
 	}
+	if msg := market.TextProblem(text, true); msg != "" {
+		return market.SSHKey{}, msg // a NUL or a byte that is not text, before the parser's generic "not a key"
+	}
 	// A type refused whatever its contents gets its reason, even if this
 	// library no longer reads it (DSA).
 	if f := strings.Fields(text); f[0] == "ssh-dss" || strings.HasPrefix(f[0], "sk-") {

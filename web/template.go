@@ -33,6 +33,11 @@ func readTemplateForm(c echo.Context) views.TemplateFormValues {
 func templateFromForm(v views.TemplateFormValues, secrets string) (market.Template, market.Problems) {
 	p := market.Problems{}
 	rt := runtimeFromValues(p, views.RequestFormValues{Image: v.Image, Launch: v.Launch, OnStart: v.OnStart, Ports: v.Ports, Env: v.Env, MinShmMB: v.MinShmMB})
+	if msg := market.TextProblem(secrets, true); msg != "" {
+		// Said next to the secrets, whose values are never shown back.
+		p.Add("secrets", msg)
+		secrets = ""
+	}
 	for _, line := range strings.Split(strings.ReplaceAll(secrets, "\r\n", "\n"), "\n") {
 		if strings.TrimSpace(line) == "" {
 			continue

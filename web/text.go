@@ -128,10 +128,30 @@ const multipartMemory = 32 << 20
 // leaves their fields to them (TestEveryRouteRefusesUnstorableText checks
 // each field they read).
 var formsCheckingTheirText = map[string]bool{
-	"POST /signup":          true,
-	"POST /login":           true,
-	"POST /provider/offers": true,
-	"POST /account/tokens":  true,
+	"POST /signup":                          true,
+	"POST /login":                           true,
+	"POST /provider/offers":                 true,
+	"POST /account/tokens":                  true,
+	"POST /provider/offers/:id":             true,
+	"POST /account/ssh-keys":                true,
+	"POST /templates":                       true,
+	"POST /templates/:id":                   true,
+	"POST /reservations/:id/messages":       true,
+	"POST /reservations/:id/disputes":       true,
+	"POST /reservations/:id/incidents":      true,
+	"POST /provider/bookings/:id/incidents": true,
+	"POST /disputes/:id/statements":         true,
+	"POST /reservations/:id/work":           true,
+	"POST /reservations/:id/observations":   true,
+}
+
+// formLabels are the labels of the free-text fields of the page forms
+// still refused at the boundary ("METHOD /route" → field → label, as the
+// form shows it), so the error page names the field as the person saw it.
+var formLabels = map[string]map[string]string{
+	"POST /reservations/:id/reject":                         {"reason": "What was wrong (optional)"},
+	"POST /provider/offers/:id/carbon":                      {"source": "Source", "hourly_g": "gCO2/kWh for each hour, 00:00 to 23:00 UTC"},
+	"POST /provider/bookings/:id/incidents/:incident/notes": {"note": "Add a note for the buyer and the admins"},
 }
 
 // unstorableText is the error for text refused at the boundary: where
@@ -146,7 +166,9 @@ func unstorableText(c echo.Context, where, field, msg string) error {
 		return fe
 	}
 	var page string
-	if where == "form" {
+	if label := formLabels[c.Request().Method+" "+c.Path()][field]; where == "form" && label != "" {
+		page = fmt.Sprintf("The form's field “%s” (%s) cannot be kept: %s Go back, correct that field and send the form again; nothing was changed.", label, shown, msg)
+	} else if where == "form" {
 		page = fmt.Sprintf("The form's field %s cannot be kept: %s Go back, correct that field and send the form again; nothing was changed.", shown, msg)
 	} else {
 		page = fmt.Sprintf("The address's parameter %s cannot be read: %s Correct the address (or go back and use the page's own links and forms); nothing was changed.", shown, msg)

@@ -13,11 +13,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/gpumarket/gpumarket/market"
 )
 
 // TestEveryRouteRefusesUnstorableText walks the route table and sends every
@@ -157,34 +161,98 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 	// with the message next to the field (422). The log-in form has one
 	// message, at its top. A fresh app, so the sign-up throttle has not
 	// counted the walker's accounts.
-	fresh := newTestApp(t)
+	fresh := newBillingApp(t)
 	figure := regexp.MustCompile(`^(figure_.+)_(value|basis|method)$`)
+	provider := fresh.client()
+	provider.signUp("provider@example.com", true)
+	offer := strconv.FormatInt(provider.createOffer(validOfferForm()), 10)
+	sshKey := publicKeyLine(t, "ed25519")
+	templateForm := func() url.Values {
+		return url.Values{"name": {"Train"}, "description": {"my image"}, "runtime.image": {"docker.io/pytorch/pytorch:2.3.1"},
+			"runtime.launch": {"ssh"}, "runtime.on_start": {"echo hi"}, "runtime.ports": {"6006"}, "runtime.env": {"MODE=train"},
+			"runtime.min_shm_mb": {"1024"}, "secrets": {"HF_TOKEN=x"}}
+	}
+	if r := provider.post("/templates", "/templates", templateForm()); r.status != http.StatusSeeOther {
+		t.Fatalf("save a template: status %d\n%.600s", r.status, r.body)
+	}
+	template := regexp.MustCompile(`data-testid="template-row" data-id="(\d+)"`).FindStringSubmatch(provider.get("/templates").body)[1]
+	// A paid booking, for the forms of a reservation (its messages).
+	host := fresh.client()
+	host.signUp("host@example.com", true)
+	fresh.manualOffer(host.userID(), testInstructions)
+	fresh.connectPayouts(host)
+	buyer := fresh.client()
+	buyer.signUp("buyer@example.com", false)
+	res := fresh.bookAndPay(buyer)
+	booked := strconv.FormatInt(res.ID, 10)
+	piece := res.Pieces[0]
+	fresh.tick(piece.Start.Add(2 * time.Hour)) // it runs: incidents may be reported
+	incidentForm := func() url.Values {
+		return url.Values{"piece": {strconv.FormatInt(piece.ID, 10)}, "kind": {string(market.IncidentKinds[0])},
+			"start": {piece.Start.Format(formTimeLayout)}, "end": {piece.Start.Add(time.Hour).Format(formTimeLayout)},
+			"devices_affected": {"1"}, "degradation": {""}, "note": {"nvidia-smi:\n\tno devices"}}
+	}
+	opened := buyer.post("/reservations/"+booked, "/reservations/"+booked+"/disputes", url.Values{"reason": {"not_as_listed"}, "statement": {"A100s."}})
+	if opened.status != http.StatusSeeOther {
+		t.Fatalf("open a dispute: status %d\n%.600s", opened.status, opened.body)
+	}
+	dispute := opened.location // /disputes/N
 	own := map[string]struct {
 		from   string
 		form   func() url.Values
 		testid func(field string) string
+		to     string  // where the form is sent, if not the route itself
+		by     *client // who sends it, if not the provider
 	}{
 		"POST /signup": {"/signup", func() url.Values {
 			return url.Values{"email": {"new@example.com"}, "password": {testPassword}, "display_name": {"New"}, "organisation": {"Org"}, "is_buyer": {"1"}}
-		}, func(f string) string { return "error-" + f }},
+		}, func(f string) string { return "error-" + f }, "", nil},
 		"POST /login": {"/login", func() url.Values { return url.Values{"email": {"someone@example.com"}, "password": {testPassword}} },
-			func(string) string { return "form-message" }},
-		"POST /provider/offers": {"/provider/offers/new", validOfferForm, func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }},
+			func(string) string { return "form-message" }, "", nil},
+		"POST /provider/offers": {"/provider/offers/new", validOfferForm, func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }, "", nil},
 		"POST /account/tokens": {"/account", func() url.Values { return url.Values{"token_name": {"t"}, "token_scope": {"read"}} },
-			func(f string) string { return "error-" + f }},
+			func(f string) string { return "error-" + f }, "", nil},
+		"POST /provider/offers/:id": {"/provider/offers/" + offer + "/edit", validOfferForm,
+			func(f string) string { return "error-" + figure.ReplaceAllString(f, "$1") }, "/provider/offers/" + offer, nil},
+		"POST /account/ssh-keys": {"/account", func() url.Values { return url.Values{"public_key": {sshKey}} },
+			func(f string) string { return "error-" + f }, "", nil},
+		"POST /templates": {"/templates", templateForm, func(f string) string { return "error-" + f }, "", nil},
+		"POST /templates/:id": {"/templates/" + template + "/edit", templateForm, func(f string) string { return "error-" + f },
+			"/templates/" + template, nil},
+		"POST /reservations/:id/messages": {"/reservations/" + booked, func() url.Values { return url.Values{"body": {"Hello,\n\tthere"}} },
+			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/messages", buyer},
+		"POST /reservations/:id/disputes": {"/reservations/" + booked,
+			func() url.Values {
+				return url.Values{"reason": {"not_as_listed"}, "statement": {"Not H100s:\n\tA100s."}}
+			},
+			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/disputes", buyer},
+		"POST /reservations/:id/incidents": {"/reservations/" + booked + "/incidents/new", incidentForm,
+			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/incidents", buyer},
+		"POST /provider/bookings/:id/incidents": {"/provider/bookings/" + booked + "/incidents/new", incidentForm,
+			func(f string) string { return "error-" + f }, "/provider/bookings/" + booked + "/incidents", host},
+		"POST /disputes/:id/statements": {dispute, func() url.Values { return url.Values{"statement": {"More:\n\tthe log."}} },
+			func(f string) string { return "error-" + f }, dispute + "/statements", buyer},
+		"POST /reservations/:id/work": {"/reservations/" + booked, func() url.Values {
+			return url.Values{"offer": {strconv.FormatInt(piece.OfferID, 10)}, "metric": {"tokens_per_sec"}, "latency_percentile": {"95"},
+				"workload": {"Llama 3.1 8B, vLLM"}, "value": {"3600"}, "observed_minutes": {"60"}, "lost_minutes": {"0"}, "note": {"fine"}}
+		}, func(f string) string { return "error-" + f }, "/reservations/" + booked + "/work", buyer},
+		"POST /reservations/:id/observations": {"/reservations/" + booked, func() url.Values { return url.Values{"report": {"{}"}} },
+			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/observations", buyer},
 	}
 	if len(own) != len(formsCheckingTheirText) {
 		t.Fatalf("formsCheckingTheirText has %d forms, this test checks %d", len(formsCheckingTheirText), len(own))
 	}
-	provider := fresh.client()
-	provider.signUp("provider@example.com", true)
 	handlers := map[string]string{}
-	for _, rt := range fresh.echo.Routes() {
+	for _, rt := range app.echo.Routes() { // the same table as fresh's
 		handlers[rt.Method+" "+rt.Path] = handlerName(rt.Name)
 	}
 	for route, o := range own {
 		if !formsCheckingTheirText[route] {
 			t.Fatalf("%s is not in formsCheckingTheirText", route)
+		}
+		to := o.to
+		if to == "" {
+			to = strings.TrimPrefix(route, "POST ")
 		}
 		for field := range o.form() {
 			if field == "password" || strings.HasPrefix(field, "is_") {
@@ -192,12 +260,15 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			}
 			for kind, v := range bad {
 				c := provider
+				if o.by != nil {
+					c = o.by
+				}
 				if route == "POST /signup" || route == "POST /login" {
 					c = fresh.client()
 				}
 				form := o.form()
 				form.Set(field, v)
-				r := c.post(o.from, strings.TrimPrefix(route, "POST "), form)
+				r := c.post(o.from, to, form)
 				if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, `data-testid="`+o.testid(field)+`"`) {
 					t.Errorf("%s with %s in %s: status %d, want 422 with the message next to the field", route, kind, field, r.status)
 				}
@@ -211,14 +282,23 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 			}
 			for kind, v := range bad {
 				c := provider
+				if o.by != nil {
+					c = o.by
+				}
 				if route == "POST /signup" || route == "POST /login" {
 					c = fresh.client()
 				}
 				form := o.form()
 				form.Set(field, v)
-				check(route+" with "+kind+" in "+field+" of a correct form", c.post(o.from, strings.TrimPrefix(route, "POST "), form))
+				check(route+" with "+kind+" in "+field+" of a correct form", c.post(o.from, to, form))
 			}
 		}
+	}
+	// A pasted report that is not text is said as such, not as the JSON
+	// decoder's complaint.
+	if r := buyer.post("/reservations/"+booked, "/reservations/"+booked+"/observations", url.Values{"report": {`{"devices": "a` + "\x00" + `"}`}}); r.status != http.StatusUnprocessableEntity ||
+		!strings.Contains(r.body, "control character U+0000") {
+		t.Errorf("a NUL in a pasted observation: status %d, want 422 naming U+0000\n%.800s", r.status, r.body)
 	}
 	if fresh.sqlite != "" {
 		for _, row := range unstorableRows(t, fresh.sqlite) {
@@ -421,5 +501,42 @@ func TestMultipartFormsRefuseUnstorableText(t *testing.T) {
 	}
 	if r := upload("note", "fine\nlines\tand tabs", "req.json"); r.status != http.StatusSeeOther {
 		t.Errorf("a correct upload with line breaks in a field: status %d\n%.800s", r.status, r.body)
+	}
+}
+
+// TestBoundaryPageNamesTheFieldByItsLabel: each label formLabels knows is
+// of a field its route's handler reads, and a form refused at the
+// boundary names that field by its label (and its name).
+func TestBoundaryPageNamesTheFieldByItsLabel(t *testing.T) {
+	app := newTestApp(t)
+	reads := handlerReads(t)
+	handlers := map[string]string{}
+	for _, rt := range app.echo.Routes() {
+		handlers[rt.Method+" "+rt.Path] = handlerName(rt.Name)
+	}
+	for route, labels := range formLabels {
+		h, ok := handlers[route]
+		if !ok {
+			t.Errorf("formLabels names %s, which is not a route", route)
+			continue
+		}
+		if formsCheckingTheirText[route] {
+			t.Errorf("formLabels names %s, whose handler checks its own text: the boundary never shows its labels", route)
+		}
+		for field := range labels {
+			if !slices.Contains(reads[h], field) {
+				t.Errorf("formLabels labels %s of %s, which %s does not read (it reads %v)", field, route, h, reads[h])
+			}
+		}
+	}
+	c := app.client()
+	c.signUp("labels@example.com", false)
+	r := c.post("/account", "/reservations/1/reject", url.Values{"reason": {"a\x00b"}})
+	if r.status != http.StatusBadRequest || !strings.Contains(r.body, "“What was wrong (optional)” (&#34;reason&#34;)") {
+		t.Errorf("NUL in the rejection's reason: status %d, want 400 naming “What was wrong (optional)”\n%.800s", r.status, r.body)
+	}
+	if r := c.post("/account", "/reservations/1/reject", url.Values{"other": {"a\x00b"}}); r.status != http.StatusBadRequest ||
+		!strings.Contains(r.body, "field &#34;other&#34; cannot") {
+		t.Errorf("NUL in a field without a label: status %d, want 400 naming the field\n%.800s", r.status, r.body)
 	}
 }
