@@ -391,16 +391,8 @@ func quickFree(spans []span, sh shape, from, to int64) (f nodeFree, exact, ok bo
 		if i > 0 && node < spans[i-1].node {
 			return nodeFree{}, false, false
 		}
-		var sum int64
-		cs, ce := from, to // the instants every overlapping span holds, within the window
-		for ; i < len(spans) && spans[i].node == node; i++ {
-			s := spans[i]
-			if s.devices == 0 || s.end <= s.start || !s.overlaps(from, to) {
-				continue
-			}
-			sum += int64(s.devices)
-			cs, ce = max(cs, s.from()), min(ce, s.to())
-		}
+		var sum, cs, ce int64
+		sum, cs, ce, i = nodeRun(spans, i, from, to)
 		if int64(node) >= sh.nodes || sum == 0 {
 			continue
 		}
@@ -415,6 +407,24 @@ func quickFree(spans []span, sh shape, from, to int64) (f nodeFree, exact, ok bo
 		f.most = sh.dpn
 	}
 	return f, exact, true
+}
+
+// nodeRun reads the spans of one node from spans[i] on (spans grouped by
+// node): the devices of those that overlap [from, to), the instants all of
+// them hold within the window, [cs, ce) (empty when they share none), and
+// where the next node's spans begin.
+func nodeRun(spans []span, i int, from, to int64) (sum, cs, ce int64, next int) {
+	node := spans[i].node
+	cs, ce = from, to
+	for ; i < len(spans) && spans[i].node == node; i++ {
+		s := spans[i]
+		if s.devices == 0 || s.end <= s.start || !s.overlaps(from, to) {
+			continue
+		}
+		sum += int64(s.devices)
+		cs, ce = max(cs, s.from()), min(ce, s.to())
+	}
+	return sum, cs, ce, i
 }
 
 // placeLeft is timeline.placeLeft over spans, from the spans alone (see
@@ -443,16 +453,8 @@ func quickLeft(spans []span, sh shape, devices, from, to int64) (int64, bool) {
 		if i > 0 && node < spans[i-1].node {
 			return 0, false
 		}
-		var sum int64
-		cs, ce := from, to
-		for ; i < len(spans) && spans[i].node == node; i++ {
-			s := spans[i]
-			if s.devices == 0 || s.end <= s.start || !s.overlaps(from, to) {
-				continue
-			}
-			sum += int64(s.devices)
-			cs, ce = max(cs, s.from()), min(ce, s.to())
-		}
+		var sum, cs, ce int64
+		sum, cs, ce, i = nodeRun(spans, i, from, to)
 		if int64(node) >= sh.nodes || sum == 0 {
 			continue
 		}

@@ -141,20 +141,9 @@ func multiCand(q *query, ps []pieceRef, exact bool, lower int64) quoteCand {
 // for inference that may not spread).
 func (e *engine) splitCands(q *query, fits []fit, cands []quoteCand) ([]quoteCand, string) {
 	for i := range fits {
-		f := &fits[i]
-		if f.avail < q.devices {
-			continue
+		if c, ok := singleOfferCand(q, &fits[i]); ok {
+			cands = append(cands, c)
 		}
-		q.tick(8)
-		start, ok := earliestStart(q.spansOf(f.s), slotShape(f.s), layoutSpread, q.devices, f.lo, f.hi, f.hours()*3600)
-		if !ok {
-			continue
-		}
-		c := multiCandOne(q, f, start)
-		if q.budget > 0 && c.cost > q.budget {
-			continue
-		}
-		cands = append(cands, c)
 	}
 	if len(fits) == 0 {
 		return cands, ""
@@ -486,4 +475,24 @@ func greedySplit(q *query, fits []*fit, lower int64) ([]pieceRef, bool, int64, b
 	}
 	sort.Slice(ps, func(a, b int) bool { return ps[a].f.s.id < ps[b].f.s.id })
 	return ps, false, lower, true
+}
+
+// singleOfferCand prices the split request's whole job on the one offer f,
+// spread over its nodes at the earliest start it can hold it: ok is false
+// when f cannot take every device, has no such start, or costs more than
+// the request's budget.
+func singleOfferCand(q *query, f *fit) (quoteCand, bool) {
+	if f.avail < q.devices {
+		return quoteCand{}, false
+	}
+	q.tick(8)
+	start, ok := earliestStart(q.spansOf(f.s), slotShape(f.s), layoutSpread, q.devices, f.lo, f.hi, f.hours()*3600)
+	if !ok {
+		return quoteCand{}, false
+	}
+	c := multiCandOne(q, f, start)
+	if q.budget > 0 && c.cost > q.budget {
+		return quoteCand{}, false
+	}
+	return c, true
 }

@@ -251,18 +251,8 @@ func (w *splitWalk) cannotRank(h *walkHeap) bool {
 	q, rk := w.q, w.rk
 	limit := q.req.Limit
 	for i := w.ranked; i < len(w.fits); i++ {
-		f := &w.fits[i]
-		if f.avail < q.devices {
-			continue
-		}
-		// As splitCands prices a single-offer candidate.
-		q.tick(8)
-		start, ok := earliestStart(q.spansOf(f.s), slotShape(f.s), layoutSpread, q.devices, f.lo, f.hi, f.hours()*3600)
+		c, ok := singleOfferCand(q, &w.fits[i]) // as splitCands prices it
 		if !ok {
-			continue
-		}
-		c := multiCandOne(q, f, start)
-		if q.budget > 0 && c.cost > q.budget {
 			continue
 		}
 		sc := rk.score(&c.metrics, c.carbonMilli)
