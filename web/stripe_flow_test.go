@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -11,8 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -25,6 +22,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/gpumarket/gpumarket/billing"
+	"github.com/gpumarket/gpumarket/billing/stripemock"
 	"github.com/gpumarket/gpumarket/market"
 	"github.com/gpumarket/gpumarket/store"
 	"github.com/gpumarket/gpumarket/store/pgtest"
@@ -39,51 +37,6 @@ import (
 
 // stripeFlowSecret is the webhook endpoint secret of the server under test.
 const stripeFlowSecret = "whsec_stripe_flow_test"
-
-// startStripeMockForWeb starts a stripe-mock on ports the system chooses
-// and stops it when the test ends. A missing binary fails the test: the
-// Stripe path must be tested (`make test-deps` installs it).
-func startStripeMockForWeb(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("STRIPE_MOCK_BIN")
-	if bin == "" {
-		bin = filepath.Join("..", "tools", "bin", "stripe-mock")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("stripe-mock binary %s not found (%v): run `make test-deps` (or set STRIPE_MOCK_BIN)", bin, err)
-	}
-	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if addr, ok := strings.CutPrefix(sc.Text(), "Listening for HTTP at address: "); ok {
-				found <- addr
-				break
-			}
-		}
-		io.Copy(io.Discard, out) // keep the pipe drained
-	}()
-	select {
-	case addr := <-found:
-		return "http://" + addr
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not report its HTTP address within 30 s", bin)
-		return ""
-	}
-}
 
 // stripeCall is one HTTP request stripe-go sent to stripe-mock.
 type stripeCall struct {
@@ -503,7 +456,7 @@ func stripeFlowFigure(page, testID string) string {
 }
 
 func TestStripeFlow(t *testing.T) {
-	apiBase := startStripeMockForWeb(t)
+	apiBase := stripemock.URL(t)
 	for _, tc := range []struct {
 		name string
 		// events is the order in which Stripe's two payment events are
