@@ -22,6 +22,17 @@ import (
 // the quotes. With the X-Quotes-Partial header it renders only the quotes,
 // for the page's script that refreshes them as the buyer edits.
 func (h *Handler) handleRequestBuilder(c echo.Context) error {
+	if errs := requestTextProblems(c.QueryParams()); errs != nil {
+		// Text that cannot be kept (a pasted escape, say): the form again,
+		// as sent, with the message next to the field; nothing is read
+		// from the store with it and no quote is asked for.
+		v := h.builderView(c, readRequestForm(c.QueryParams(), h.now()))
+		v.Errors = errs
+		if c.Request().Header.Get("X-Quotes-Partial") != "" {
+			return render(c, http.StatusUnprocessableEntity, views.Quotes(v.Quotes))
+		}
+		return render(c, http.StatusUnprocessableEntity, views.RequestBuilder(h.page(c, "Request compute"), v))
+	}
 	values := h.withTemplate(c, readRequestForm(c.QueryParams(), h.now()))
 	v := h.builderView(c, values)
 	status := http.StatusOK

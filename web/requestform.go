@@ -21,6 +21,43 @@ var requestFieldAlias = map[string]string{
 	"replacement.max_premium_cents":  "replacement.max_premium",
 }
 
+// requestTextFields are the builder's fields a person types into (the
+// value: true for a textarea, whose line breaks and tabs are kept), which
+// requestTextProblems checks so a pasted control character is said next
+// to its field (the boundary leaves them to it: queriesCheckingTheirText).
+// The builder's selects, checkboxes and pinned offers are not typed and
+// stay refused at the boundary.
+var requestTextFields = map[string]bool{
+	"runtime.image": false, "runtime.on_start": true, "runtime.ports": false, "runtime.env": true, "runtime.min_shm_mb": false,
+	"workload.devices": false, "workload.min_piece_devices": false, "workload.hours": false, "workload.work_device_hours": false,
+	"workload.checkpoint_mins": false, "workload.restart_mins": false, "workload.dataset_gb": false,
+	"constraints.min_memory_gb": false, "constraints.earliest_start": false, "constraints.deadline": false,
+	"constraints.max_price": false, "constraints.budget": false, "constraints.min_reliability": false,
+	"constraints.max_carbon_g_per_kwh": false, "constraints.min_driver_version": false, "constraints.min_cuda_version": false,
+	"preferences.cost_weight": false, "preferences.carbon_weight": false, "preferences.reliability_weight": false,
+	"preferences.start_weight": false, "preferences.providers_weight": false, "preferences.preferred_weight": false,
+	"replacement.max_premium": false,
+}
+
+// requestTextProblems returns market.TextProblem's message for each of the
+// builder's typed fields (requestTextFields) whose text cannot be kept,
+// keyed by field name, or nil.
+func requestTextProblems(q url.Values) map[string]string {
+	p := market.Problems{}
+	for field, multiline := range requestTextFields {
+		for _, v := range q[field] {
+			if msg := market.TextProblem(v, multiline); msg != "" {
+				p.Add(field, msg)
+				break
+			}
+		}
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	return p
+}
+
 // readRequestForm reads the builder's query or form values into the values
 // to redisplay. A form that has never been submitted gets the defaults.
 func readRequestForm(q url.Values, now time.Time) views.RequestFormValues {

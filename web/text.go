@@ -31,7 +31,9 @@ import (
 // refuseUnstorableURL refuses a request whose path parameters
 // or query string (names and values) hold text market.TextProblem refuses
 // (line breaks and tabs are kept in values, as a textarea of a GET form
-// sends them). A page answers 400 with the site's error page naming the
+// sends them). The query parameters a GET form's handler checks itself
+// (queriesCheckingTheirText) are left to it; every other parameter, and
+// every parameter's name, is still checked here. A page answers 400 with the site's error page naming the
 // parameter, an API or agent request its JSON error naming it; nothing
 // runs.
 func refuseUnstorableURL(next echo.HandlerFunc) echo.HandlerFunc {
@@ -48,9 +50,13 @@ func refuseUnstorableURL(next echo.HandlerFunc) echo.HandlerFunc {
 				return unstorableText(c, "address", name, msg)
 			}
 		}
+		own := queriesCheckingTheirText[c.Request().Method+" "+c.Path()]
 		for k, vs := range c.Request().URL.Query() {
 			if msg := market.TextProblem(k, false); msg != "" {
 				return unstorableText(c, "address", k, msg)
+			}
+			if _, ok := own[k]; ok {
+				continue // its handler checks it (queriesCheckingTheirText)
 			}
 			for _, v := range vs {
 				if msg := market.TextProblem(v, true); msg != "" {
@@ -143,6 +149,18 @@ var formsCheckingTheirText = map[string]bool{
 	"POST /disputes/:id/statements":         true,
 	"POST /reservations/:id/work":           true,
 	"POST /reservations/:id/observations":   true,
+	"GET /requests":                         true, // a GET form: its query (queriesCheckingTheirText)
+}
+
+// queriesCheckingTheirText are the GET forms ("METHOD /route", each also in
+// formsCheckingTheirText) whose handler checks the named query parameters
+// with market.TextProblem (the value: true where the field is a textarea,
+// so line breaks and tabs are kept) and re-renders the form with the
+// message next to the field and 422. refuseUnstorableURL skips only those
+// parameters' values: any other parameter of the route, and every name, is
+// refused at the boundary as on every other page.
+var queriesCheckingTheirText = map[string]map[string]bool{
+	"GET /requests": requestTextFields,
 }
 
 // formLabels are the labels of the free-text fields of the page forms

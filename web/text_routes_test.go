@@ -113,7 +113,12 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 				q := url.Values{name: {v}}
 				r := send(rt.Method, path+"?"+q.Encode(), "", "", api)
 				check(rt.Method+" "+rt.Path+" with "+kind+" in query "+name, r)
-				if !api && ungrouped[rt.Path] {
+				if _, own := queriesCheckingTheirText[rt.Method+" "+rt.Path][name]; own {
+					// its handler checks it: the form again, the message next to the field
+					if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, `data-testid="error-`+name+`"`) {
+						t.Errorf("%s %s with %s in query %s: status %d, want 422 with the message next to the field", rt.Method, rt.Path, kind, name, r.status)
+					}
+				} else if !api && ungrouped[rt.Path] {
 					// no session, no store: see ungrouped
 				} else if !api && r.status != http.StatusBadRequest {
 					t.Errorf("%s %s with %s in query %s: status %d, want 400 at the boundary", rt.Method, rt.Path, kind, name, r.status)
@@ -238,6 +243,7 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 		}, func(f string) string { return "error-" + f }, "/reservations/" + booked + "/work", buyer},
 		"POST /reservations/:id/observations": {"/reservations/" + booked, func() url.Values { return url.Values{"report": {"{}"}} },
 			func(f string) string { return "error-" + f }, "/reservations/" + booked + "/observations", buyer},
+		"GET /requests": {"/requests", builderForm, func(f string) string { return "error-" + f }, "", buyer},
 	}
 	if len(own) != len(formsCheckingTheirText) {
 		t.Fatalf("formsCheckingTheirText has %d forms, this test checks %d", len(formsCheckingTheirText), len(own))
@@ -249,6 +255,28 @@ func TestEveryRouteRefusesUnstorableText(t *testing.T) {
 	for route, o := range own {
 		if !formsCheckingTheirText[route] {
 			t.Fatalf("%s is not in formsCheckingTheirText", route)
+		}
+		if strings.HasPrefix(route, "GET ") {
+			// A GET form: each field its handler checks, in an otherwise
+			// correct query, comes back next to the field.
+			fields := queriesCheckingTheirText[route]
+			if len(fields) == 0 {
+				t.Fatalf("%s is a GET form without the query parameters its handler checks (queriesCheckingTheirText)", route)
+			}
+			for field := range fields {
+				if _, ok := o.form()[field]; !ok {
+					t.Errorf("%s: the baseline query lacks %s", route, field)
+				}
+				for kind, v := range bad {
+					q := o.form()
+					q.Set(field, v)
+					r := o.by.get(strings.TrimPrefix(route, "GET ") + "?" + q.Encode())
+					if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, `data-testid="`+o.testid(field)+`"`) {
+						t.Errorf("%s with %s in %s: status %d, want 422 with the message next to the field", route, kind, field, r.status)
+					}
+				}
+			}
+			continue
 		}
 		to := o.to
 		if to == "" {
