@@ -117,7 +117,7 @@ type Explanation struct {
 	// Cut is what a work budget left out (Index.MatchWithin); then
 	// Fit, the Eliminated counts and Cut.Unexamined add up to Considered.
 	Cut Cut
-	// Skipped is the offers a gang request's search never evaluated
+	// Skipped is the offers a gang or split request's search never evaluated
 	// because it stopped early: walking offers from the lowest price, it
 	// stops once a bound on the best score any offer left could reach is
 	// worse than the last quote's. None of them could rank; some may fit.

@@ -36,12 +36,13 @@ func TestIndexConcurrent(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				n := res.Explanation.Fit
-				for _, e := range res.Explanation.Eliminated {
+				ex := res.Explanation
+				n := ex.Fit + ex.Cut.Unexamined + ex.Skipped
+				for _, e := range ex.Eliminated {
 					n += e.Count
 				}
-				if n != res.Explanation.Considered {
-					t.Errorf("counts %d != considered %d", n, res.Explanation.Considered)
+				if n != ex.Considered {
+					t.Errorf("counts %d (fit %d, unexamined %d, skipped %d) != considered %d", n, ex.Fit, ex.Cut.Unexamined, ex.Skipped, ex.Considered)
 					return
 				}
 			}
