@@ -178,6 +178,35 @@ func refRankGang(in instance) ([]refGangQuote, []refOffer) {
 	return qs, offers
 }
 
+// stopTestIndex is an index of cands and commits, loaded at once or, with
+// oneByOne, built update by update with a third of the offers listed twice
+// (removed and listed again), so its bounds have only widened.
+func stopTestIndex(t *testing.T, cands []Candidate, commits []Commitment, oneByOne bool) *Index {
+	t.Helper()
+	idx := NewIndex()
+	if !oneByOne {
+		if err := idx.Load(cands, commits); err != nil {
+			t.Fatal(err)
+		}
+		return idx
+	}
+	for _, c := range commits {
+		idx.AddCommitment(c)
+	}
+	for _, c := range cands {
+		if err := idx.Upsert(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cands[:len(cands)/3] {
+		idx.Remove(c.Offer.ID)
+		if err := idx.Upsert(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return idx
+}
+
 // TestEarlyStopTopQuotesExact: on thousands of random markets, the
 // index's early-stopping walk returns exactly the quotes of an exhaustive
 // reference — offers, order, costs, starts and scores — and counts that
@@ -188,27 +217,7 @@ func TestEarlyStopTopQuotesExact(t *testing.T) {
 	const runs = 2500
 	for i := range runs {
 		in := earlyStopInstance(rng)
-		idx := NewIndex()
-		if i%2 == 0 {
-			if err := idx.Load(in.cands, in.commits); err != nil {
-				t.Fatal(err)
-			}
-		} else { // one by one, some listed twice: bounds only widen
-			for _, c := range in.commits {
-				idx.AddCommitment(c)
-			}
-			for _, c := range in.cands {
-				if err := idx.Upsert(c); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for _, c := range in.cands[:len(in.cands)/3] {
-				idx.Remove(c.Offer.ID)
-				if err := idx.Upsert(c); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		idx := stopTestIndex(t, in.cands, in.commits, i%2 == 1)
 		res, err := idx.Match(in.req, in.now)
 		if err != nil {
 			t.Fatal(err)

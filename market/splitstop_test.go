@@ -258,27 +258,7 @@ func TestSplitEarlyStopTopQuotesExact(t *testing.T) {
 	const runs = 2500
 	for i := range runs {
 		in := splitStopInstance(rng)
-		idx := NewIndex()
-		if i%2 == 0 {
-			if err := idx.Load(in.cands, in.commits); err != nil {
-				t.Fatal(err)
-			}
-		} else { // one by one, some listed twice: bounds only widen
-			for _, c := range in.commits {
-				idx.AddCommitment(c)
-			}
-			for _, c := range in.cands {
-				if err := idx.Upsert(c); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for _, c := range in.cands[:len(in.cands)/3] {
-				idx.Remove(c.Offer.ID)
-				if err := idx.Upsert(c); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		idx := stopTestIndex(t, in.cands, in.commits, i%2 == 1)
 		res, err := idx.Match(in.req, in.now)
 		if err != nil {
 			t.Fatal(err)
