@@ -133,12 +133,7 @@ func (db *DB) SetOfferCarbonProfile(ctx context.Context, providerID, offerID int
 		return fail(op, err, "")
 	}
 	defer tx.Rollback()
-	var owner int64
-	err = tx.QueryRowContext(ctx, `SELECT provider_id FROM offers WHERE id = ?`, offerID).Scan(&owner)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && owner != providerID) {
-		return notFound(msgOfferNotFound)
-	}
-	if err != nil {
+	if err := checkOwnOffer(ctx, tx, providerID, offerID); err != nil {
 		return fail(op, err, "")
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO offer_carbon_profiles (offer_id, hourly_g, source, updated_at)
@@ -160,12 +155,7 @@ func (db *DB) DeleteOfferCarbonProfile(ctx context.Context, providerID, offerID 
 		return fail(op, err, "")
 	}
 	defer tx.Rollback()
-	var owner int64
-	err = tx.QueryRowContext(ctx, `SELECT provider_id FROM offers WHERE id = ?`, offerID).Scan(&owner)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && owner != providerID) {
-		return notFound(msgOfferNotFound)
-	}
-	if err != nil {
+	if err := checkOwnOffer(ctx, tx, providerID, offerID); err != nil {
 		return fail(op, err, "")
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM offer_carbon_profiles WHERE offer_id = ?`, offerID); err != nil {

@@ -51,12 +51,7 @@ func (db *DB) SetOfferMetered(ctx context.Context, providerID, offerID int64, al
 		return fail(op, err, "")
 	}
 	defer tx.Rollback()
-	var owner int64
-	err = tx.QueryRowContext(ctx, `SELECT provider_id FROM offers WHERE id = ?`, offerID).Scan(&owner)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && owner != providerID) {
-		return notFound(msgOfferNotFound)
-	}
-	if err != nil {
+	if err := checkOwnOffer(ctx, tx, providerID, offerID); err != nil {
 		return fail(op, err, "")
 	}
 	if allow {

@@ -367,6 +367,18 @@ func getOwnOffer(ctx context.Context, q querier, providerID, offerID int64) (mar
 	return o, nil
 }
 
+// checkOwnOffer is getOwnOffer's check alone: nil when offerID is the
+// provider's, not found otherwise (a missing offer or another provider's,
+// alike).
+func checkOwnOffer(ctx context.Context, q querier, providerID, offerID int64) error {
+	var owner int64
+	err := q.QueryRowContext(ctx, `SELECT provider_id FROM offers WHERE id = ?`, offerID).Scan(&owner)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && owner != providerID) {
+		return notFound(msgOfferNotFound)
+	}
+	return err
+}
+
 // childChunk bounds the ids in one IN list, well under SQLite's and
 // PostgreSQL's limits on bound parameters.
 const childChunk = 500
