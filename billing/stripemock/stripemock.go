@@ -22,26 +22,38 @@ import (
 	"time"
 )
 
-// URL starts a stripe-mock for t and returns its HTTP base URL.
+// URL starts a stripe-mock for t, stopped when t ends, and returns its
+// HTTP base URL.
 func URL(t testing.TB) string {
 	t.Helper()
-	bin, err := binary()
+	url, stop, err := Start()
 	if err != nil {
 		t.Fatalf("stripe-mock: %v", err)
+	}
+	t.Cleanup(stop)
+	return url
+}
+
+// Start starts a stripe-mock and returns its HTTP base URL and the call
+// that stops it, for tests that share one process (from TestMain).
+func Start() (url string, stop func(), err error) {
+	bin, err := binary()
+	if err != nil {
+		return "", nil, err
 	}
 	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
+		return "", nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	t.Cleanup(func() {
+	stop = func() {
 		cmd.Process.Kill()
 		cmd.Wait()
-	})
+	}
 	found := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -55,10 +67,10 @@ func URL(t testing.TB) string {
 	}()
 	select {
 	case addr := <-found:
-		return "http://" + addr
+		return "http://" + addr, stop, nil
 	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not report its HTTP address within 30 s", bin)
-		return ""
+		stop()
+		return "", nil, fmt.Errorf("%s did not report its HTTP address within 30 s", bin)
 	}
 }
 
