@@ -300,26 +300,19 @@ func safeNext(next string) string {
 	return next
 }
 
-// refuseUnstorableText refuses an API or agent request any of whose text —
-// query parameters, form fields, the strings (keys and values) of a JSON
-// body — is not valid UTF-8 or holds a control character other than a
-// line break or tab (market.TextProblem): a NUL that SQLite would keep and
-// PostgreSQL refuses, or bytes PostgreSQL cannot store, so both engines
-// only ever see the same values. The error names the field (400) and
-// nothing is changed. The pages' query strings, path parameters and forms
-// are checked by refuseUnstorableURL and refuseUnstorableForm (web/text.go).
+// refuseUnstorableText refuses an API or agent request any of whose body's
+// text — form fields, the strings (keys and values) of a JSON body — is
+// not valid UTF-8 or holds a control character other than a line break or
+// tab (market.TextProblem): a NUL that SQLite would keep and PostgreSQL
+// refuses, or bytes PostgreSQL cannot store, so both engines only ever see
+// the same values. The error names the field (400) and nothing is changed.
+// The query string and path parameters are refuseUnstorableURL's, which
+// runs before it; the pages' forms are refuseUnstorableForm's (web/text.go).
 func refuseUnstorableText(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
 		bad := func(field, msg string) error {
 			return &market.Error{Code: market.CodeInvalid, Message: fmt.Sprintf("%s (in %q)", msg, field), Fields: map[string]string{field: msg}}
-		}
-		for k, vs := range req.URL.Query() {
-			for _, v := range append(vs, k) {
-				if msg := market.TextProblem(v, true); msg != "" {
-					return bad(k, msg)
-				}
-			}
 		}
 		if req.Body == nil || req.Method == http.MethodGet || req.Method == http.MethodHead {
 			return next(c)
@@ -330,12 +323,8 @@ func refuseUnstorableText(next echo.HandlerFunc) echo.HandlerFunc {
 			if err := req.ParseForm(); err != nil {
 				return next(c) // the handler reports what it cannot read
 			}
-			for k, vs := range req.PostForm {
-				for _, v := range append(vs, k) {
-					if msg := market.TextProblem(v, true); msg != "" {
-						return bad(k, msg)
-					}
-				}
+			if k, msg := valuesTextProblem(req.PostForm, nil); msg != "" {
+				return bad(k, msg)
 			}
 		case strings.HasPrefix(ct, echo.MIMEApplicationJSON) || ct == "":
 			body, err := io.ReadAll(req.Body)

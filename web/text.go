@@ -51,18 +51,8 @@ func refuseUnstorableURL(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		}
 		own := queriesCheckingTheirText[c.Request().Method+" "+c.Path()]
-		for k, vs := range c.Request().URL.Query() {
-			if msg := market.TextProblem(k, false); msg != "" {
-				return unstorableText(c, "address", k, msg)
-			}
-			if _, ok := own[k]; ok {
-				continue // its handler checks it (queriesCheckingTheirText)
-			}
-			for _, v := range vs {
-				if msg := market.TextProblem(v, true); msg != "" {
-					return unstorableText(c, "address", k, msg)
-				}
-			}
+		if k, msg := valuesTextProblem(c.Request().URL.Query(), own); msg != "" {
+			return unstorableText(c, "address", k, msg)
 		}
 		return next(c)
 	}
@@ -108,18 +98,33 @@ func refuseUnstorableForm(next echo.HandlerFunc) echo.HandlerFunc {
 		default:
 			return next(c)
 		}
-		for k, vs := range fields {
-			if msg := market.TextProblem(k, false); msg != "" {
-				return unstorableText(c, "form", k, msg)
-			}
-			for _, v := range vs {
-				if msg := market.TextProblem(v, true); msg != "" {
-					return unstorableText(c, "form", k, msg)
-				}
-			}
+		if k, msg := valuesTextProblem(fields, nil); msg != "" {
+			return unstorableText(c, "form", k, msg)
 		}
 		return next(c)
 	}
+}
+
+// valuesTextProblem finds the first query parameter or form field whose
+// name, or any value, market.TextProblem refuses (line breaks and tabs
+// are kept in values, as a textarea sends them), with its message; the
+// values of the names skip holds (whatever it maps them to) are left to
+// their handler.
+func valuesTextProblem(vals url.Values, skip map[string]bool) (field, msg string) {
+	for k, vs := range vals {
+		if msg := market.TextProblem(k, false); msg != "" {
+			return k, msg
+		}
+		if _, ok := skip[k]; ok {
+			continue
+		}
+		for _, v := range vs {
+			if msg := market.TextProblem(v, true); msg != "" {
+				return k, msg
+			}
+		}
+	}
+	return "", ""
 }
 
 // multipartMemory is how much of a multipart form is held in memory while
